@@ -1,0 +1,60 @@
+# Two commands: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export DJANGO_DEBUG ?= 1
+
+.PHONY: run test lint format install install-dev system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	@mkdir -p var
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py ensure_superuser
+	@echo "Harness on http://localhost:$(PORT)/  (Ctrl-C stops it)"
+	$(BIN)/daphne -b $(HOST) -p $(PORT) harness_site.asgi:application
+
+# System packages the tests use: bubblewrap (the bash sandbox) and Chromium (browser
+# tests). Installed with apt-get when root and missing; otherwise those tests skip or
+# fail with a clear reason.
+system-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	elif [ -n "$$missing" ]; then \
+		echo "note: missing$$missing (not root: tests that need them will skip)"; \
+	fi
+
+test: install-dev system-deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) var/static .pytest_cache

@@ -1,0 +1,21 @@
+"""The model client: the real AsyncAnthropic, or the offline demo model without a key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from .config import Config
+from .demo import DemoClient
+
+
+def make_client(config: Config) -> Any:
+    if config.offline:
+        return DemoClient()
+    kwargs: dict[str, Any] = {"api_key": config.api_key, "max_retries": 2}
+    if config.base_url:
+        kwargs["base_url"] = config.base_url
+    # 429 and 5xx before the stream starts are retried by the SDK (with retry-after);
+    # an error event mid-stream is never retried (the answer may have had side effects).
+    return anthropic.AsyncAnthropic(**kwargs)

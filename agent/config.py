@@ -1,0 +1,65 @@
+"""Agent configuration (seed 001's Config, plus base URL and thinking budget)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+DEMO_MODEL = "offline-demo"
+
+# Selectable models: current Claude models first, then seed 001's list, which stays selectable.
+MODELS: tuple[tuple[str, str], ...] = (
+    ("claude-haiku-4-5", "Claude Haiku 4.5"),
+    ("claude-sonnet-4-5", "Claude Sonnet 4.5"),
+    ("claude-opus-4-5", "Claude Opus 4.5"),
+    ("claude-opus-4-1", "Claude Opus 4.1"),
+    ("claude-3-haiku-20240307", "Claude 3 Haiku (seed)"),
+    ("claude-3-5-sonnet-20241022", "Claude 3.5 Sonnet (seed)"),
+    ("claude-3-opus-20240229", "Claude 3 Opus (seed)"),
+)
+
+# The smallest budget the API accepts for extended thinking.
+MIN_THINKING_BUDGET = 1024
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    api_key: str | None = None  # None: the offline demo model serves
+    model: str = DEFAULT_MODEL
+    max_tokens: int = 4096
+    system_prompt: str | None = None  # None: the built-in identity text
+    max_turns: int = 10
+    base_url: str | None = None
+    thinking_budget: int = 0  # 0 is off
+    # Context window budget in characters of serialised history (~4 chars per token).
+    # 720 KB is ~180K tokens, leaving room for the system prompt, tools and the answer.
+    history_budget_chars: int = 720_000
+
+    def __post_init__(self) -> None:
+        if not self.model or not self.model.strip():
+            raise ConfigError("model must not be empty")
+        if self.max_tokens < 1:
+            raise ConfigError("max_tokens must be at least 1")
+        if self.max_turns < 1:
+            raise ConfigError("max_turns must be at least 1")
+        if self.thinking_budget < 0:
+            raise ConfigError("thinking_budget must not be negative")
+        if self.thinking_budget:
+            if self.thinking_budget < MIN_THINKING_BUDGET:
+                raise ConfigError(f"thinking_budget must be 0 or at least {MIN_THINKING_BUDGET}")
+            if self.thinking_budget >= self.max_tokens:
+                raise ConfigError("thinking_budget must be smaller than max_tokens")
+        if self.history_budget_chars < 10_000:
+            raise ConfigError("history_budget_chars must be at least 10000")
+
+    @property
+    def offline(self) -> bool:
+        return not self.api_key
+
+    def replace(self, **changes) -> Config:
+        return dataclasses.replace(self, **changes)

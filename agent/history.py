@@ -1,0 +1,103 @@
+"""Conversation history helpers: keep user/assistant alternation valid, trim to fit.
+
+The API needs strict alternation and a ``tool_result`` for every ``tool_use`` in the very
+next user message. After a failure, a cancel or a crash these invariants are restored here,
+so the next prompt always works (seed 002's lesson).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or [])
+
+
+def append_user_blocks(messages: list[Message], blocks: list[dict[str, Any]]) -> None:
+    """Append a user turn, merging into a trailing user message (e.g. tool results left by
+    a failed run) so that roles keep alternating."""
+    if messages and messages[-1]["role"] == "user":
+        messages[-1] = {"role": "user", "content": _blocks(messages[-1]) + blocks}
+    else:
+        messages.append({"role": "user", "content": blocks})
+
+
+def pending_tool_uses(messages: list[Message]) -> list[dict[str, Any]]:
+    """tool_use blocks of the last assistant message that have no tool_result yet."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return []
+    return [b for b in _blocks(messages[-1]) if b.get("type") == "tool_use"]
+
+
+def error_result(tool_use_id: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": json.dumps({"error": message}),
+        "is_error": True,
+    }
+
+
+def repair(messages: list[Message], reason: str = "the run was interrupted") -> list[Message]:
+    """Close dangling tool_use blocks and drop empty messages; returns the fixed list."""
+    fixed: list[Message] = [m for m in messages if _blocks(m)]
+    dangling = pending_tool_uses(fixed)
+    if dangling:
+        fixed.append({"role": "user", "content": [error_result(b["id"], reason) for b in dangling]})
+    return fixed
+
+
+def _size(message: Message) -> int:
+    return len(json.dumps(message, ensure_ascii=False))
+
+
+def _is_exchange_start(message: Message) -> bool:
+    """A user message that opens an exchange: it carries no tool results."""
+    if message["role"] != "user":
+        return False
+    return not any(b.get("type") == "tool_result" for b in _blocks(message))
+
+
+OVERSIZE_BLOCK = 10_000
+
+
+def trim(messages: list[Message], budget_chars: int) -> list[Message]:
+    """The newest messages that fit in ``budget_chars``, cut only at exchange boundaries
+    so tool_use/tool_result pairs are never split. The stored history is not changed."""
+    sizes = [_size(m) for m in messages]
+    total = sum(sizes)
+    if total <= budget_chars:
+        return messages
+    starts = [i for i, m in enumerate(messages) if _is_exchange_start(m)]
+    cut = 0
+    for start in starts:
+        if start == 0:
+            continue
+        cut = start
+        if sum(sizes[cut:]) <= budget_chars:
+            break
+    kept = messages[cut:]
+    if sum(sizes[cut:]) <= budget_chars:
+        return kept
+    # One exchange alone is too big (a huge tool result): shorten big blocks, oldest first.
+    return [_shorten(m) for m in kept[:-1]] + kept[-1:]
+
+
+def _shorten(message: Message) -> Message:
+    blocks = []
+    for block in _blocks(message):
+        block = dict(block)
+        for key in ("text", "content"):
+            value = block.get(key)
+            if isinstance(value, str) and len(value) > OVERSIZE_BLOCK:
+                block[key] = value[:4000] + "\n[... truncated to fit the context window ...]\n"
+                block[key] += value[-4000:]
+        blocks.append(block)
+    return {"role": message["role"], "content": blocks}

@@ -1,0 +1,144 @@
+"""``python manage.py agent``: print mode (interfaces §3), the same core as the web app."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from agent.config import ConfigError
+from agent.events import Event
+from agent.harness import Harness
+from agent.runtime import agent_config, make_client
+from agent.system_prompt import build_system_prompt
+from agent.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
+
+
+class Command(BaseCommand):
+    help = "Run one prompt through the agent in a workspace and print the answer as it streams."
+    requires_system_checks: list = []  # a quick tool: no model checks, no database needed
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "prompt",
+            nargs="*",
+            metavar="PROMPT",
+            help="the prompt; without it, standard input (when piped)",
+        )
+        parser.add_argument("--model", help="model id (default: HARNESS_MODEL)")
+        parser.add_argument("--max-turns", type=int, help="API calls per prompt")
+        parser.add_argument("--max-tokens", type=int, help="tokens per response")
+        parser.add_argument("--system", help="replaces the built-in identity text")
+        parser.add_argument("--workspace", help="directory the tools work in (default: .)")
+        parser.add_argument(
+            "--tools",
+            help=f"comma list of tools (default: all of {','.join(TOOL_NAMES)} that are enabled)",
+        )
+        parser.add_argument("--events", action="store_true",
+                            help="print every event as one JSON object per line")  # fmt: skip
+
+    def handle(self, *args, **opts):
+        prompt = " ".join(opts["prompt"]).strip()
+        if not prompt and not sys.stdin.isatty():
+            prompt = sys.stdin.read().strip()  # piped stdin is one prompt, not one per line
+        if not prompt:
+            raise CommandError("no prompt: give PROMPT or pipe one on standard input", returncode=2)
+        overrides = {k: v for k, v in {
+            "model": opts["model"], "max_turns": opts["max_turns"],
+            "max_tokens": opts["max_tokens"], "system_prompt": opts["system"],
+        }.items() if v is not None}  # fmt: skip
+        try:
+            config = agent_config(**overrides)
+            workspace = Workspace(opts["workspace"] or os.getcwd())
+            names = [n.strip() for n in opts["tools"].split(",")] if opts["tools"] else None
+            tools = build_tools(workspace, settings.HARNESS_BASH, names)
+        except (ConfigError, UnknownToolError, ValueError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        system = build_system_prompt(workspace.root, config.system_prompt)
+        printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
+        harness = Harness(make_client(config), tools, config, printer, system=system)
+        printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
+        result = asyncio.run(_run(harness, prompt))
+        if printer.closed:
+            sys.exit(1)
+        self.stdout._out.flush()
+        if result.state == "error":
+            sys.stderr.write(f"error: {result.message}\n")
+            sys.exit(1)
+
+
+async def _run(harness: Harness, prompt: str):
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_interrupt() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:  # a second Ctrl-C means: stop waiting
+            os._exit(130)
+        harness.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    try:
+        return await harness.prompt(prompt)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+class EventPrinter:
+    """Plain mode: the assistant's text on stdout as it streams, tool activity on stderr.
+    Events mode: every event as a JSON line on stdout."""
+
+    def __init__(self, out, err, events: bool):
+        self.out, self.err, self.events = out, err, events
+        self.at_line_start = True
+        self.in_block = False
+        self.blocks = 0
+        self.closed = False
+        self.on_closed = lambda: None
+
+    def __call__(self, event: Event) -> None:
+        if self.closed:
+            return
+        try:
+            self._print(event)
+        except BrokenPipeError:
+            self.closed = True
+            # Later writes (and the interpreter's final flush) must not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.out.fileno())
+            self.on_closed()
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _print(self, event: Event) -> None:
+        if self.events:
+            self._write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+            return
+        if event.type == "text_delta":
+            if not self.in_block and self.blocks:
+                self._write("\n")  # a blank line between text blocks
+            self.in_block = True
+            self._write(event.content)
+            self.at_line_start = event.content.endswith("\n")
+        elif event.type == "text":
+            if not self.in_block:  # a block that arrived whole (no deltas)
+                self._write(("\n" if self.blocks else "") + event.content)
+                self.at_line_start = event.content.endswith("\n")
+            if not self.at_line_start:
+                self._write("\n")
+                self.at_line_start = True
+            self.in_block = False
+            self.blocks += 1
+        elif event.type == "tool_call":
+            self.err.write(f"→ {event.name} {json.dumps(event.input, ensure_ascii=False)}\n")
+        elif event.type == "tool_result" and event.isError:
+            self.err.write(f"✗ {event.result[:500]}\n")
+        elif event.type == "error" and event.code in ("max_turns", "max_tokens", "refusal"):
+            self.err.write(f"warning: {event.message}\n")

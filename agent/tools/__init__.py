@@ -1,0 +1,56 @@
+"""The agent's tools, each bound to one workspace."""
+
+from __future__ import annotations
+
+from .base import Tool, ToolResult, tool_spec
+from .bash import MODES as BASH_MODES
+from .bash import BashTool
+from .files import EditTool, ReadTool, WriteTool
+from .search import GrepTool, ListDirTool
+from .workspace import PathError, Workspace
+
+TOOL_NAMES = ("read", "grep", "list_dir", "write", "edit", "bash")
+
+__all__ = [
+    "BASH_MODES",
+    "TOOL_NAMES",
+    "PathError",
+    "Tool",
+    "ToolResult",
+    "Workspace",
+    "build_tools",
+    "tool_spec",
+]
+
+
+class UnknownToolError(ValueError):
+    pass
+
+
+def build_tools(
+    workspace: Workspace,
+    bash_mode: str = "sandbox",
+    names: list[str] | tuple[str, ...] | None = None,
+    bash_timeout: float | None = None,
+) -> list[Tool]:
+    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off."""
+    if bash_mode not in BASH_MODES:
+        raise ValueError(f"bash mode must be one of {', '.join(BASH_MODES)}")
+    wanted = list(names) if names is not None else list(TOOL_NAMES)
+    unknown = [n for n in wanted if n not in TOOL_NAMES]
+    if unknown:
+        raise UnknownToolError(f"unknown tool(s): {', '.join(unknown)}")
+    tools: list[Tool] = []
+    for name in TOOL_NAMES:
+        if name not in wanted:
+            continue
+        if name == "bash":
+            if bash_mode == "off":
+                continue
+            kwargs = {"timeout": bash_timeout} if bash_timeout else {}
+            tools.append(BashTool(workspace, bash_mode, **kwargs))
+        else:
+            cls = {"read": ReadTool, "grep": GrepTool, "list_dir": ListDirTool,
+                   "write": WriteTool, "edit": EditTool}[name]  # fmt: skip
+            tools.append(cls(workspace))
+    return tools

@@ -1,0 +1,251 @@
+"""read, write and edit: file tools confined to a workspace (seed 000 formats, seed 002 limits)."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import stat
+from typing import Any
+
+from .base import ParamError, ToolResult, fail, ok, optional_int, require_str
+from .workspace import PathError, Workspace, os_error_message
+
+READ_CAP = 1_000_000  # bytes a read returns at most (seed 002)
+WRITE_CAP = 10_000_000  # bytes write/edit accept
+BINARY_SNIFF = 8192  # a NUL byte in the first 8 KB marks a file as binary
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.read(fd, 65536)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+class ReadTool:
+    name = "read"
+    description = (
+        "Read a text file in the workspace. Paths are relative to the workspace root. "
+        "Optional start_line/end_line (1-indexed, inclusive) select a range. "
+        'Returns {"content": ...} or {"error": ...}. Limits: 1 MB per read (use a line '
+        "range for larger files); binary files are refused."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Absolute or relative file path"},
+            "start_line": {"type": "integer", "description": "First line to read (1-indexed)"},
+            "end_line": {"type": "integer", "description": "Last line to read (inclusive)"},
+        },
+        "required": ["path"],
+    }
+
+    def __init__(self, workspace: Workspace):
+        self.workspace = workspace
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        return await asyncio.to_thread(self._execute, params)
+
+    def _execute(self, params: dict[str, Any]) -> ToolResult:
+        try:
+            path = require_str(params, "path")
+            start = optional_int(params, "start_line")
+            end = optional_int(params, "end_line")
+        except ParamError as exc:
+            return fail(str(exc))
+        if start is not None and start < 1:
+            return fail("start_line must be at least 1")
+        if end is not None and end < 1:
+            return fail("end_line must be at least 1")
+        if start is not None and end is not None and start > end:
+            return fail(f"start_line ({start}) is greater than end_line ({end})")
+        try:
+            fd, _ = self.workspace.open(path, os.O_RDONLY)
+        except PathError as exc:
+            return fail(str(exc))
+        try:
+            if _is_dir(fd):
+                return fail("path is a directory")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                if start is None and end is None:
+                    return _whole_file(f)
+                return _line_range(f, start or 1, end)
+        except OSError as exc:
+            return fail(os_error_message(exc))
+        finally:
+            os.close(fd)
+
+
+def _whole_file(f) -> ToolResult:
+    data = f.read(READ_CAP + 1)
+    if b"\x00" in data[:BINARY_SNIFF]:
+        return fail("binary file; refusing to read it")
+    if len(data) > READ_CAP:
+        return fail("file is larger than 1 MB; read it in parts with start_line/end_line")
+    return ok(content=data.decode("utf-8", errors="replace"))
+
+
+def _line_range(f, first: int, last: int | None) -> ToolResult:
+    """Lines first..last (inclusive), streamed so a large file need not fit in memory."""
+    if b"\x00" in f.peek(BINARY_SNIFF)[:BINARY_SNIFF]:
+        return fail("binary file; refusing to read it")
+    selected: list[bytes] = []
+    size = count = 0
+    for count, line in enumerate(f, 1):  # noqa: B007 - count is the line total afterwards
+        if count < first:
+            continue
+        if last is not None and count > last:
+            break
+        selected.append(line)
+        size += len(line)
+        if size > READ_CAP:
+            return fail("the selected lines exceed 1 MB; choose a smaller range")
+    if first > count or not selected:
+        return fail(f"start_line {first} is beyond the end of the file ({count} lines)")
+    content = b"".join(selected).decode("utf-8", errors="replace")
+    if last is not None and count > last:
+        content = content.removesuffix("\n")
+    return ok(content=content)
+
+
+def _is_dir(fd: int) -> bool:
+    return stat.S_ISDIR(os.fstat(fd).st_mode)
+
+
+class WriteTool:
+    name = "write"
+    description = (
+        "Create or overwrite a file in the workspace with the given content; parent "
+        "directories are created. Use for new files or full rewrites; prefer edit for changes. "
+        "Limit: 10 MB."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the workspace"},
+            "content": {"type": "string", "description": "The complete new file content"},
+        },
+        "required": ["path", "content"],
+    }
+
+    def __init__(self, workspace: Workspace):
+        self.workspace = workspace
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        return await asyncio.to_thread(self._execute, params)
+
+    def _execute(self, params: dict[str, Any]) -> ToolResult:
+        try:
+            path = require_str(params, "path")
+            content = require_str(params, "content", allow_empty=True)
+        except ParamError as exc:
+            return fail(str(exc))
+        data = content.encode("utf-8")
+        if len(data) > WRITE_CAP:
+            return fail("content exceeds 10 MB")
+        try:
+            self.workspace.makedirs_for(path)
+            existed = os.path.lexists(self.workspace.resolve(path))
+            fd, real = self.workspace.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        except PathError as exc:
+            return fail(str(exc))
+        try:
+            if _is_dir(fd):
+                return fail("path is a directory")
+            _write_all(fd, data)
+        except OSError as exc:
+            return fail(f"cannot write file: {exc.strerror}")
+        finally:
+            os.close(fd)
+        rel = self.workspace.relative(real)
+        verb = "Overwrote" if existed else "Created"
+        return ok(
+            display={"kind": "write", "path": rel, "bytes": len(data), "created": not existed},
+            result=f"{verb} {rel} ({len(data)} bytes)",
+        )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class EditTool:
+    name = "edit"
+    description = (
+        "Replace one exact occurrence of old_str with new_str in a workspace file. old_str "
+        "must match exactly once (whitespace included); add surrounding lines to make it "
+        "unique. Read the file first."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the workspace"},
+            "old_str": {"type": "string", "description": "Exact text to replace (unique)"},
+            "new_str": {"type": "string", "description": "Replacement text"},
+        },
+        "required": ["path", "old_str", "new_str"],
+    }
+
+    def __init__(self, workspace: Workspace):
+        self.workspace = workspace
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        return await asyncio.to_thread(self._execute, params)
+
+    def _execute(self, params: dict[str, Any]) -> ToolResult:
+        try:
+            path = require_str(params, "path")
+            old = require_str(params, "old_str")
+            new = require_str(params, "new_str", allow_empty=True)
+        except ParamError as exc:
+            return fail(str(exc))
+        try:
+            fd, real = self.workspace.open(path, os.O_RDWR)
+        except PathError as exc:
+            return fail(str(exc))
+        try:
+            if _is_dir(fd):
+                return fail("path is a directory")
+            data = _read_fd(fd, WRITE_CAP)
+            if len(data) > WRITE_CAP:
+                return fail("file exceeds 10 MB")
+            if b"\x00" in data[:BINARY_SNIFF]:
+                return fail("binary file; refusing to edit it")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                return fail("file is not valid UTF-8; refusing to edit it")
+            count = text.count(old)
+            if count == 0:
+                return fail("old_str not found in the file")
+            if count > 1:
+                return fail(
+                    f"old_str matches {count} times; include more context to make it unique"
+                )
+            updated = text.replace(old, new, 1)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            _write_all(fd, updated.encode("utf-8"))
+        except OSError as exc:
+            return fail(f"cannot edit file: {exc.strerror}")
+        finally:
+            os.close(fd)
+        rel = self.workspace.relative(real)
+        diff = "".join(
+            difflib.unified_diff(
+                text.splitlines(keepends=True),
+                updated.splitlines(keepends=True),
+                fromfile=f"a/{rel}",
+                tofile=f"b/{rel}",
+            )
+        )
+        line = text[: text.index(old)].count("\n") + 1
+        return ok(
+            display={"kind": "diff", "path": rel, "diff": diff},
+            result=f"Edited {rel} at line {line}",
+        )
