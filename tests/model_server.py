@@ -247,7 +247,9 @@ class ModelServer:
         self._stopping = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.fallback: Any = None  # a callable(body) -> response, used when the queue is empty
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -105,12 +105,12 @@ class Workspace:
         parent = real.parent
         if not self.contains(parent):
             raise PathError(OUTSIDE)
-        missing = []
-        probe = parent
-        while not probe.exists() and self.contains(probe):
-            missing.append(probe)
-            probe = probe.parent
         try:
+            missing = []
+            probe = parent
+            while not probe.exists() and self.contains(probe):
+                missing.append(probe)
+                probe = probe.parent
             parent.mkdir(parents=True, exist_ok=True)
             for created in missing:
                 self._adopt(str(created))

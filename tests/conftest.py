@@ -1,0 +1,82 @@
+"""Shared fixtures: the test model server, an SDK client on it, workspaces, ../shared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from agent.config import Config
+from agent.harness import Harness
+from agent.tools import Workspace, build_tools
+from tests.model_server import ModelServer
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared; skips (or fails with HARNESS_REQUIRE_SHARED=1) if absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        message = f"{path} is absent (../shared is not beside this checkout)"
+        if os.environ.get("HARNESS_REQUIRE_SHARED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def require_service(name: str, reason: str) -> None:
+    if os.environ.get("HARNESS_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{name} is required (HARNESS_REQUIRE_SERVICES=1): {reason}")
+    pytest.skip(f"{name} unavailable: {reason}")
+
+
+def require_bwrap() -> str:
+    path = shutil.which("bwrap")
+    if path is None:
+        if os.environ.get("HARNESS_REQUIRE_SERVICES") == "1":
+            pytest.fail("bubblewrap is required on CI (.ci/run installs it)")
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    return path
+
+
+@pytest.fixture
+def model_server():
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(model_server):
+    # Short retry waits: the SDK honours retry-after-ms, which the tests set.
+    return anthropic.AsyncAnthropic(api_key="test-key", base_url=model_server.url, max_retries=2)
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Workspace:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    return Workspace(root)
+
+
+@pytest.fixture
+def make_harness(client, workspace):
+    """Build a Harness on the test server; returns (harness, events list)."""
+
+    def build(tools=None, events=None, **config):
+        events = [] if events is None else events
+        config.setdefault("api_key", "test-key")
+        tools = build_tools(workspace, "sandbox") if tools is None else tools
+        harness = Harness(client, tools, Config(**config), events.append)
+        return harness, events
+
+    return build
+
+
+def types(events, *, deltas: bool = False) -> list[str]:
+    return [e.type for e in events if deltas or e.type != "text_delta"]
