@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
-
 from .config import Config
 from .demo import DemoClient
 
@@ -13,6 +11,8 @@ from .demo import DemoClient
 def make_client(config: Config) -> Any:
     if config.offline:
         return DemoClient()
+    import anthropic  # here, not at import time: the SDK takes a second to import
+
     kwargs: dict[str, Any] = {"api_key": config.api_key, "max_retries": 2}
     if config.base_url:
         kwargs["base_url"] = config.base_url

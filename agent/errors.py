@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import anthropic
-
 _TYPE_CODES = {
     "rate_limit_error": "rate_limited",
     "overloaded_error": "overloaded",
@@ -27,6 +25,8 @@ def _api_error(body: object) -> tuple[str | None, str | None]:
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
+    import anthropic  # here, not at import time: the SDK takes a second to import
+
     if isinstance(exc, anthropic.APIStatusError):
         err_type, err_message = _api_error(exc.body)
         status = exc.status_code
