@@ -52,7 +52,7 @@ def model_server():
 
 
 @pytest.fixture
-def client(model_server):
+def sdk_client(model_server):
     # Short retry waits: the SDK honours retry-after-ms, which the tests set.
     return anthropic.AsyncAnthropic(api_key="test-key", base_url=model_server.url, max_retries=2)
 
@@ -65,14 +65,14 @@ def workspace(tmp_path) -> Workspace:
 
 
 @pytest.fixture
-def make_harness(client, workspace):
+def make_harness(sdk_client, workspace):
     """Build a Harness on the test server; returns (harness, events list)."""
 
     def build(tools=None, events=None, **config):
         events = [] if events is None else events
         config.setdefault("api_key", "test-key")
         tools = build_tools(workspace, "sandbox") if tools is None else tools
-        harness = Harness(client, tools, Config(**config), events.append)
+        harness = Harness(sdk_client, tools, Config(**config), events.append)
         return harness, events
 
     return build

@@ -1,0 +1,111 @@
+"""Config validation and the strict environment readers behind the settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from agent.config import Config, ConfigError
+from harness_site.env import env_bool, env_choice, env_int, env_list, env_str
+from tests.conftest import REPO
+
+
+def test_config_defaults_follow_the_seed():
+    config = Config()
+    assert (config.max_tokens, config.max_turns, config.thinking_budget) == (4096, 10, 0)
+    assert config.model.startswith("claude-haiku") and config.offline
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"model": ""}, "model"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_turns": 0}, "max_turns"),
+        ({"thinking_budget": 100}, "thinking_budget"),
+        ({"thinking_budget": 5000, "max_tokens": 4096}, "thinking_budget"),
+        ({"thinking_budget": -1}, "thinking_budget"),
+    ],
+)
+def test_invalid_config_names_the_field(changes, field):
+    with pytest.raises(ConfigError, match=field):
+        Config(**changes)
+
+
+def test_api_key_presence_selects_the_real_model():
+    assert not Config(api_key="sk-x").offline
+
+
+def test_env_helpers_read_and_reject(monkeypatch):
+    monkeypatch.setenv("X_INT", "12")
+    monkeypatch.setenv("X_BAD", "twelve")
+    monkeypatch.setenv("X_BOOL", "yes")
+    monkeypatch.setenv("X_LIST", "a, b,,c")
+    assert env_int("X_INT", 1) == 12 and env_int("X_UNSET", 7) == 7
+    assert env_bool("X_BOOL", False) is True and env_list("X_LIST", []) == ["a", "b", "c"]
+    assert env_str("X_UNSET", "d") == "d"
+    with pytest.raises(ImproperlyConfigured, match="X_BAD"):
+        env_int("X_BAD", 1)
+    with pytest.raises(ImproperlyConfigured, match="X_BAD"):
+        env_bool("X_BAD", False)
+    with pytest.raises(ImproperlyConfigured, match="X_BAD"):
+        env_choice("X_BAD", ("a", "b"), "a")
+    monkeypatch.setenv("X_NEG", "-1")
+    with pytest.raises(ImproperlyConfigured, match="X_NEG"):
+        env_int("X_NEG", 1, minimum=0)
+
+
+def _settings_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "HARNESS_"))}
+    env.update(extra)
+    return env
+
+
+def _load_settings(**extra):
+    code = "import harness_site.settings as s; print(s.DEBUG, s.HARNESS_MAX_TURNS)"
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_settings_env(**extra),
+                          capture_output=True, text=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HARNESS_MAX_TURNS", "ten"),
+        ("HARNESS_MAX_TOKENS", "0"),
+        ("HARNESS_THINKING", "500"),
+        ("HARNESS_BASH", "docker"),
+        ("HARNESS_SSE_HEARTBEAT", "soon"),
+        ("DJANGO_DEBUG", "maybe"),
+    ],
+)
+def test_bad_setting_stops_start_up_naming_the_variable(name, value):
+    proc = _load_settings(**{"DJANGO_DEBUG": "1", name: value})
+    assert proc.returncode != 0 and name in proc.stderr
+
+
+def test_production_requires_secret_key_and_hosts():
+    assert "DJANGO_SECRET_KEY" in _load_settings().stderr
+    proc = _load_settings(DJANGO_SECRET_KEY="x" * 50)
+    assert proc.returncode != 0 and "DJANGO_ALLOWED_HOSTS" in proc.stderr
+    proc = _load_settings(DJANGO_SECRET_KEY="x" * 50, DJANGO_ALLOWED_HOSTS="*")
+    assert proc.returncode != 0 and "DJANGO_ALLOWED_HOSTS" in proc.stderr
+    proc = _load_settings(DJANGO_SECRET_KEY="x" * 50, DJANGO_ALLOWED_HOSTS="harness.example")
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "10"]
+
+
+def test_agent_core_modules_import_no_django():
+    code = (
+        "import sys\n"
+        "import agent.harness, agent.stream, agent.history, agent.events, agent.config, "
+        "agent.demo, agent.client, agent.errors, agent.pricing, agent.system_prompt, agent.tools\n"
+        "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
+        "print(bad)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, env=_settings_env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

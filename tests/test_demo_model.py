@@ -1,0 +1,62 @@
+"""The offline demo model streams real events, and real tool calls, through the loop."""
+
+from __future__ import annotations
+
+import json
+
+from agent.config import Config
+from agent.demo import DemoClient, plan
+from agent.harness import Harness
+from agent.tools import build_tools
+from tests.history_check import assert_valid_history
+
+
+async def run_demo(workspace, prompt, bash_mode="off"):
+    events = []
+    harness = Harness(DemoClient(delay=0), build_tools(workspace, bash_mode), Config(),
+                      events.append)  # fmt: skip
+    result = await harness.prompt(prompt)
+    return result, events, harness
+
+
+async def test_demo_streams_markdown_labelled_offline(workspace):
+    result, events, _ = await run_demo(workspace, "hello there")
+    assert result.state == "idle"
+    deltas = [e for e in events if e.type == "text_delta"]
+    text = next(e for e in events if e.type == "text").content
+    assert len(deltas) > 20 and "".join(d.content for d in deltas) == text
+    assert "Offline demo model" in text and "```python" in text and "**bold**" in text
+    usage = next(e for e in events if e.type == "usage")
+    assert usage.cost_usd == 0.0 and usage.input_tokens > 0
+
+
+async def test_demo_makes_real_tool_calls_into_the_workspace(workspace):
+    (workspace.root / "notes.md").write_text("# Notes\nTODO: ship it\n")
+    result, events, harness = await run_demo(workspace, "read notes.md")
+    call = next(e for e in events if e.type == "tool_call")
+    assert call.name == "read" and call.input == {"path": "notes.md"}
+    tool_result = next(e for e in events if e.type == "tool_result")
+    assert json.loads(tool_result.result) == {"content": "# Notes\nTODO: ship it\n"}
+    assert "TODO: ship it" in [e for e in events if e.type == "text"][-1].content
+    assert_valid_history(harness.messages + [{"role": "user", "content": "x"}])
+
+
+async def test_demo_write_then_edit_changes_files(workspace):
+    await run_demo(workspace, "write hello.py")
+    assert "Hello from Harness" in (workspace.root / "hello.py").read_text()
+    _, events, _ = await run_demo(workspace, "edit hello.py")
+    assert "Hello again from Harness" in (workspace.root / "hello.py").read_text()
+    assert next(e for e in events if e.type == "tool_result").display["kind"] == "diff"
+
+
+async def test_demo_reports_tool_errors(workspace):
+    _, events, _ = await run_demo(workspace, "read missing.txt")
+    assert "file not found" in [e for e in events if e.type == "text"][-1].content
+
+
+def test_demo_plans_only_enabled_tools():
+    assert plan("run ls", {"read"})[1] is None
+    assert plan("run ls", {"bash"})[1] == ("bash", {"command": "ls"})
+    assert plan("grep TODO", {"grep"})[1] == (
+        "grep", {"pattern": "TODO", "path": ".", "recursive": True},
+    )  # fmt: skip

@@ -1,0 +1,91 @@
+"""PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) as a deployment uses them.
+
+Skipped with a reason when the services are not running, unless HARNESS_REQUIRE_SERVICES=1
+(CI), where their absence fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.conftest import REPO, require_service
+
+PG_URL = os.environ.get("HARNESS_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("HARNESS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _pg_connect(url):
+    import psycopg
+
+    try:
+        return psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True,
+                               connect_timeout=3)  # fmt: skip
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", f"{PG_URL}: {exc}")
+
+
+@pytest.fixture
+def pg_database():
+    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
+    admin = _pg_connect(PG_URL)
+    name = f"harness_test_{uuid.uuid4().hex[:10]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def _django(code: str, **env_extra) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DJANGO_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings"})
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_postgres_database_url_migrates_and_serves_healthz(pg_database):
+    code = (
+        "import django; django.setup()\n"
+        "from django.core.management import call_command\n"
+        "from django.db import connection\n"
+        "call_command('migrate', verbosity=0)\n"
+        "from django.test import Client\n"
+        "r = Client(HTTP_HOST='localhost').get('/healthz')\n"
+        "print(connection.vendor, r.status_code, r.json()['database'])\n"
+        "from agent.models import User\n"
+        "u = User.objects.create_user('pg-user', password='x'); u.remember_prompt('hi'); u.save()\n"
+        "print(User.objects.get(username='pg-user').prompt_history)\n"
+    )
+    proc = _django(code, DATABASE_URL=pg_database)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["postgresql 200 ok", "['hi']"]
+
+
+async def test_redis_url_selects_channels_redis_and_delivers_messages():
+    from channels_redis.core import RedisChannelLayer
+
+    layer = RedisChannelLayer(hosts=[REDIS_URL])
+    try:
+        channel = await asyncio.wait_for(layer.new_channel(), 3)
+        group = f"harness-test-{uuid.uuid4().hex[:8]}"
+        await asyncio.wait_for(layer.group_add(group, channel), 3)
+        await layer.group_send(group, {"type": "ping", "n": 1})
+        message = await asyncio.wait_for(layer.receive(channel), 3)
+    except (OSError, TimeoutError) as exc:
+        require_service("Redis", f"{REDIS_URL}: {exc!r}")
+    finally:
+        await layer.close_pools()
+    assert message == {"type": "ping", "n": 1}
+    proc = _django(
+        "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])",
+        REDIS_URL=REDIS_URL,
+    )
+    assert proc.stdout.strip() == "channels_redis.core.RedisChannelLayer", proc.stderr
