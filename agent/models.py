@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 
@@ -17,3 +19,64 @@ class User(AbstractUser):
         if not history or history[-1] != prompt:
             history.append(prompt)
         self.prompt_history = history[-PROMPT_HISTORY_LIMIT:]
+
+
+class Conversation(models.Model):
+    class State(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+        ERROR = "error"  # the last prompt ended in an error
+        INTERRUPTED = "interrupted"  # the server stopped while a prompt ran
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=100)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.IDLE)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    # The highest seq handed out so far; the next event gets last_seq + 1 (never reused).
+    last_seq = models.PositiveBigIntegerField(default=0)
+    # The API message history the agent continues from (the event log is what people see).
+    history = models.JSONField(default=list, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_input_tokens = models.PositiveBigIntegerField(default=0)
+    cache_creation_input_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+
+    class Meta:
+        ordering = ["-updated"]
+        indexes = [
+            # The sidebar and `/`: a user's conversations, newest first.
+            models.Index(fields=["owner", "-updated"], name="conv_owner_updated"),
+            # Admin filters and start-up recovery: conversations in a given state.
+            models.Index(fields=["state"], name="conv_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {str(self.id)[:8]}"
+
+    @property
+    def display_title(self) -> str:
+        return self.title or "New conversation"
+
+
+class Event(models.Model):
+    """One §6 event of a conversation, append-only. ``payload`` is the event's wire JSON."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=20)
+    payload = models.JSONField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "seq"]
+        constraints = [
+            # Also the index for "events of a conversation after seq N" (page, replay, SSE).
+            models.UniqueConstraint(fields=["conversation", "seq"], name="event_unique_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.seq}"

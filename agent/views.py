@@ -1,19 +1,109 @@
-"""Plain function views."""
+"""Plain function views with explicit owner checks."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
+from .config import MODELS
+from .conversations import (
+    _get_conversation_for_user,
+    conversations_of,
+    event_payloads,
+    new_conversation,
+)
+from .models import Conversation
 from .runtime import agent_config
+from .transcript import build_parts, status_text
+
+TITLE_MAX = 200
+
+
+def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
+    conversation = _get_conversation_for_user(conversation_id, request.user)
+    if conversation is None:
+        raise Http404("No such conversation")
+    return conversation
+
+
+def model_choices() -> list[tuple[str, str]]:
+    choices = list(MODELS)
+    if settings.HARNESS_MODEL not in dict(choices):
+        choices.insert(0, (settings.HARNESS_MODEL, settings.HARNESS_MODEL))
+    return choices
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "agent/home.html", {"config": agent_config()})
+    conversation = conversations_of(request.user).first()
+    if conversation is None:
+        conversation = new_conversation(request.user, settings.HARNESS_MODEL)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    events = event_payloads(conversation)
+    status = next((e for e in reversed(events) if e["type"] == "status"), None)
+    state = status["state"] if status and conversation.state == "running" else "idle"
+    if conversation.state == "error" and status:
+        state = "error"
+    context = {
+        "conversation": conversation,
+        "conversations": conversations_of(request.user)[:200],
+        "parts": build_parts(events),
+        "status_state": state,
+        "status_text": status_text(state, status.get("message") if status else None),
+        "models": model_choices(),
+        "offline": agent_config().offline,
+        "prompt_history": request.user.prompt_history or [],
+        "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
+    }
+    return render(request, "agent/conversation.html", context)
+
+
+@login_required
+@require_POST
+def create_conversation(request: HttpRequest) -> HttpResponse:
+    conversation = new_conversation(request.user, settings.HARNESS_MODEL)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
+    conversation.save(update_fields=["title", "updated"])
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    if conversation.state == Conversation.State.RUNNING:
+        from .runs import runs
+
+        runs.cancel(conversation.id)
+    conversation.delete()
+    return redirect("home")
+
+
+@login_required
+@require_POST
+def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    model = request.POST.get("model", "")
+    if model in dict(model_choices()):
+        conversation.model = model
+        conversation.save(update_fields=["model", "updated"])
+    return redirect("conversation", conversation_id=conversation.id)
 
 
 @require_GET
@@ -26,6 +116,5 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # the point is to report any failure
         checks["database"] = f"error: {type(exc).__name__}"
     healthy = all(v == "ok" for v in checks.values())
-    return JsonResponse(
-        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
-    )
+    status = 200 if healthy else 503
+    return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=status)

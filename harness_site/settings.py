@@ -50,6 +50,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "agent.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -134,6 +135,7 @@ HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
 HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
 HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
+HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -113,3 +113,16 @@ def test_edit_missing_file_is_an_error(edit):
 def test_edit_outside_workspace_is_refused(edit):
     result, is_error = run(edit, path="/etc/hostname", old_str="a", new_str="b")
     assert is_error and result == {"error": "path is outside the workspace"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root server hands files to the owner")
+def test_root_server_gives_new_files_to_the_workspace_owner(tmp_path):
+    from agent.tools import Workspace
+
+    root = tmp_path / "owned"
+    root.mkdir()
+    os.chown(root, 65534, 65534)
+    result, is_error = run(WriteTool(Workspace(root)), path="deep/er/new.txt", content="x")
+    assert not is_error, result
+    for path in (root / "deep", root / "deep/er", root / "deep/er/new.txt"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (65534, 65534), path

@@ -28,8 +28,15 @@ def test_start_page_requires_sign_in(client):
 def test_signed_in_user_sees_the_offline_banner(client, user, settings):
     settings.ANTHROPIC_API_KEY = None
     client.force_login(user)
-    page = client.get("/").content.decode()
+    page = client.get("/", follow=True).content.decode()
     assert "ada" in page and "Offline demo model" in page
+
+
+def test_banner_is_absent_with_an_api_key(client, user, settings):
+    settings.ANTHROPIC_API_KEY = "sk-ant-test"
+    client.force_login(user)
+    page = client.get("/", follow=True).content.decode()
+    assert "Offline demo model" not in page and "sk-ant-test" not in page
 
 
 def test_login_page_renders_with_csrf(client):

@@ -85,7 +85,11 @@ class Workspace:
         if os.geteuid() != 0:
             return
         st = os.stat(self.root)
-        if st.st_uid != 0:
+        if st.st_uid == 0:
+            return
+        if isinstance(target, int):
+            os.fchown(target, st.st_uid, st.st_gid)
+        else:
             os.chown(target, st.st_uid, st.st_gid, follow_symlinks=False)
 
     def _verify_fd(self, fd: int) -> None:

@@ -1,0 +1,104 @@
+"""The browser's WebSocket: frames in (prompt, cancel), rendered fragments out.
+
+A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
+run manager (which starts the run as a background task), and forwards the fragments the
+run broadcasts to the conversation's group. Bad frames get an error fragment; the socket
+stays open.
+"""
+
+from __future__ import annotations
+
+import json
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from .conversations import _get_conversation_for_user
+from .fragments import ws_error
+from .runs import RunRefused, group_name, runs
+
+CLOSE_NOT_FOUND = 4404
+
+
+@database_sync_to_async
+def _owned(conversation_id, user):
+    if getattr(user, "pk", None):
+        try:
+            user.refresh_from_db(fields=["is_active"])
+        except user.DoesNotExist:
+            return None
+    return _get_conversation_for_user(conversation_id, user)
+
+
+@database_sync_to_async
+def _remember_prompt(user, prompt: str) -> None:
+    user.refresh_from_db(fields=["prompt_history"])
+    user.remember_prompt(prompt)
+    user.save(update_fields=["prompt_history"])
+
+
+class ConversationConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
+        self.user = self.scope["user"]
+        conversation = await _owned(self.conversation_id, self.user)
+        if conversation is None:
+            await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
+            return
+        self.group = group_name(conversation.id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # Ownership is checked again on every frame: a user deactivated since connecting
+        # must not keep driving the agent.
+        if await _owned(self.conversation_id, self.user) is None:
+            await self.send(text_data=ws_error("This conversation is not available.", "forbidden"))
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        frame = self._parse(text_data, bytes_data)
+        if isinstance(frame, str):
+            await self.send(text_data=ws_error(frame))
+            return
+        if frame.get("action") == "cancel":
+            runs.cancel(self.conversation_id)
+            return
+        if "action" in frame:
+            await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
+            return
+        content = frame.get("content")
+        if not isinstance(content, str) or not content.strip():
+            await self.send(text_data=ws_error("Type a prompt first.", "empty_prompt"))
+            return
+        if len(content) > settings.HARNESS_MAX_PROMPT_CHARS:
+            await self.send(text_data=ws_error(
+                f"The prompt is {len(content):,} characters; the limit is "
+                f"{settings.HARNESS_MAX_PROMPT_CHARS:,}. Nothing was sent.", "prompt_too_large",
+            ))  # fmt: skip
+            return
+        try:
+            await runs.start(self.conversation_id, self.user.pk, content)
+        except RunRefused as refused:
+            await self.send(text_data=ws_error(refused.message, refused.code))
+            return
+        await _remember_prompt(self.user, content)
+
+    @staticmethod
+    def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:
+        if text_data is None:
+            return "Frames must be JSON text."
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            return "That frame is not valid JSON."
+        if not isinstance(frame, dict):
+            return "A frame must be a JSON object."
+        return frame
+
+    async def conversation_html(self, message: dict) -> None:
+        await self.send(text_data=message["html"])

@@ -1,0 +1,106 @@
+"""Render a run's events as htmx out-of-band fragments for the WebSocket.
+
+Rendered once per batch in the process that runs the prompt and broadcast to every socket
+on the conversation, so a second tab costs a send, not a render. Consecutive text deltas
+become one fragment of escaped text appended to the live block; when the block completes,
+the live block is removed and the markdown part (rendered once) is appended in its place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from .transcript import Part, apply_result, part_for, status_text, tool_view
+
+
+def ws_error(message: str, code: str = "bad_frame") -> str:
+    return render_to_string("agent/_ws_error.html", {"message": message, "code": code})
+
+
+def status_fragment(state: str, message: str | None) -> str:
+    return render_to_string(
+        "agent/_status.html",
+        {"status_state": state, "status_text": status_text(state, message), "oob": True},
+    )
+
+
+class FragmentRenderer:
+    """Per run: remembers its tool calls (to re-render a card with its result) and whether
+    a live text block is open."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.live = False
+
+    def render(self, events: list[dict[str, Any]], conversation: Any) -> str:
+        out: list[str] = []
+        parts: list[Part] = []
+        deltas: list[str] = []
+        first_delta_seq = 0
+
+        def flush_parts() -> None:
+            if parts:
+                out.append(render_to_string("agent/_oob_append.html", {"parts": list(parts)}))
+                parts.clear()
+
+        def flush_deltas() -> None:
+            if not deltas:
+                return
+            text = "".join(deltas)
+            deltas.clear()
+            if self.live:
+                out.append(
+                    format_html('<div hx-swap-oob="beforeend:#live-text-body">{}</div>', text)
+                )
+            else:
+                self.live = True
+                live = render_to_string(
+                    "agent/_live_text.html", {"seq": first_delta_seq, "content": text}
+                )
+                out.append(format_html('<div hx-swap-oob="beforeend:#messages">{}</div>', live))
+
+        for event in events:
+            kind = event["type"]
+            if kind == "text_delta":
+                flush_parts()
+                if not deltas:
+                    first_delta_seq = event["seq"]
+                deltas.append(event["content"])
+                continue
+            flush_deltas()
+            if kind == "text" and self.live:
+                flush_parts()
+                out.append('<div hx-swap-oob="delete:#live-text"></div>')
+                self.live = False
+            if kind == "tool_call":
+                self.calls[str(event["id"])] = event
+                parts.append(Part("tool", event["seq"], tool=tool_view(event)))
+            elif kind == "tool_result":
+                flush_parts()
+                call = self.calls.get(str(event["id"]))
+                if call is not None:
+                    part = Part("tool", call["seq"], tool=tool_view(call))
+                    apply_result(part.tool, event)
+                    out.append(
+                        render_to_string("agent/_tool_card.html", {"part": part, "oob": True})
+                    )
+            elif kind == "status":
+                flush_parts()
+                out.append(status_fragment(event["state"], event.get("message")))
+            elif kind == "usage":
+                flush_parts()
+                out.append(
+                    render_to_string(
+                        "agent/_meter.html", {"conversation": conversation, "oob": True}
+                    )
+                )
+            else:
+                part = part_for(event)
+                if part is not None:
+                    parts.append(part)
+        flush_deltas()
+        flush_parts()
+        return "".join(out)

@@ -1,0 +1,104 @@
+"""The one sanitizing seam: model text (markdown) → HTML that is safe to put in a page.
+
+python-markdown renders, then bleach keeps only an allowlist: no script, style, iframe,
+form, input, svg, math, base or meta; no id, on*, hx-*, data-* or ws-* attributes (so
+nothing the model writes can drive htmx or the page's scripts); links only to absolute
+http/https/mailto URLs, with rel="noopener noreferrer nofollow"; no images at all (a
+markdown image to another origin is a data-exfiltration channel; CSP blocks them too). Everything
+else the model or a tool produces reaches templates as text and is escaped there.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache, partial
+
+import bleach
+import markdown
+from bleach.linkifier import LinkifyFilter
+
+ALLOWED_TAGS = frozenset({
+    "p", "br", "hr", "strong", "b", "em", "i", "del", "s", "code", "pre", "kbd", "samp",
+    "blockquote", "ul", "ol", "li", "a", "h1", "h2", "h3", "h4", "h5", "h6",
+    "table", "thead", "tbody", "tr", "th", "td", "span", "div", "sup", "sub", "dl", "dt", "dd",
+})  # fmt: skip
+ALLOWED_ATTRIBUTES = {
+    "a": ["href", "title"],
+    "span": ["class"],  # pygments token classes
+    "div": ["class"],  # codehilite wrapper
+    "code": ["class"],
+    "th": ["align"],
+    "td": ["align"],
+    "ol": ["start"],
+}
+ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
+_CLASS_RE = re.compile(r"^[A-Za-z0-9_ -]{0,64}$")
+MAX_MARKDOWN = 400_000  # characters rendered as markdown; beyond that, plain text
+
+
+_URL_NOISE = re.compile(r"[\t\n\r]")
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
+_EDGE = "".join(chr(c) for c in range(0x21))  # C0 controls and space, stripped at the ends
+
+
+def url_scheme(url: str) -> str | None:
+    """The scheme a browser sees (WHATWG URL parsing: tab/newline removed anywhere, controls
+    and spaces stripped at the ends); None for a relative URL."""
+    match = _SCHEME.match(_URL_NOISE.sub("", url).strip(_EDGE))
+    return match.group(1).lower() if match else None
+
+
+def _attribute_filter(tag: str, name: str, value: str) -> bool:
+    if name not in ALLOWED_ATTRIBUTES.get(tag, ()):
+        return False
+    if name == "href":
+        # bleach's own check passes "javascript:123" (urlparse reads digits as a port), so
+        # the scheme is checked here too; relative links have no target here and go as well.
+        return url_scheme(value) in ALLOWED_PROTOCOLS
+    if name == "class":
+        return bool(_CLASS_RE.match(value))
+    if name == "start":
+        return value.isdigit()
+    if name == "align":
+        return value in ("left", "right", "center")
+    return True
+
+
+def _set_link_rel(attrs, new=False):
+    href_key = (None, "href")
+    if href_key in attrs:
+        attrs[(None, "rel")] = "noopener noreferrer nofollow"
+        attrs[(None, "target")] = "_blank"
+    return attrs
+
+
+# Linkify inside the cleaner (as a filter): the standalone Linker double-escapes entities
+# in the tags it skips, which garbled `->` in code blocks.
+_cleaner = bleach.sanitizer.Cleaner(
+    tags=ALLOWED_TAGS,
+    attributes=_attribute_filter,
+    protocols=ALLOWED_PROTOCOLS,
+    strip=True,
+    strip_comments=True,
+    filters=[partial(LinkifyFilter, callbacks=[_set_link_rel], skip_tags={"pre", "code"})],
+)
+
+
+@lru_cache(maxsize=1)
+def _md() -> markdown.Markdown:
+    return markdown.Markdown(
+        extensions=["fenced_code", "tables", "sane_lists", "codehilite"],
+        extension_configs={"codehilite": {"guess_lang": False, "css_class": "codehilite"}},
+        output_format="html",
+    )
+
+
+def render_markdown(text: str) -> str:
+    """Sanitized HTML for untrusted markdown. The only function whose output templates may
+    mark safe."""
+    if len(text) > MAX_MARKDOWN:
+        return f"<pre>{bleach.clean(text, tags=set(), strip=True)}</pre>"
+    md = _md()
+    md.reset()
+    html = md.convert(text)
+    return _cleaner.clean(html)

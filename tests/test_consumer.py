@@ -1,0 +1,244 @@
+"""The WebSocket consumer over the real ASGI routing stack (origin check, session auth)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agent.models import Conversation, Event
+from agent.runs import runs
+from harness_site.asgi import application
+from tests.model_server import text_reply, tool_reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def agent_settings(settings, model_server, tmp_path):
+    settings.ANTHROPIC_API_KEY = "test-key"
+    settings.ANTHROPIC_BASE_URL = model_server.url
+    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
+    settings.HARNESS_BASH = "off"
+    return settings
+
+
+def make_user(name):
+    from agent.models import User
+
+    return User.objects.create_user(username=name, password=f"pw-{name}-1234")
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@pytest.fixture
+def alice(agent_settings):
+    user = make_user("alice")
+    return user, Conversation.objects.create(owner=user, model="claude-haiku-4-5")
+
+
+def socket(conversation, cookie: bytes | None, origin=b"http://localhost"):
+    headers = [(b"origin", origin), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, f"/ws/c/{conversation.id}/", headers=headers)
+
+
+async def connected(conversation, user):
+    cookie = await sync_to_async(session_cookie)(user)
+    ws = socket(conversation, cookie)
+    ok, _ = await ws.connect()
+    assert ok
+    return ws
+
+
+async def collect_until_idle(ws, timeout=10.0) -> str:
+    html = ""
+    async with asyncio.timeout(timeout):
+        while 'data-state="idle"' not in html and 'data-state="error"' not in html:
+            html += await ws.receive_from(timeout=timeout)
+    return html
+
+
+async def test_prompt_streams_fragments_and_persists_every_event(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("Hello **world**", delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "say hi", "HEADERS": {"HX-Request": "true"}}))
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert 'data-part="user"' in html and "say hi" in html
+    assert 'id="live-text"' in html and 'hx-swap-oob="delete:#live-text"' in html
+    assert "<strong>world</strong>" in html and 'data-state="thinking"' in html
+    events = await sync_to_async(list)(Event.objects.filter(conversation=conversation))
+    kinds = [e.type for e in events]
+    assert kinds == ["user", "status", "text", "usage", "status"]
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert all(e.payload["seq"] == e.seq and e.payload["type"] == e.type for e in events)
+    await sync_to_async(conversation.refresh_from_db)()
+    await sync_to_async(user.refresh_from_db)()
+    assert conversation.state == "idle" and conversation.title == "say hi"
+    assert conversation.input_tokens == 10 and conversation.last_seq >= seqs[-1]
+    assert conversation.history[-1]["role"] == "assistant"
+    assert user.prompt_history == ["say hi"]
+    await ws.disconnect()
+
+
+async def test_tool_card_is_rendered_running_then_updated_with_its_result(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("done"))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "list"}))
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert 'data-tool-name="list_dir" data-tool-status="running"' in html
+    assert 'data-tool-status="ok" hx-swap-oob="true"' in html and "total " in html
+    await ws.disconnect()
+
+
+async def test_other_users_conversation_socket_is_refused(alice):
+    _, conversation = alice
+    mallory = await sync_to_async(make_user)("mallory")
+    cookie = await sync_to_async(session_cookie)(mallory)
+    ok, code = await socket(conversation, cookie).connect()
+    assert not ok and code == 4404
+
+
+async def test_anonymous_socket_is_refused(alice):
+    _, conversation = alice
+    ok, _ = await socket(conversation, None).connect()
+    assert not ok
+
+
+async def test_cross_origin_socket_is_refused(alice):
+    user, conversation = alice
+    cookie = await sync_to_async(session_cookie)(user)
+    ok, _ = await socket(conversation, cookie, origin=b"http://evil.example").connect()
+    assert not ok
+
+
+@pytest.mark.parametrize(
+    "frame",
+    ["not json", "[1, 2]", '"just a string"', '{"content": 5}', '{"content": "   "}',
+     '{"action": "explode"}', "{}"],
+)  # fmt: skip
+async def test_malformed_frames_get_an_error_fragment_and_the_socket_survives(
+    alice, model_server, frame
+):
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=frame)
+    reply = await ws.receive_from()
+    assert 'data-part="error"' in reply
+    model_server.enqueue(text_reply("still alive"))
+    await ws.send_to(text_data=json.dumps({"content": "ok?"}))
+    assert "still alive" in await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    await ws.disconnect()
+
+
+async def test_binary_frame_gets_an_error_fragment(alice):
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await ws.send_to(bytes_data=b"\x00\x01")
+    assert 'data-part="error"' in await ws.receive_from()
+    await ws.disconnect()
+
+
+async def test_oversized_prompt_is_refused_and_nothing_is_sent(alice, model_server, settings):
+    settings.HARNESS_MAX_PROMPT_CHARS = 1000
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "x" * 1001}))
+    reply = await ws.receive_from()
+    assert "prompt_too_large" in reply and "1,001" in reply
+    assert model_server.requests == []
+    await ws.disconnect()
+
+
+async def test_second_prompt_while_running_is_refused(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("slow " * 60, delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "first"}))
+    await ws.receive_from()
+    await ws.send_to(text_data=json.dumps({"content": "second"}))
+    html = await collect_until_idle(ws)
+    assert "prompt_running" in html
+    await runs.wait(conversation.id)
+    assert len(model_server.requests) == 1
+    await ws.disconnect()
+
+
+async def test_cancel_frame_stops_the_run_and_keeps_partial_text(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("word " * 400, delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "long"}))
+    html = ""
+    while "live-text" not in html:
+        html += await ws.receive_from()
+    await ws.send_to(text_data=json.dumps({"action": "cancel", "HEADERS": {}}))
+    html += await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert 'data-state="error"' in html and "Cancelled" in html
+    await sync_to_async(conversation.refresh_from_db)()
+    assert conversation.state == "error"
+    texts = await sync_to_async(list)(
+        Event.objects.filter(conversation=conversation, type="text").values_list(
+            "payload", flat=True
+        )
+    )
+    assert len(texts) == 1 and texts[0]["content"].startswith("word")
+    await ws.disconnect()
+
+
+async def test_two_sockets_on_one_conversation_see_the_same_run(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("shared answer"))
+    first = await connected(conversation, user)
+    second = await connected(conversation, user)
+    await first.send_to(text_data=json.dumps({"content": "hello both"}))
+    html_first, html_second = await asyncio.gather(
+        collect_until_idle(first), collect_until_idle(second)
+    )
+    await runs.wait(conversation.id)
+    for html in (html_first, html_second):
+        assert "hello both" in html and "shared answer" in html
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_socket_opened_before_deactivation_cannot_prompt(alice, model_server):
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    user.is_active = False
+    await sync_to_async(user.save)()
+    await ws.send_to(text_data=json.dumps({"content": "still here?"}))
+    reply = await ws.receive_from()
+    assert "not available" in reply
+    assert (await ws.receive_output())["type"] == "websocket.close"
+    assert model_server.requests == []
+
+
+async def test_run_survives_its_socket_disconnecting(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("finished without anyone watching", delay=0.005))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "go"}))
+    await ws.receive_from()
+    await ws.disconnect()
+    await runs.wait(conversation.id)
+    kinds = await sync_to_async(list)(
+        Event.objects.filter(conversation=conversation).values_list("type", flat=True)
+    )
+    assert kinds[-3:] == ["text", "usage", "status"]

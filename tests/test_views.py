@@ -1,0 +1,152 @@
+"""Conversation pages and actions: owner checks, transcript rendering, hooks, CSP."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from agent.models import Conversation, Event, User
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ada(client):
+    user = User.objects.create_user(username="ada", password="pw-ada-123")
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
+def bob():
+    return User.objects.create_user(username="bob", password="pw-bob-123")
+
+
+def add_events(conversation, *payloads):
+    for seq, payload in enumerate(payloads, start=conversation.last_seq + 1):
+        Event.objects.create(conversation=conversation, seq=seq, type=payload["type"],
+                             payload={**payload, "seq": seq, "timestamp": 1})  # fmt: skip
+        conversation.last_seq = seq
+    conversation.save()
+
+
+def test_home_creates_a_first_conversation_and_redirects_to_it(client, ada):
+    response = client.get("/")
+    conversation = Conversation.objects.get(owner=ada)
+    assert response.status_code == 302 and response["Location"] == f"/c/{conversation.id}/"
+
+
+def test_home_goes_to_the_newest_conversation(client, ada):
+    Conversation.objects.create(owner=ada, model="m", title="old")
+    newer = Conversation.objects.create(owner=ada, model="m", title="new")
+    assert client.get("/")["Location"] == f"/c/{newer.id}/"
+
+
+def test_another_users_conversation_is_404_everywhere(client, ada, bob):
+    theirs = Conversation.objects.create(owner=bob, model="m", title="bob's secret")
+    assert client.get(f"/c/{theirs.id}/").status_code == 404
+    for action in ("rename", "delete", "model"):
+        assert (
+            client.post(f"/c/{theirs.id}/{action}", {"title": "x", "model": "m"}).status_code == 404
+        )
+    theirs.refresh_from_db()
+    assert theirs.title == "bob's secret"
+    assert client.get(f"/c/{uuid.uuid4()}/").status_code == 404
+
+
+def test_anonymous_user_is_sent_to_login(client):
+    conversation_id = uuid.uuid4()
+    response = client.get(f"/c/{conversation_id}/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_page_renders_the_transcript_with_its_hooks(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5", title="t")
+    add_events(
+        conversation,
+        {"type": "user", "content": "read <b>it</b>"},
+        {"type": "status", "state": "thinking"},
+        {"type": "reasoning", "content": "hmm"},
+        {"type": "text", "content": "Reading **now** <script>alert(1)</script>"},
+        {"type": "tool_call", "id": "toolu_1", "name": "read", "input": {"path": "a.txt"}},
+        {"type": "tool_result", "id": "toolu_1", "result": json.dumps({"content": "l\n" * 150}),
+         "isError": False},
+        {"type": "tool_call", "id": "toolu_2", "name": "bash", "input": {"command": "false"}},
+        {"type": "tool_result", "id": "toolu_2", "isError": True,
+         "result": json.dumps({"error": "command exited with status 1", "output": ""})},
+        {"type": "error", "message": "Overloaded", "code": "overloaded"},
+        {"type": "status", "state": "idle"},
+    )  # fmt: skip
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert 'data-part="user" data-seq="1"' in page and "read &lt;b&gt;it&lt;/b&gt;" in page
+    assert 'data-part="reasoning" data-seq="3"' in page
+    assert 'data-part="text" data-seq="4"' in page and "<strong>now</strong>" in page
+    assert "<script>alert" not in page
+    assert 'data-tool-name="read" data-tool-status="ok"' in page
+    assert "... (50 more lines)" in page and 'class="tool-result"' in page
+    assert 'data-tool-name="bash" data-tool-status="error"' in page
+    assert "command exited with status 1" in page
+    assert 'data-part="error" data-seq="9"' in page
+    assert 'id="status" data-state="idle"' in page
+    for hook in ('id="messages"', 'id="prompt"', 'id="cancel"', 'id="help"', 'data-ws="closed"'):
+        assert hook in page
+    assert f'ws-connect="/ws/c/{conversation.id}/"' in page
+
+
+def test_page_embeds_the_users_prompt_history_as_data(client, ada):
+    ada.prompt_history = ["first", "</script><script>alert(1)</script>"]
+    ada.save()
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert '<script id="prompt-history" type="application/json">' in page
+    assert "</script><script>alert(1)" not in page
+
+
+def test_rename_delete_and_model_change_own_conversations(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5")
+    client.post(f"/c/{conversation.id}/rename", {"title": "  My   work  "})
+    client.post(f"/c/{conversation.id}/model", {"model": "claude-sonnet-4-5"})
+    conversation.refresh_from_db()
+    assert conversation.title == "My work" and conversation.model == "claude-sonnet-4-5"
+    client.post(f"/c/{conversation.id}/model", {"model": "not-a-model"})
+    conversation.refresh_from_db()
+    assert conversation.model == "claude-sonnet-4-5"
+    assert client.post(f"/c/{conversation.id}/delete").status_code == 302
+    assert not Conversation.objects.filter(id=conversation.id).exists()
+
+
+def test_actions_need_post_and_csrf(ada):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(ada)
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    assert strict.post(f"/c/{conversation.id}/delete").status_code == 403
+    assert strict.get(f"/c/{conversation.id}/delete").status_code == 405
+
+
+def test_new_conversation_is_created_by_post(client, ada):
+    response = client.post("/c/new/")
+    assert response.status_code == 302
+    assert Conversation.objects.filter(owner=ada).count() == 1
+
+
+def test_every_page_has_a_strict_content_security_policy(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    for url in ("/accounts/login/", f"/c/{conversation.id}/"):
+        csp = client.get(url)["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "img-src 'self' data:" in csp and "connect-src 'self'" in csp
+
+
+def test_event_seq_is_unique_per_conversation_in_the_database(ada):
+    from django.db import IntegrityError, transaction
+
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    Event.objects.create(conversation=conversation, seq=1, type="user", payload={})
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.create(conversation=conversation, seq=1, type="text", payload={})
+    other = Conversation.objects.create(owner=ada, model="m")
+    Event.objects.create(conversation=other, seq=1, type="user", payload={})
