@@ -1,9 +1,131 @@
+"""The Django admin: users, conversations with their full transcripts, events."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from io import BytesIO
+
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.http import HttpResponse
+from django.template.loader import render_to_string
+from django.utils.html import format_html, format_html_join
 
-from .models import User
+from .export import conversation_json, conversation_markdown
+from .models import Conversation, Event, User
+from .transcript import build_parts
 
 
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
-    fieldsets = (*BaseUserAdmin.fieldsets, ("Harness", {"fields": ("prompt_history",)}))
+    fieldsets = (*BaseUserAdmin.fieldsets, ("Harness", {"fields": ("prompt_history_list",)}))
+    readonly_fields = ("prompt_history_list",)
+    list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
+
+    @admin.display(description="Prompt history (oldest first)")
+    def prompt_history_list(self, user: User):
+        if not user.prompt_history:
+            return "—"
+        return format_html(
+            '<ol class="prompt-history">{}</ol>',
+            format_html_join("", "<li><pre>{}</pre></li>", ((p,) for p in user.prompt_history)),
+        )
+
+
+def _meta(conversation: Conversation) -> dict:
+    return {
+        "id": str(conversation.id),
+        "title": conversation.title,
+        "owner": conversation.owner.username,
+        "model": conversation.model,
+        "state": conversation.state,
+        "created": conversation.created.isoformat(),
+        "updated": conversation.updated.isoformat(),
+        "input_tokens": conversation.input_tokens,
+        "output_tokens": conversation.output_tokens,
+        "cost_usd": str(conversation.cost_usd),
+    }
+
+
+def _events(conversation: Conversation) -> list[dict]:
+    return list(conversation.events.order_by("seq").values_list("payload", flat=True))
+
+
+def _export(queryset, extension: str, render) -> HttpResponse:
+    conversations = list(queryset.select_related("owner"))
+    if len(conversations) == 1:
+        conversation = conversations[0]
+        body = render(_meta(conversation), _events(conversation))
+        kind = "text/markdown" if extension == "md" else "application/json"
+        response = HttpResponse(body, content_type=f"{kind}; charset=utf-8")
+        name = f"conversation-{conversation.id}.{extension}"
+    else:
+        buffer = BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for conversation in conversations:
+                archive.writestr(f"conversation-{conversation.id}.{extension}",
+                                 render(_meta(conversation), _events(conversation)))  # fmt: skip
+        response = HttpResponse(buffer.getvalue(), content_type="application/zip")
+        name = f"conversations-{extension}.zip"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@admin.action(description="Export as Markdown")
+def export_markdown(modeladmin, request, queryset):
+    return _export(queryset, "md", conversation_markdown)
+
+
+@admin.action(description="Export as JSON")
+def export_json(modeladmin, request, queryset):
+    return _export(queryset, "json", conversation_json)
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "owner", "model", "state", "input_tokens", "output_tokens",
+                    "cost_usd", "created", "updated")  # fmt: skip
+    list_filter = ("state", "model", "owner", "created", "updated")
+    search_fields = ("title", "owner__username", "id")
+    list_select_related = ("owner",)
+    date_hierarchy = "created"
+    actions = (export_markdown, export_json)
+    readonly_fields = ("id", "owner", "model", "state", "created", "updated", "last_seq",
+                       "input_tokens", "output_tokens", "cache_read_input_tokens",
+                       "cache_creation_input_tokens", "cost_usd", "transcript")  # fmt: skip
+    fields = ("title", *readonly_fields)
+
+    def has_add_permission(self, request):
+        return False  # conversations are made by their owners, not by admins
+
+    @admin.display(description="Transcript")
+    def transcript(self, conversation: Conversation):
+        parts = build_parts(_events(conversation))
+        return render_to_string("admin/agent/transcript.html", {"parts": parts})
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ("conversation", "seq", "type", "summary", "created")
+    list_filter = ("type", "created", "conversation__owner")
+    search_fields = ("payload", "conversation__title", "conversation__owner__username")
+    list_select_related = ("conversation",)
+    readonly_fields = ("conversation", "seq", "type", "pretty_payload", "created")
+    exclude = ("payload",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the event log is append-only
+
+    @admin.display(description="Summary")
+    def summary(self, event: Event) -> str:
+        payload = event.payload or {}
+        text = payload.get("content") or payload.get("message") or payload.get("name") or ""
+        return str(text)[:100]
+
+    @admin.display(description="Payload")
+    def pretty_payload(self, event: Event):
+        return format_html("<pre>{}</pre>", json.dumps(event.payload, indent=2, ensure_ascii=False))

@@ -1,0 +1,103 @@
+"""The admin: transcripts, searchable events, filters, exports; staff only."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+
+from agent.models import Conversation, Event, User
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(client):
+    admin_user = User.objects.create_superuser("root", password="pw-root-123")
+    client.force_login(admin_user)
+    return admin_user
+
+
+@pytest.fixture
+def chat():
+    owner = User.objects.create_user("carol", password="pw-carol-123")
+    owner.prompt_history = ["list files", "read a.txt"]
+    owner.save()
+    conversation = Conversation.objects.create(owner=owner, model="claude-haiku-4-5",
+                                               title="Carol's bug hunt")  # fmt: skip
+    payloads = [
+        {"type": "user", "content": "find the needle-in-haystack bug"},
+        {"type": "text", "content": "Looking with **grep**."},
+        {"type": "tool_call", "id": "t1", "name": "grep",
+         "input": {"pattern": "needle", "path": "."}},
+        {"type": "tool_result", "id": "t1", "result": json.dumps({"matches": "a.py:3:needle"}),
+         "isError": False},
+        {"type": "status", "state": "idle"},
+    ]  # fmt: skip
+    for seq, payload in enumerate(payloads, 1):
+        Event.objects.create(
+            conversation=conversation,
+            seq=seq,
+            type=payload["type"],
+            payload={**payload, "seq": seq, "timestamp": 1_700_000_000_000},
+        )
+    return conversation
+
+
+def test_conversation_change_page_shows_the_full_transcript(client, staff, chat):
+    page = client.get(f"/admin/agent/conversation/{chat.id}/change/").content.decode()
+    assert "needle-in-haystack" in page and "<strong>grep</strong>" in page
+    assert 'data-tool-name="grep"' in page and "a.py:3:needle" in page
+
+
+def test_conversation_list_filters_and_shows_totals(client, staff, chat):
+    page = client.get("/admin/agent/conversation/?state__exact=idle").content.decode()
+    assert "Carol&#x27;s bug hunt" in page and "carol" in page
+    page = client.get("/admin/agent/conversation/?state__exact=running").content.decode()
+    assert "Carol&#x27;s bug hunt" not in page
+
+
+def test_events_are_searchable_by_text(client, staff, chat):
+    page = client.get("/admin/agent/event/?q=needle-in-haystack").content.decode()
+    assert "1 event" in page or "1 result" in page
+    page = client.get("/admin/agent/event/?q=nothing-matches-this").content.decode()
+    assert "0 events" in page or "0 results" in page
+
+
+def test_user_page_shows_prompt_history(client, staff, chat):
+    page = client.get(f"/admin/agent/user/{chat.owner.id}/change/").content.decode()
+    assert "list files" in page and "read a.txt" in page
+
+
+def test_export_one_conversation_as_markdown_and_json(client, staff, chat):
+    url = "/admin/agent/conversation/"
+    response = client.post(url, {"action": "export_markdown", "_selected_action": [chat.id]})
+    body = response.content.decode()
+    assert response["Content-Type"].startswith("text/markdown")
+    assert body.startswith("# Carol's bug hunt") and "## User" in body and "grep" in body
+    response = client.post(url, {"action": "export_json", "_selected_action": [chat.id]})
+    data = json.loads(response.content)
+    assert data["id"] == str(chat.id) and [e["seq"] for e in data["events"]] == [1, 2, 3, 4, 5]
+
+
+def test_export_several_conversations_as_a_zip(client, staff, chat):
+    other = Conversation.objects.create(owner=chat.owner, model="m", title="second")
+    response = client.post("/admin/agent/conversation/", {
+        "action": "export_json", "_selected_action": [chat.id, other.id]})  # fmt: skip
+    names = zipfile.ZipFile(io.BytesIO(response.content)).namelist()
+    assert sorted(names) == sorted(f"conversation-{c.id}.json" for c in (chat, other))
+
+
+def test_non_staff_users_cannot_use_the_admin(client, chat):
+    client.force_login(chat.owner)
+    response = client.get(f"/admin/agent/conversation/{chat.id}/change/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_event_log_is_read_only_in_the_admin(client, staff, chat):
+    event = chat.events.first()
+    response = client.post(f"/admin/agent/event/{event.id}/change/", {"type": "hacked"})
+    event.refresh_from_db()
+    assert event.type == "user" and response.status_code in (302, 403)
