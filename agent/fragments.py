@@ -27,6 +27,17 @@ def status_fragment(state: str, message: str | None) -> str:
     )
 
 
+def title_fragments(conversation: Any) -> str:
+    """The header title and the sidebar entry, after the first prompt named the chat."""
+    title = render_to_string("agent/_title.html", {"conversation": conversation, "oob": True})
+    link = format_html(
+        '<a href="/c/{}/" class="conv-link current" id="conv-link-{}" aria-current="page" '
+        'hx-swap-oob="true">{}</a>',
+        conversation.id, conversation.id, conversation.display_title,
+    )  # fmt: skip
+    return title + link
+
+
 class FragmentRenderer:
     """Per run: remembers its tool calls (to re-render a card with its result) and whether
     a live text block is open."""

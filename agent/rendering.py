@@ -72,6 +72,16 @@ def _set_link_rel(attrs, new=False):
     return attrs
 
 
+# Bare URLs become links only with an explicit http(s) scheme: file names such as app.py
+# or README.md end in real TLDs and must stay text. (bleach's pattern, scheme required.)
+URL_RE = re.compile(
+    r"""\(*  # any opening parentheses
+    \b(?<![@.])(?:https?://)  # the scheme, required
+    (?:[\w-]+\.)+[\w-]+(?::[0-9]+)?(?!\.\w)\b  # host(:port)
+    (?:[/?][^\s\{\}\|\\\^`<>"]*)?  # path and query""",
+    re.IGNORECASE | re.VERBOSE | re.UNICODE,
+)
+
 # Linkify inside the cleaner (as a filter): the standalone Linker double-escapes entities
 # in the tags it skips, which garbled `->` in code blocks.
 _cleaner = bleach.sanitizer.Cleaner(
@@ -80,7 +90,15 @@ _cleaner = bleach.sanitizer.Cleaner(
     protocols=ALLOWED_PROTOCOLS,
     strip=True,
     strip_comments=True,
-    filters=[partial(LinkifyFilter, callbacks=[_set_link_rel], skip_tags={"pre", "code"})],
+    filters=[
+        partial(
+            LinkifyFilter,
+            callbacks=[_set_link_rel],
+            skip_tags={"pre", "code"},
+            url_re=URL_RE,
+            parse_email=False,
+        )
+    ],
 )
 
 

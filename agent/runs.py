@@ -27,7 +27,7 @@ from .client import make_client
 from .config import Config
 from .conversations import title_from_prompt
 from .events import Event as CoreEvent
-from .fragments import FragmentRenderer
+from .fragments import FragmentRenderer, title_fragments
 from .harness import Harness
 from .models import Conversation, Event
 from .runtime import agent_config
@@ -69,6 +69,7 @@ def client_for(config: Config) -> Any:
 class _Setup:
     conversation: Conversation
     config: Config
+    titled: bool = False  # the prompt just gave the conversation its title
 
 
 @database_sync_to_async
@@ -85,10 +86,11 @@ def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
             raise RunRefused("not_found", "Conversation not found.")
         if not claimed:
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
-        if not conversation.title:
+        titled = not conversation.title
+        if titled:
             conversation.title = title_from_prompt(prompt)
             conversation.save(update_fields=["title"])
-    return _Setup(conversation, agent_config(model=conversation.model))
+    return _Setup(conversation, agent_config(model=conversation.model), titled)
 
 
 @database_sync_to_async
@@ -128,6 +130,7 @@ class Run:
     def __init__(self, setup: _Setup, content: str):
         self.conversation = setup.conversation
         self.config = setup.config
+        self.announce_title = setup.titled
         self.content = content
         self.queue: asyncio.Queue[CoreEvent | None] = asyncio.Queue()
         self.renderer = FragmentRenderer()
@@ -188,6 +191,9 @@ class Run:
             try:
                 conversation = await _persist(self.conversation.id, batch)
                 html = self.renderer.render(batch, conversation)
+                if self.announce_title:
+                    html = title_fragments(conversation) + html
+                    self.announce_title = False
                 await self.layer.group_send(self.group, {"type": "conversation.html", "html": html})
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)

@@ -18,6 +18,12 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 
+def pytest_collection_modifyitems(items):
+    """Browser tests last: sync Playwright keeps an event loop running in this thread while
+    its browser is open, which other tests' asyncio.run() must not meet."""
+    items.sort(key=lambda item: "/e2e/" in str(item.fspath))
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared; skips (or fails with HARNESS_REQUIRE_SHARED=1) if absent."""
     path = SHARED.joinpath(*parts)

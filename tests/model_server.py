@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -237,6 +238,12 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: ModelServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+            return  # a client that went away (a killed server, a cancelled run)
+        super().handle_error(request, client_address)
+
 
 class ModelServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
@@ -264,6 +271,12 @@ class ModelServer:
         self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def reset(self) -> None:
+        """Forget scripted responses and recorded requests (a server shared by tests)."""
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
 
     def enqueue(self, *responses: Any) -> None:
         with self._lock:

@@ -78,6 +78,7 @@ async def test_prompt_streams_fragments_and_persists_every_event(alice, model_se
     assert 'data-part="user"' in html and "say hi" in html
     assert 'id="live-text"' in html and 'hx-swap-oob="delete:#live-text"' in html
     assert "<strong>world</strong>" in html and 'data-state="thinking"' in html
+    assert '<span id="conv-title" class="conv-title" hx-swap-oob="true">say hi</span>' in html
     events = await sync_to_async(list)(Event.objects.filter(conversation=conversation))
     kinds = [e.type for e in events]
     assert kinds == ["user", "status", "text", "usage", "status"]

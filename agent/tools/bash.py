@@ -6,7 +6,7 @@ Sandbox (HARNESS_BASH=sandbox): only the workspace is writable (mounted at /work
 and /dev; no network; a cleared environment (no API key, no secret key); its own pid
 namespace, so everything it started dies with it. Resource limits: address space, file
 size, processes. The process limit only binds a non-root uid, so a root server runs the
-sandbox as the workspace's owner when that owner is not root.
+command as the workspace's owner (workspaces it creates belong to an unprivileged uid).
 """
 
 from __future__ import annotations
@@ -52,7 +52,16 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def sandbox_argv(bwrap: str, workspace: str, command: str) -> list[str]:
+SETPRIV = "/usr/bin/setpriv"
+
+
+def sandbox_argv(
+    bwrap: str, workspace_fd: int, command: str, run_as: tuple[int, int] | None = None
+) -> list[str]:
+    """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
+    (no user namespace, so it can mount what root can reach) and the command drops to this
+    uid/gid first thing, with no_new_privs; its real uid is then unprivileged, which is what
+    makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user."""
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         target = os.path.realpath(f"/{name}")
@@ -62,12 +71,33 @@ def sandbox_argv(bwrap: str, workspace: str, command: str) -> list[str]:
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
     argv += [
-        "--bind", workspace, "/workspace",
+        # The workspace goes in as a descriptor opened by the server, so no path swap can
+        # change what is mounted.
+        "--bind-fd", str(workspace_fd), "/workspace",
         "--chdir", "/workspace",
         "--tmpfs", "/tmp",
         "--proc", "/proc",
         "--dev", "/dev",
-        "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces: no network
+    ]  # fmt: skip
+    if run_as is None:
+        argv += ["--unshare-all"]  # user, ipc, pid, net, uts, cgroup: no network
+        inner = ["/bin/bash", "-c", command]
+    else:
+        uid, gid = run_as
+        argv += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
+        inner = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                 "--no-new-privs", "--", "/bin/bash", "-c", command]  # fmt: skip
+    argv += [
         "--hostname", "sandbox",
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the server's terminal
@@ -77,7 +107,7 @@ def sandbox_argv(bwrap: str, workspace: str, command: str) -> list[str]:
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "TERM", "dumb",
         "--setenv", "TMPDIR", "/tmp",
-        "--", "/bin/bash", "-c", command,
+        "--", *inner,
     ]  # fmt: skip
     return argv
 
@@ -91,15 +121,11 @@ def _process_count(uid: int) -> int:
     return count
 
 
-def _limits(uid: int | None, gid: int | None, nproc: int) -> Callable[[], None]:
-    def apply() -> None:  # runs in the child between fork and exec
+def _limits(nproc: int) -> Callable[[], None]:
+    def apply() -> None:  # runs in the child between fork and exec; inherited by all
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if uid is not None and gid is not None:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
     return apply
@@ -144,25 +170,31 @@ class BashTool:
                     "bash is unavailable: the sandbox needs bubblewrap (`bwrap`), which is not "
                     "installed on the server. Install it, or set HARNESS_BASH=off."
                 )
-            argv = sandbox_argv(bwrap, root, command)
-            uid = gid = None
+            run_as = None
             nproc = PROCESS_LIMIT
             if os.geteuid() == 0:
                 st = os.stat(root)
-                if st.st_uid != 0:
-                    uid, gid = st.st_uid, st.st_gid
+                if st.st_uid != 0 and os.path.exists(SETPRIV):
+                    run_as = (st.st_uid, st.st_gid)
             else:
                 # The limit counts every process of this uid, not only the sandbox's.
                 nproc += _process_count(os.getuid())
-            preexec = _limits(uid, gid, nproc)
+            workspace_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            argv = sandbox_argv(bwrap, workspace_fd, command, run_as)
+            preexec = _limits(nproc)
             env = {"PATH": SANDBOX_PATH}
+            pass_fds = [workspace_fd]
         else:
-            argv, preexec = ["/bin/bash", "-c", command], None
+            argv, preexec, pass_fds = ["/bin/bash", "-c", command], None, []
             env = {"PATH": SANDBOX_PATH, "HOME": root, "LANG": "C.UTF-8", "TERM": "dumb"}
-        result = await run_process(
-            argv, env=env, timeout=self.timeout, output_cap=OUTPUT_CAP, cwd=root,
-            merge_stderr=True, preexec_fn=preexec,
-        )  # fmt: skip
+        try:
+            result = await run_process(
+                argv, env=env, timeout=self.timeout, output_cap=OUTPUT_CAP, cwd=root,
+                merge_stderr=True, preexec_fn=preexec, pass_fds=pass_fds,
+            )  # fmt: skip
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         display = {
             "kind": "bash",
             "exit_code": result.returncode,

@@ -1,0 +1,122 @@
+"""Browser tests: Playwright driving the system Chromium against a live Daphne server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.live import LiveServer
+from tests.model_server import ModelServer, echo_fallback
+
+CHROMIUM = "/usr/bin/chromium"
+USERS = ("alice", "bob")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: "/e2e/" in str(item.fspath))
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        reason = f"{CHROMIUM} is missing (make test installs it with apt-get when root)"
+        if os.environ.get("HARNESS_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-gpu",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )  # fmt: skip
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def model():
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory, model):
+    root = tmp_path_factory.mktemp("live")
+    bash = "sandbox" if shutil.which("bwrap") else "off"
+    server = LiveServer(root, ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=model.url,
+                        HARNESS_BASH=bash)  # fmt: skip
+    server.start()
+    server.create_users(*USERS)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh_model(model):
+    model.reset()
+    model.fallback = echo_fallback
+    yield model
+    model.reset()
+
+
+@pytest.fixture
+def new_context(browser, live):
+    contexts = []
+
+    def make(viewport=None):
+        context = browser.new_context(
+            base_url=live.url, viewport=viewport or {"width": 1200, "height": 850}
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def sign_in(context, username: str):
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"pw-{username}-1234")
+    page.click("button[type=submit]")
+    page.wait_for_selector("body[data-ws=open]")
+    return page
+
+
+def send(page, text: str) -> None:
+    """Type and send a prompt, then wait until its user part is shown (the same frame
+    carries the status change, so a following wait_idle cannot see the previous idle)."""
+    before = page.locator("#messages [data-part=user]").count()
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    page.wait_for_function(
+        "n => document.querySelectorAll('#messages [data-part=user]').length > n", arg=before
+    )
+
+
+def wait_idle(page, timeout: float = 20_000) -> None:
+    page.wait_for_function(
+        "() => document.querySelector('#status').dataset.state === 'idle' && "
+        "document.querySelectorAll('#messages [data-part=user]').length > 0",
+        timeout=timeout,
+    )
+
+
+def parts(page) -> list[tuple[str, str, str]]:
+    return page.eval_on_selector_all(
+        "#messages > [data-part]",
+        "els => els.map(e => [e.dataset.part, e.dataset.seq, e.innerText.trim()])",
+    )

@@ -1,0 +1,83 @@
+"""A live Harness server (Daphne, in a subprocess) for browser and load tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """Daphne serving the project with its own SQLite database and workspaces."""
+
+    def __init__(self, root: Path, **env: str):
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("ANTHROPIC_", "HARNESS_", "DJANGO_"))}  # fmt: skip
+        self.env.update({
+            "DJANGO_DEBUG": "1",
+            "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+            "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}",
+            "HARNESS_WORKSPACES": str(root / "workspaces"),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        })  # fmt: skip
+        self.process: subprocess.Popen | None = None
+        self.log = root / "daphne.log"
+
+    def manage(self, *args: str, input: str | None = None) -> str:
+        proc = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env,
+                              capture_output=True, text=True, input=input, timeout=120)  # fmt: skip
+        if proc.returncode:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stderr}")
+        return proc.stdout
+
+    def create_users(self, *names: str) -> None:
+        code = (
+            "from agent.models import User\n"
+            f"for name in {list(names)!r}:\n"
+            "    User.objects.create_user(name, password=f'pw-{name}-1234')\n"
+        )
+        self.manage("shell", "-c", code)
+
+    def start(self) -> LiveServer:
+        self.manage("migrate", "-v", "0")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+             "harness_site.asgi:application"],
+            cwd=REPO, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
+                    if json.loads(response.read())["status"] == "ok":
+                        return self
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"daphne did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.15)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

@@ -1,0 +1,26 @@
+"""Vendored static files are the pinned ones, and pages load no third-party script."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from tests.conftest import REPO
+
+VENDOR = REPO / "static" / "vendor"
+
+
+def test_vendored_files_match_their_recorded_checksums():
+    record = (VENDOR / "README.md").read_text()
+    rows = re.findall(r"\| `([^`]+)` \|[^|]*\|[^|]*\| `([0-9a-f]{64})` \|", record)
+    assert len(rows) == 2
+    for name, digest in rows:
+        assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_templates_load_scripts_only_from_this_origin():
+    for template in (REPO / "templates").rglob("*.html"):
+        text = template.read_text()
+        assert "<script>" not in text.replace('<script id="prompt-history"', ""), template
+        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text), template
+        assert " on" + "click=" not in text and "style=" not in text, template
