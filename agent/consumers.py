@@ -16,9 +16,11 @@ from django.conf import settings
 
 from .conversations import _get_conversation_for_user
 from .fragments import ws_error
+from .revocation import session_group, user_group
 from .runs import RunRefused, group_name, runs
 
 CLOSE_NOT_FOUND = 4404
+CLOSE_SIGNED_OUT = 4401
 
 
 @database_sync_to_async
@@ -46,13 +48,24 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if conversation is None:
             await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
             return
-        self.group = group_name(conversation.id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        session = self.scope.get("session")
+        self.groups_joined = [
+            group_name(conversation.id),
+            user_group(self.user.pk),  # deactivation closes every socket of the user
+            *([session_group(session.session_key)] if session and session.session_key else []),
+        ]
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def user_revoked(self, message: dict) -> None:
+        """The user was deactivated or this session signed out: the socket goes."""
+        await self.send(text_data=ws_error("You have been signed out.", "signed_out"))
+        await self.close(code=CLOSE_SIGNED_OUT)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Ownership is checked again on every frame: a user deactivated since connecting
@@ -66,7 +79,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=ws_error(frame))
             return
         if frame.get("action") == "cancel":
-            runs.cancel(self.conversation_id)
+            await runs.cancel(self.conversation_id)
             return
         if "action" in frame:
             await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))

@@ -13,6 +13,9 @@ PROMPT_HISTORY_LIMIT = 100
 class User(AbstractUser):
     # Newest last, at most 100, FIFO, never two equal neighbours (seed 000's prompt history).
     prompt_history = models.JSONField(default=list, blank=True)
+    bash_enabled = models.BooleanField(
+        default=True, help_text="Let the agent run bash (in the sandbox) for this user."
+    )
 
     def remember_prompt(self, prompt: str) -> None:
         history = list(self.prompt_history or [])

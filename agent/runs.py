@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -27,9 +28,10 @@ from .client import make_client
 from .config import Config
 from .conversations import title_from_prompt
 from .events import Event as CoreEvent
+from .events import now_ms
 from .fragments import FragmentRenderer, title_fragments
 from .harness import Harness
-from .models import Conversation, Event
+from .models import Conversation, Event, User
 from .runtime import agent_config
 from .system_prompt import build_system_prompt
 from .tools import build_tools
@@ -70,12 +72,37 @@ class _Setup:
     conversation: Conversation
     config: Config
     titled: bool = False  # the prompt just gave the conversation its title
+    bash_mode: str = "off"
+
+
+def _check_quotas(owner_id: int) -> None:
+    running = Conversation.objects.filter(owner_id=owner_id, state=Conversation.State.RUNNING)
+    if running.count() >= settings.HARNESS_CONCURRENT_RUNS:
+        raise RunRefused(
+            "quota_concurrent",
+            f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
+            "one to finish or cancel it.",
+        )
+    minute_ago = now_ms() - 60_000
+    recent = Event.objects.filter(
+        conversation__owner_id=owner_id, type="user", payload__timestamp__gte=minute_ago
+    ).count()
+    if recent >= settings.HARNESS_RUNS_PER_MINUTE:
+        raise RunRefused(
+            "quota_rate",
+            f"You have sent {recent} prompts in the last minute (the limit is "
+            f"{settings.HARNESS_RUNS_PER_MINUTE}); wait a moment and send it again.",
+        )
 
 
 @database_sync_to_async
 def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
     """Mark the conversation running, or refuse when a prompt already runs."""
+    owner = User.objects.filter(id=owner_id, is_active=True).first()
+    if owner is None:
+        raise RunRefused("forbidden", "This account cannot run prompts.")
     with transaction.atomic():
+        _check_quotas(owner_id)
         claimed = (
             Conversation.objects.filter(id=conversation_id, owner_id=owner_id)
             .exclude(state=Conversation.State.RUNNING)
@@ -90,7 +117,8 @@ def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
         if titled:
             conversation.title = title_from_prompt(prompt)
             conversation.save(update_fields=["title"])
-    return _Setup(conversation, agent_config(model=conversation.model), titled)
+    bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
+    return _Setup(conversation, agent_config(model=conversation.model), titled, bash_mode)
 
 
 @database_sync_to_async
@@ -139,7 +167,7 @@ class Run:
         workspace = workspace_for(self.conversation.owner_id)
         self.harness = Harness(
             client_for(self.config),
-            build_tools(workspace, settings.HARNESS_BASH),
+            build_tools(workspace, setup.bash_mode),
             self.config,
             self.queue.put_nowait,
             system=build_system_prompt(workspace.root, self.config.system_prompt),
@@ -200,16 +228,50 @@ class Run:
             last_frame = time.monotonic()
 
 
+def control_group(conversation_id) -> str:
+    return f"runs.{getattr(conversation_id, 'hex', str(conversation_id).replace('-', ''))}"
+
+
 class RunManager:
+    """The runs of this process. Each process listens on a channel of its own and joins a
+    control group per running conversation, so a cancel sent from any process (another
+    server, the API, an admin action) reaches the run wherever it is."""
+
     def __init__(self) -> None:
         self._runs: dict[str, Run] = {}
+        self._channel: str | None = None
+        self._listener: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def get(self, conversation_id) -> Run | None:
         return self._runs.get(str(conversation_id))
 
+    async def _ensure_listener(self) -> str:
+        loop = asyncio.get_running_loop()
+        if self._channel is None or self._loop is not loop or self._listener.done():
+            layer = get_channel_layer()
+            self._channel = await layer.new_channel("runs.")
+            self._loop = loop
+            self._listener = loop.create_task(self._listen(layer, self._channel))
+        return self._channel
+
+    async def _listen(self, layer, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a broken layer connection: retry shortly
+                log.exception("run control channel failed")
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") == "run.cancel":
+                self.cancel_local(message.get("conversation"))
+
     async def start(self, conversation_id, owner_id: int, content: str) -> Run:
         if str(conversation_id) in self._runs:
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+        channel = await self._ensure_listener()
         setup = await _claim(conversation_id, owner_id, content)
         try:
             run = Run(setup, content)
@@ -218,19 +280,34 @@ class RunManager:
             raise
         key = str(conversation_id)
         self._runs[key] = run
+        layer = get_channel_layer()
+        await layer.group_add(control_group(conversation_id), channel)
 
         async def main() -> None:
             try:
                 await run.main()
             finally:
                 self._runs.pop(key, None)
+                with contextlib.suppress(Exception):
+                    await layer.group_discard(control_group(conversation_id), channel)
 
         run.task = asyncio.create_task(main(), name=f"run-{key}")
         return run
 
-    def cancel(self, conversation_id) -> bool:
+    def cancel_local(self, conversation_id) -> bool:
         run = self._runs.get(str(conversation_id))
         return run.harness.cancel() if run is not None else False
+
+    async def cancel(self, conversation_id) -> bool:
+        """Cancel the conversation's run in whichever process runs it. True when this
+        process had it; a run elsewhere is told through the channel layer."""
+        if self.cancel_local(conversation_id):
+            return True
+        await get_channel_layer().group_send(
+            control_group(conversation_id),
+            {"type": "run.cancel", "conversation": str(conversation_id)},
+        )
+        return False
 
     async def wait(self, conversation_id) -> None:
         run = self._runs.get(str(conversation_id))
@@ -239,3 +316,12 @@ class RunManager:
 
 
 runs = RunManager()
+
+
+def cancel_from_sync(conversation_id) -> None:
+    """Cancel a run from synchronous code (a view, a signal): through the channel layer,
+    which reaches the run's event loop safely, in this process or another."""
+    async_to_sync(get_channel_layer().group_send)(
+        control_group(conversation_id),
+        {"type": "run.cancel", "conversation": str(conversation_id)},
+    )

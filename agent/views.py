@@ -17,6 +17,7 @@ from .conversations import (
     new_conversation,
 )
 from .models import Conversation
+from .runs import cancel_from_sync
 from .runtime import agent_config
 from .transcript import build_parts, status_text
 
@@ -88,9 +89,7 @@ def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
 def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     if conversation.state == Conversation.State.RUNNING:
-        from .runs import runs
-
-        runs.cancel(conversation.id)
+        cancel_from_sync(conversation.id)
     conversation.delete()
     return redirect("home")
 

@@ -135,7 +135,26 @@ HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
 HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
 HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
+# Per-user quotas: prompt size, prompts started per minute, prompts running at once.
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
+HARNESS_RUNS_PER_MINUTE = env_int("HARNESS_RUNS_PER_MINUTE", 10, minimum=1)
+HARNESS_CONCURRENT_RUNS = env_int("HARNESS_CONCURRENT_RUNS", 2, minimum=1)
+
+# -- Production transport security (DJANGO_DEBUG not 1) ------------------------------------
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
+    # Behind a TLS-terminating proxy, it sets X-Forwarded-Proto and may redirect itself.
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be at least 50 random characters")
 
 LOGGING = {
     "version": 1,

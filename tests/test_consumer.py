@@ -219,16 +219,101 @@ async def test_two_sockets_on_one_conversation_see_the_same_run(alice, model_ser
     await second.disconnect()
 
 
-async def test_socket_opened_before_deactivation_cannot_prompt(alice, model_server):
+async def test_deactivating_a_user_closes_their_sockets_and_cancels_their_runs(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("long " * 500, delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "keep going"}))
+    html = ""
+    while "live-text" not in html:
+        html += await ws.receive_from()
+    user.is_active = False
+    await sync_to_async(user.save)()  # e.g. an admin unticks "active"
+    while "signed_out" not in html:
+        html += await ws.receive_from()
+    assert (await ws.receive_output())["type"] == "websocket.close"
+    await runs.wait(conversation.id)
+    await sync_to_async(conversation.refresh_from_db)()
+    assert conversation.state == "error"  # the run was cancelled, not left running
+
+
+async def test_every_frame_rechecks_the_user_even_without_the_revocation_message(
+    alice, model_server
+):
+    from agent.models import User
+
     user, conversation = alice
     ws = await connected(conversation, user)
-    user.is_active = False
-    await sync_to_async(user.save)()
+    # A bulk update sends no signal: the per-frame check alone must refuse.
+    await sync_to_async(User.objects.filter(pk=user.pk).update)(is_active=False)
     await ws.send_to(text_data=json.dumps({"content": "still here?"}))
-    reply = await ws.receive_from()
-    assert "not available" in reply
+    assert "not available" in await ws.receive_from()
     assert (await ws.receive_output())["type"] == "websocket.close"
     assert model_server.requests == []
+
+
+async def test_signing_out_closes_that_sessions_sockets(alice):
+    user, conversation = alice
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    ws = socket(conversation, cookie)
+    assert (await ws.connect())[0]
+    await sync_to_async(client.post)("/accounts/logout/")
+    assert "signed_out" in await ws.receive_from()
+    assert (await ws.receive_output())["type"] == "websocket.close"
+
+
+async def test_concurrent_run_quota_refuses_a_third_prompt(alice, model_server, settings):
+    settings.HARNESS_CONCURRENT_RUNS = 1
+    user, conversation = alice
+    other = await sync_to_async(Conversation.objects.create)(owner=user, model="m")
+    model_server.enqueue(text_reply("slow " * 100, delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "one"}))
+    await ws.receive_from()
+    ws2 = await connected(other, user)
+    await ws2.send_to(text_data=json.dumps({"content": "two"}))
+    reply = await ws2.receive_from()
+    assert "quota_concurrent" in reply and "1 prompts running" in reply
+    await runs.cancel(conversation.id)
+    await runs.wait(conversation.id)
+    await ws.disconnect()
+    await ws2.disconnect()
+
+
+async def test_rate_quota_refuses_too_many_prompts_a_minute(alice, model_server, settings):
+    settings.HARNESS_RUNS_PER_MINUTE = 2
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    for n in range(2):
+        model_server.enqueue(text_reply(f"answer {n}"))
+        await ws.send_to(text_data=json.dumps({"content": f"prompt {n}"}))
+        await collect_until_idle(ws)
+        await runs.wait(conversation.id)
+    await ws.send_to(text_data=json.dumps({"content": "one too many"}))
+    reply = await ws.receive_from()
+    assert "quota_rate" in reply and "limit is 2" in reply
+    assert len(model_server.requests) == 2
+    await ws.disconnect()
+
+
+async def test_admin_can_turn_bash_off_for_a_user(alice, model_server, settings):
+    settings.HARNESS_BASH = "sandbox"
+    user, conversation = alice
+    model_server.enqueue(text_reply("ok"), text_reply("ok"))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "with bash"}))
+    await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    user.bash_enabled = False
+    await sync_to_async(user.save)()
+    await ws.send_to(text_data=json.dumps({"content": "without bash"}))
+    await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    tools = [[t["name"] for t in body["tools"]] for body in model_server.bodies]
+    assert "bash" in tools[0] and "bash" not in tools[1]
+    await ws.disconnect()
 
 
 async def test_run_survives_its_socket_disconnecting(alice, model_server):

@@ -181,3 +181,24 @@ def test_root_server_runs_the_command_as_the_workspace_owner_behind_private_dirs
     lines = result["output"].split()
     assert lines[0] == str(NOBODY) and "NoNewPrivs:" in lines and lines[-1] == "1"
     assert (root / "made.txt").stat().st_uid == NOBODY
+
+
+def test_bash_cannot_reach_other_workspaces_or_the_database(tmp_path):
+    require_bwrap()
+    from agent.tools import Workspace
+
+    workspaces = tmp_path / "workspaces"
+    mine, theirs = workspaces / "1", workspaces / "2"
+    for path in (mine, theirs):
+        path.mkdir(parents=True)
+    (theirs / "secret.txt").write_text("their secret")
+    database = tmp_path / "db.sqlite3"
+    database.write_text("SQLite format 3 ... rows")
+    tool = BashTool(Workspace(mine), "sandbox", timeout=10)
+    command = (
+        f"cat {theirs}/secret.txt {database} ../2/secret.txt /workspace/../2/secret.txt 2>&1; "
+        "ls / ; ls /workspace/.. ; true"
+    )
+    result, _ = run(tool, command=command)
+    assert "their secret" not in result["output"] and "SQLite" not in result["output"]
+    assert "No such file" in result["output"]
