@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from . import browse
 from .config import MODELS
 from .conversations import (
     _get_conversation_for_user,
@@ -19,7 +20,9 @@ from .conversations import (
 from .models import Conversation
 from .runs import cancel_from_sync
 from .runtime import agent_config
+from .tools import PathError
 from .transcript import build_parts, status_text
+from .workspaces import workspace_for
 
 TITLE_MAX = 200
 
@@ -103,6 +106,28 @@ def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
         conversation.model = model
         conversation.save(update_fields=["model", "updated"])
     return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_GET
+def workspace_files(request: HttpRequest) -> HttpResponse:
+    """The signed-in user's workspace: a directory listing or a file view (read-only).
+    Loaded into the chat's side panel by htmx, or shown as a page on its own."""
+    workspace = workspace_for(request.user.pk)
+    path = request.GET.get("path", "")
+    context: dict = {"error": None}
+    try:
+        rel = browse.normalize(workspace, path)
+        context["crumbs"] = browse.crumbs(rel)
+        if browse.is_dir(workspace, rel):
+            context["entries"], context["truncated"] = browse.list_entries(workspace, rel)
+        else:
+            context["file"] = browse.view_file(workspace, rel)
+    except PathError as exc:
+        context.update(error=str(exc), crumbs=browse.crumbs(""))
+    template = "agent/_files.html" if request.headers.get("HX-Request") else "agent/files.html"
+    status = 404 if context["error"] else 200
+    return render(request, template, context, status=status)
 
 
 @require_GET

@@ -11,6 +11,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
+    path("files/", views.workspace_files, name="files"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

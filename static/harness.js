@@ -175,6 +175,16 @@
     document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
       select.addEventListener("change", () => select.form.submit());
     });
+    const filesToggle = $("#files-toggle");
+    const filesPanel = $("#files-panel");
+    if (filesToggle && filesPanel) {
+      filesToggle.addEventListener("click", () => {
+        const open = filesPanel.hidden;
+        filesPanel.hidden = !open;
+        filesToggle.setAttribute("aria-expanded", String(open));
+        document.querySelector(".app").classList.toggle("with-files", open);
+      });
+    }
     const menu = $("#menu-toggle");
     if (menu) menu.addEventListener("click", () => body.classList.toggle("sidebar-open"));
   }

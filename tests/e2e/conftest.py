@@ -12,7 +12,7 @@ from tests.live import LiveServer
 from tests.model_server import ModelServer, echo_fallback
 
 CHROMIUM = "/usr/bin/chromium"
-USERS = ("alice", "bob")
+USERS = ("alice", "bob", "mallory")  # ids 1, 2, 3 in the live database
 
 
 def pytest_collection_modifyitems(items):

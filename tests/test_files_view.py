@@ -1,0 +1,67 @@
+"""The read-only workspace browser: own workspace only, confined, escaped."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agent.models import User
+from agent.workspaces import workspace_path
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup(client, settings, tmp_path):
+    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
+    grace = User.objects.create_user("grace", password="pw-grace-123")
+    heidi = User.objects.create_user("heidi", password="pw-heidi-123")
+    mine, theirs = workspace_path(grace.pk), workspace_path(heidi.pk)
+    for root in (mine, theirs):
+        root.mkdir(parents=True)
+    (mine / "src").mkdir()
+    (mine / "src" / "app.py").write_text("print('<script>alert(1)</script>')\n")
+    (mine / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (theirs / "secret.txt").write_text("heidi's secret")
+    os.symlink(theirs / "secret.txt", mine / "peek.txt")
+    client.force_login(grace)
+    return mine, theirs
+
+
+def test_lists_the_users_own_workspace(client, setup):
+    page = client.get("/files/").content.decode()
+    assert "src/" in page and "blob.bin" in page and "peek.txt" in page
+    assert "secret" not in page.replace("peek", "")
+
+
+def test_shows_a_file_escaped(client, setup):
+    page = client.get("/files/?path=src/app.py").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+
+
+def test_binary_files_are_not_shown(client, setup):
+    assert "Binary file; not shown." in client.get("/files/?path=blob.bin").content.decode()
+
+
+@pytest.mark.parametrize(
+    "path", ["../2/secret.txt", "/etc/passwd", "peek.txt", "..", "src/../../2", "%2e%2e/2"]
+)
+def test_nothing_outside_the_workspace_is_shown(client, setup, path):
+    response = client.get("/files/", {"path": path})
+    assert "heidi" not in response.content.decode() and "root:x" not in response.content.decode()
+    if path != "%2e%2e/2":
+        assert response.status_code == 404
+
+
+def test_htmx_requests_get_the_fragment_only(client, setup):
+    fragment = client.get("/files/?path=src", HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.startswith('<div class="files"') and "app.py" in fragment
+    assert "<html" not in fragment
+
+
+def test_files_need_sign_in(setup):
+    from django.test import Client
+
+    response = Client().get("/files/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
