@@ -14,8 +14,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from .conversations import _get_conversation_for_user
-from .fragments import ws_error
+from .conversations import _get_conversation_for_user, snapshot
+from .fragments import render_catch_up, ws_error
 from .revocation import session_group, user_group
 from .runs import RunRefused, group_name, runs
 
@@ -31,6 +31,15 @@ def _owned(conversation_id, user):
         except user.DoesNotExist:
             return None
     return _get_conversation_for_user(conversation_id, user)
+
+
+@database_sync_to_async
+def _catch_up(conversation_id, user, after: int) -> str:
+    found = snapshot(conversation_id, user, after)
+    if found is None:
+        return ws_error("This conversation is not available.", "forbidden")
+    conversation, events = found
+    return render_catch_up(events, after, conversation)
 
 
 @database_sync_to_async
@@ -81,6 +90,13 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
             return
+        if frame.get("action") == "sync":
+            after = frame.get("after")
+            if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+                await self.send(text_data=ws_error("sync needs a whole number 'after'."))
+                return
+            await self.send(text_data=await _catch_up(self.conversation_id, self.user, after))
+            return
         if "action" in frame:
             await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
             return
@@ -113,5 +129,5 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             return "A frame must be a JSON object."
         return frame
 
-    async def conversation_html(self, message: dict) -> None:
+    async def conversation_batch(self, message: dict) -> None:
         await self.send(text_data=message["html"])

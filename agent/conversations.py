@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from .models import Conversation, Event, User
 
@@ -35,9 +35,32 @@ def title_from_prompt(prompt: str) -> str:
     return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
 
 
-def event_payloads(conversation: Conversation, after: int = 0) -> list[dict]:
-    return list(
-        Event.objects.filter(conversation=conversation, seq__gt=after)
-        .order_by("seq")
-        .values_list("payload", flat=True)
-    )
+def snapshot(conversation_id, owner, after: int = 0) -> tuple[Conversation, list[dict]] | None:
+    """The conversation and its stored events after ``after``, consistent with its
+    ``last_seq`` (the row is locked while reading, so a batch is either wholly in or out),
+    plus the tool calls that the included results answer. None when not the owner's."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        conversation = (
+            Conversation.objects.select_for_update()
+            .filter(id=conversation_id, owner=owner, owner__is_active=True)
+            .first()
+        )
+        if conversation is None:
+            return None
+        # Partial-text rows always come whole: they are the block still streaming, which a
+        # catch-up shows entire.
+        events = list(
+            Event.objects.filter(conversation=conversation, seq__lte=conversation.last_seq)
+            .filter(Q(seq__gt=after) | Q(type="text_delta"))
+            .order_by("seq").values_list("payload", flat=True)
+        )  # fmt: skip
+        answered = {str(e["id"]) for e in events if e["type"] == "tool_result"}
+        have = {str(e["id"]) for e in events if e["type"] == "tool_call"}
+        if answered - have:
+            calls = Event.objects.filter(
+                conversation=conversation, type="tool_call", payload__id__in=list(answered - have)
+            ).values_list("payload", flat=True)
+            events = sorted([*calls, *events], key=lambda e: e["seq"])
+    return conversation, events

@@ -16,6 +16,18 @@ from django.utils.html import format_html
 from .transcript import Part, apply_result, part_for, status_text, tool_view
 
 
+def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
+    """First element of every batch: the seq range it carries. The page applies a batch
+    only when it continues exactly where the page is, and asks for a sync otherwise."""
+    template = (
+        '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" data-sync="1" hidden>'
+        "</div>"
+        if reply
+        else '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" hidden></div>'
+    )
+    return format_html(template, seq_from, seq_to)
+
+
 def ws_error(message: str, code: str = "bad_frame") -> str:
     return render_to_string("agent/_ws_error.html", {"message": message, "code": code})
 
@@ -115,3 +127,24 @@ class FragmentRenderer:
         flush_deltas()
         flush_parts()
         return "".join(out)
+
+
+def render_catch_up(events: list[dict[str, Any]], after: int, conversation: Any) -> str:
+    """What a page that has everything up to ``after`` is missing, up to ``upto``: the
+    stored events in between and, when a text block is streaming, that block whole (the
+    page's own live block, if any, is replaced, so this is safe to apply at any point)."""
+    renderer = FragmentRenderer()
+    renderer.live = True  # the page may hold a live block: a completed text removes it
+    calls = [e for e in events if e["type"] == "tool_call"]
+    renderer.calls = {str(e["id"]): e for e in calls}
+    missing = [e for e in events if after < e["seq"] and e["type"] != "text_delta"]
+    html = renderer.render(missing, conversation) if missing else ""
+    partial = [e for e in events if e["type"] == "text_delta"]
+    if partial and partial[-1]["seq"] > after:
+        text = "".join(e["content"] for e in partial)
+        live = render_to_string(
+            "agent/_live_text.html", {"seq": partial[0]["seq"], "content": text}
+        )
+        html += '<div hx-swap-oob="delete:#live-text"></div>'
+        html += format_html('<div hx-swap-oob="beforeend:#messages">{}</div>', live)
+    return sync_marker(after + 1, conversation.last_seq, reply=True) + html

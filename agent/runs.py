@@ -29,7 +29,7 @@ from .config import Config
 from .conversations import title_from_prompt
 from .events import Event as CoreEvent
 from .events import now_ms
-from .fragments import FragmentRenderer, title_fragments
+from .fragments import FragmentRenderer, sync_marker, title_fragments
 from .harness import Harness
 from .models import Conversation, Event, User
 from .runtime import agent_config
@@ -121,12 +121,27 @@ def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
     return _Setup(conversation, agent_config(model=conversation.model), titled, bash_mode)
 
 
+def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a batch adds to the event log. Consecutive text deltas become one row (seq
+    = the last seq it covers, content joined): the partial text of a block is stored with
+    every frame, cheaply, so catch-up and crash recovery lose none of it. The rows go when
+    the block's complete ``text`` event is stored."""
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        if event["type"] == "text_delta" and rows and rows[-1]["type"] == "text_delta":
+            rows[-1] = {**event, "content": rows[-1]["content"] + event["content"]}
+        else:
+            rows.append(event)
+    return rows
+
+
 @database_sync_to_async
 def _persist(conversation_id, events: list[dict[str, Any]]) -> Conversation:
-    """Store a batch of events and fold them into the conversation's row; one transaction."""
-    stored = [e for e in events if e["type"] != "text_delta"]
-    changes: dict[str, Any] = {"last_seq": max(e["seq"] for e in events)}
-    for event in stored:
+    """Store a batch and fold it into the conversation's row, in one transaction, so the
+    database always sits at a batch boundary (what catch-up relies on)."""
+    rows = stored_form(events)
+    changes: dict[str, Any] = {"last_seq": events[-1]["seq"]}
+    for event in rows:
         if event["type"] == "status":
             changes["state"] = STATE_FOR_STATUS[event["state"]]
         elif event["type"] == "usage":
@@ -135,13 +150,19 @@ def _persist(conversation_id, events: list[dict[str, Any]]) -> Conversation:
                 changes[name] = F(name) + event[name]
             changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
     with transaction.atomic():
-        if stored:
-            Event.objects.bulk_create(
-                Event(conversation_id=conversation_id, seq=e["seq"], type=e["type"], payload=e)
-                for e in stored
-            )
+        if any(e["type"] == "text" for e in rows):
+            Event.objects.filter(conversation_id=conversation_id, type="text_delta").delete()
+            rows = [e for e in rows if e["type"] != "text_delta" or e["seq"] > _last_text(rows)]
+        Event.objects.bulk_create(
+            Event(conversation_id=conversation_id, seq=e["seq"], type=e["type"], payload=e)
+            for e in rows
+        )
         Conversation.objects.filter(id=conversation_id).update(**changes)
     return Conversation.objects.get(id=conversation_id)
+
+
+def _last_text(rows: list[dict[str, Any]]) -> int:
+    return max(e["seq"] for e in rows if e["type"] == "text")
 
 
 @database_sync_to_async
@@ -222,7 +243,14 @@ class Run:
                 if self.announce_title:
                     html = title_fragments(conversation) + html
                     self.announce_title = False
-                await self.layer.group_send(self.group, {"type": "conversation.html", "html": html})
+                first, last = batch[0]["seq"], batch[-1]["seq"]
+                await self.layer.group_send(self.group, {
+                    "type": "conversation.batch",
+                    "seq_from": first,
+                    "seq_to": last,
+                    "html": sync_marker(first, last) + html,
+                    "events": batch,
+                })  # fmt: skip
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)
             last_frame = time.monotonic()

@@ -14,8 +14,8 @@ from .config import MODELS
 from .conversations import (
     _get_conversation_for_user,
     conversations_of,
-    event_payloads,
     new_conversation,
+    snapshot,
 )
 from .models import Conversation
 from .runs import cancel_from_sync
@@ -51,8 +51,11 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
-    conversation = _owned_or_404(request, conversation_id)
-    events = event_payloads(conversation)
+    found = snapshot(conversation_id, request.user)
+    if found is None:
+        raise Http404("No such conversation")
+    conversation, events = found
+    partial = [e for e in events if e["type"] == "text_delta"]
     status = next((e for e in reversed(events) if e["type"] == "status"), None)
     state = status["state"] if status and conversation.state == "running" else "idle"
     if conversation.state == "error" and status:
@@ -61,6 +64,9 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],
         "parts": build_parts(events),
+        # A text block still streaming: shown as the live block the socket continues.
+        "live_text": "".join(e["content"] for e in partial),
+        "live_seq": partial[0]["seq"] if partial else 0,
         "status_state": state,
         "status_text": status_text(state, status.get("message") if status else None),
         "models": model_choices(),

@@ -15,10 +15,58 @@
     const newContent = $("#new-content");
     if (!messages || !prompt || !form) return;
 
-    // --- WebSocket state on <body data-ws> --------------------------------------------
-    document.addEventListener("htmx:wsOpen", () => { body.dataset.ws = "open"; });
-    document.addEventListener("htmx:wsClose", () => { body.dataset.ws = "closed"; });
-    document.addEventListener("htmx:wsError", () => { body.dataset.ws = "closed"; });
+    // --- WebSocket state, and exactly-once delivery by seq ---------------------------------
+    // Every batch from the server starts with <div id="sync-state" data-from data-to>. A
+    // batch is applied only when it continues exactly where this page is; anything else is
+    // dropped and, when something is missing, a sync asks the server for everything after
+    // our last seq (the reply carries data-sync). Reconnects and tab wake-ups sync too.
+    const reconnecting = $("#reconnecting");
+    let lastSeq = Number(($("#sync-state") || { dataset: {} }).dataset.to || 0);
+    let socket = null;
+    let syncing = false;
+    let wasOpen = false;
+    const MARKER = /^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?/;
+
+    function requestSync() {
+      if (!socket || syncing) return;
+      syncing = true;
+      socket.send(JSON.stringify({ action: "sync", after: lastSeq }));
+    }
+    document.addEventListener("htmx:wsOpen", (event) => {
+      body.dataset.ws = "open";
+      socket = event.detail.socketWrapper;
+      syncing = false;
+      if (reconnecting) reconnecting.hidden = true;
+      wasOpen = true;
+      requestSync();
+    });
+    function closed() {
+      body.dataset.ws = "closed";
+      socket = null;
+      if (reconnecting && wasOpen) reconnecting.hidden = false;
+    }
+    document.addEventListener("htmx:wsClose", closed);
+    document.addEventListener("htmx:wsError", closed);
+    document.addEventListener("htmx:wsBeforeMessage", (event) => {
+      const match = MARKER.exec(event.detail.message);
+      if (!match) return; // not a batch (an error notice): always shown
+      const from = Number(match[1]);
+      const to = Number(match[2]);
+      if (match[3]) { // a sync reply
+        syncing = false;
+        if (from === lastSeq + 1) { lastSeq = Math.max(lastSeq, to); return; }
+        event.preventDefault();
+        if (to > lastSeq) requestSync(); // we moved on meanwhile: ask again from here
+        return;
+      }
+      if (syncing) { event.preventDefault(); return; } // the sync reply will cover it
+      if (from === lastSeq + 1) { lastSeq = to; return; }
+      event.preventDefault();
+      if (to > lastSeq) requestSync(); // a gap (or an overlap): fetch what is missing
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && body.dataset.ws === "open") requestSync();
+    });
 
     // --- running state follows #status -------------------------------------------------
     function syncRunning() {

@@ -328,3 +328,101 @@ async def test_run_survives_its_socket_disconnecting(alice, model_server):
         Event.objects.filter(conversation=conversation).values_list("type", flat=True)
     )
     assert kinds[-3:] == ["text", "usage", "status"]
+
+
+async def test_sync_returns_exactly_what_follows_the_given_seq(alice, model_server):
+    import re
+
+    user, conversation = alice
+    model_server.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("Listed."))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "list"}))
+    await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    await sync_to_async(conversation.refresh_from_db)()
+    stored = await sync_to_async(list)(
+        Event.objects.filter(conversation=conversation).values_list("seq", "type")
+    )
+    call_seq = next(seq for seq, kind in stored if kind == "tool_call")
+    await ws.send_to(text_data=json.dumps({"action": "sync", "after": call_seq}))
+    reply = await ws.receive_from()
+    assert reply.startswith(
+        f'<div id="sync-state" hx-swap-oob="true" data-from="{call_seq + 1}" '
+        f'data-to="{conversation.last_seq}" data-sync="1" hidden></div>'
+    )
+    shown = {int(s) for s in re.findall(r'data-part="\w+" data-seq="(\d+)"', reply)}
+    assert shown and min(shown) > call_seq or f'id="tool-{call_seq}"' in reply
+    assert 'data-part="user"' not in reply  # it was before the given seq
+    assert "Listed." in reply and f'id="tool-{call_seq}"' in reply  # the card gets its result
+    await ws.send_to(text_data=json.dumps({"action": "sync", "after": conversation.last_seq}))
+    empty = await ws.receive_from()
+    assert "data-part" not in empty and 'data-sync="1"' in empty
+    for bad in ('{"action": "sync"}', '{"action": "sync", "after": -1}',
+                '{"action": "sync", "after": "3"}'):  # fmt: skip
+        await ws.send_to(text_data=bad)
+        assert 'data-part="error"' in await ws.receive_from()
+    await ws.disconnect()
+
+
+async def test_partial_text_is_stored_while_streaming_and_caught_up_mid_block(alice, model_server):
+    user, conversation = alice
+    model_server.enqueue(text_reply("chunk " * 200, delay=0.01))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "stream"}))
+    html = ""
+    while html.count("live-text-body") < 3:  # the block has started and grown
+        html += await ws.receive_from()
+    rows = await sync_to_async(list)(
+        Event.objects.filter(conversation=conversation, type="text_delta").values_list(
+            "payload", flat=True)
+    )  # fmt: skip
+    assert rows and "".join(r["content"] for r in rows).startswith("chunk chunk")
+    late = await connected(conversation, user)  # a tab opened mid-block
+    await late.send_to(text_data=json.dumps({"action": "sync", "after": 0}))
+    reply = await late.receive_from()
+    assert 'hx-swap-oob="delete:#live-text"' in reply and 'id="live-text"' in reply
+    assert "chunk chunk chunk" in reply
+    # A page that already has part of the block gets the block whole, from its start.
+    await late.send_to(text_data=json.dumps({"action": "sync", "after": rows[0]["seq"]}))
+    again = await late.receive_from()
+    assert 'id="live-text-body" hx-disable>chunk chunk' in again
+    await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    leftover = await sync_to_async(
+        Event.objects.filter(conversation=conversation, type="text_delta").count
+    )()
+    assert leftover == 0  # gone once the block completed
+    texts = await sync_to_async(list)(
+        Event.objects.filter(conversation=conversation, type="text").values_list(
+            "payload", flat=True)
+    )  # fmt: skip
+    assert texts[0]["content"] == "chunk " * 200
+    await ws.disconnect()
+    await late.disconnect()
+
+
+async def test_every_batch_carries_its_seq_range_without_gaps(alice, model_server):
+    import re
+
+    user, conversation = alice
+    model_server.enqueue(
+        tool_reply(("list_dir", {"path": "."})), text_reply("x " * 50, delay=0.005)
+    )
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "ranges"}))
+    ranges = []
+    async with asyncio.timeout(10):
+        while True:
+            message = await ws.receive_from()
+            found = re.match(r'<div id="sync-state"[^>]*data-from="(\d+)" data-to="(\d+)"', message)
+            if found:
+                ranges.append((int(found[1]), int(found[2])))
+            if 'data-state="idle"' in message:
+                break
+    await runs.wait(conversation.id)
+    assert ranges[0][0] == 1
+    for (_, end), (start, _) in zip(ranges, ranges[1:], strict=False):
+        assert start == end + 1
+    await sync_to_async(conversation.refresh_from_db)()
+    assert ranges[-1][1] == conversation.last_seq
+    await ws.disconnect()

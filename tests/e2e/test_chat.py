@@ -25,6 +25,8 @@ def test_streamed_answer_with_tool_cards(new_context, fresh_model):
                    delay=0.03),
     )  # fmt: skip
     page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
     send(page, "write a todo note")
     page.wait_for_selector("#live-text")  # text appears while it streams
     wait_idle(page)
