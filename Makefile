@@ -27,7 +27,7 @@ run: install
 	@mkdir -p var
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py ensure_superuser
-	$(BIN)/python manage.py recover_runs
+	$(BIN)/python manage.py recover_runs --all
 	@echo "Harness on http://localhost:$(PORT)/  (Ctrl-C stops it)"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) harness_site.asgi:application
 

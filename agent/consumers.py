@@ -65,6 +65,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         ]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
+        await runs.start_background()  # this process's cancel listener and run reaper
         await self.accept()
 
     async def disconnect(self, code: int) -> None:

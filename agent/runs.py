@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 import weakref
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +27,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from .client import make_client
 from .config import Config
@@ -32,6 +37,7 @@ from .events import now_ms
 from .fragments import FragmentRenderer, sync_marker, title_fragments
 from .harness import Harness
 from .models import Conversation, Event, User
+from .recovery import expired, interrupt
 from .runtime import agent_config
 from .system_prompt import build_system_prompt
 from .tools import build_tools
@@ -39,6 +45,7 @@ from .workspaces import workspace_for
 
 log = logging.getLogger(__name__)
 
+PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 FRAME_INTERVAL = 0.05  # at most one frame of text deltas per 50 ms per conversation
 STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
                     "error": "error"}  # fmt: skip
@@ -46,6 +53,36 @@ STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "i
 
 def group_name(conversation_id) -> str:
     return f"conv.{getattr(conversation_id, 'hex', conversation_id)}"
+
+
+async def broadcast(conversation_id, events: list[dict[str, Any]], html: str) -> None:
+    """Send a persisted batch to every socket and stream on the conversation, with its seq
+    range (pages apply it only where it continues what they have)."""
+    first, last = events[0]["seq"], events[-1]["seq"]
+    await get_channel_layer().group_send(group_name(conversation_id), {
+        "type": "conversation.batch",
+        "seq_from": first,
+        "seq_to": last,
+        "html": sync_marker(first, last) + html,
+        "events": events,
+    })  # fmt: skip
+
+
+async def announce_interrupted(done: list[tuple[Conversation, list[dict[str, Any]]]]) -> None:
+    for conversation, events in done:
+        renderer = FragmentRenderer()
+        renderer.live = True  # pages may hold the dead run's live block: replace it
+        await broadcast(conversation.id, events, renderer.render(events, conversation))
+
+
+def interrupt_and_announce(queryset) -> None:
+    """For synchronous callers (views): interrupt dead runs and tell open pages."""
+    done = interrupt(queryset)
+    if done:
+        try:
+            async_to_sync(announce_interrupted)(done)
+        except Exception:
+            log.exception("could not announce interrupted runs")
 
 
 class RunRefused(Exception):
@@ -73,6 +110,21 @@ class _Setup:
     config: Config
     titled: bool = False  # the prompt just gave the conversation its title
     bash_mode: str = "off"
+
+
+def _lease_deadline():
+    return timezone.now() + timedelta(seconds=settings.HARNESS_RUN_LEASE)
+
+
+@database_sync_to_async
+def _renew_lease(conversation_id) -> bool:
+    """Extend this process's lease; False when the run is no longer ours (it was presumed
+    dead and interrupted), in which case it must stop."""
+    return bool(
+        Conversation.objects.filter(
+            id=conversation_id, lease_owner=PROCESS_ID, state=Conversation.State.RUNNING
+        ).update(lease_until=_lease_deadline())
+    )
 
 
 def _check_quotas(owner_id: int) -> None:
@@ -106,8 +158,9 @@ def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
         claimed = (
             Conversation.objects.filter(id=conversation_id, owner_id=owner_id)
             .exclude(state=Conversation.State.RUNNING)
-            .update(state=Conversation.State.RUNNING)
-        )
+            .update(state=Conversation.State.RUNNING, lease_owner=PROCESS_ID,
+                    lease_until=_lease_deadline())
+        )  # fmt: skip
         conversation = Conversation.objects.filter(id=conversation_id, owner_id=owner_id).first()
         if conversation is None:
             raise RunRefused("not_found", "Conversation not found.")
@@ -136,11 +189,15 @@ def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @database_sync_to_async
-def _persist(conversation_id, events: list[dict[str, Any]]) -> Conversation:
+def _persist(
+    conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
+) -> Conversation:
     """Store a batch and fold it into the conversation's row, in one transaction, so the
     database always sits at a batch boundary (what catch-up relies on)."""
     rows = stored_form(events)
     changes: dict[str, Any] = {"last_seq": events[-1]["seq"]}
+    if history is not None:
+        changes["history"] = history  # so a crash loses none of the conversation
     for event in rows:
         if event["type"] == "status":
             changes["state"] = STATE_FOR_STATUS[event["state"]]
@@ -167,12 +224,16 @@ def _last_text(rows: list[dict[str, Any]]) -> int:
 
 @database_sync_to_async
 def _release(conversation_id) -> None:
-    Conversation.objects.filter(id=conversation_id).update(state=Conversation.State.IDLE)
+    Conversation.objects.filter(id=conversation_id).update(
+        state=Conversation.State.IDLE, lease_owner="", lease_until=None
+    )
 
 
 @database_sync_to_async
 def _finish(conversation_id, messages: list[dict[str, Any]], last_seq: int) -> None:
-    Conversation.objects.filter(id=conversation_id).update(history=messages, last_seq=last_seq)
+    Conversation.objects.filter(id=conversation_id, lease_owner=PROCESS_ID).update(
+        history=messages, last_seq=last_seq, lease_owner="", lease_until=None
+    )
 
 
 class Run:
@@ -199,15 +260,30 @@ class Run:
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
+        lease = asyncio.create_task(self._keep_lease())
         try:
             await self.harness.prompt(self.content)
         except Exception:  # the harness ends runs as events; this is a bug guard
             log.exception("run of %s crashed", self.conversation.id)
         finally:
+            lease.cancel()
             self.queue.put_nowait(None)
             with contextlib.suppress(Exception):
                 await writer
             await _finish(self.conversation.id, self.harness.messages, self.harness.next_seq - 1)
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(settings.HARNESS_RUN_LEASE / 3)
+            try:
+                ours = await _renew_lease(self.conversation.id)
+            except Exception:
+                log.exception("could not renew the lease of %s", self.conversation.id)
+                continue
+            if not ours:
+                log.warning("run of %s lost its lease; stopping it", self.conversation.id)
+                self.harness.cancel()
+                return
 
     async def _write(self) -> None:
         last_frame = 0.0
@@ -238,19 +314,15 @@ class Run:
                             break
                         batch.append(more.to_dict())
             try:
-                conversation = await _persist(self.conversation.id, batch)
+                snapshot = None
+                if any(e["type"] in ("status", "text", "tool_result") for e in batch):
+                    snapshot = self.harness.messages
+                conversation = await _persist(self.conversation.id, batch, snapshot)
                 html = self.renderer.render(batch, conversation)
                 if self.announce_title:
                     html = title_fragments(conversation) + html
                     self.announce_title = False
-                first, last = batch[0]["seq"], batch[-1]["seq"]
-                await self.layer.group_send(self.group, {
-                    "type": "conversation.batch",
-                    "seq_from": first,
-                    "seq_to": last,
-                    "html": sync_marker(first, last) + html,
-                    "events": batch,
-                })  # fmt: skip
+                await broadcast(self.conversation.id, batch, html)
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)
             last_frame = time.monotonic()
@@ -269,6 +341,7 @@ class RunManager:
         self._runs: dict[str, Run] = {}
         self._channel: str | None = None
         self._listener: asyncio.Task | None = None
+        self._reaper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def get(self, conversation_id) -> Run | None:
@@ -281,7 +354,22 @@ class RunManager:
             self._channel = await layer.new_channel("runs.")
             self._loop = loop
             self._listener = loop.create_task(self._listen(layer, self._channel))
+            self._reaper = loop.create_task(self._reap())
         return self._channel
+
+    async def _reap(self) -> None:
+        """Interrupt runs (of any process) whose lease lapsed: their process is gone."""
+        while True:
+            try:
+                done = await database_sync_to_async(lambda: interrupt(expired()))()
+                await announce_interrupted(done)
+            except Exception:
+                log.exception("reaping expired runs failed")
+            await asyncio.sleep(max(1.0, settings.HARNESS_RUN_LEASE / 3))
+
+    async def start_background(self) -> None:
+        """Start this process's control listener and reaper (idempotent, per event loop)."""
+        await self._ensure_listener()
 
     async def _listen(self, layer, channel: str) -> None:
         while True:

@@ -18,7 +18,8 @@ from .conversations import (
     snapshot,
 )
 from .models import Conversation
-from .runs import cancel_from_sync
+from .recovery import expired
+from .runs import cancel_from_sync, interrupt_and_announce
 from .runtime import agent_config
 from .tools import PathError
 from .transcript import build_parts, status_text
@@ -51,15 +52,18 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
+    # A run whose process died shows as ended (and open pages are told).
+    interrupt_and_announce(expired().filter(id=conversation_id, owner=request.user))
     found = snapshot(conversation_id, request.user)
     if found is None:
         raise Http404("No such conversation")
     conversation, events = found
     partial = [e for e in events if e["type"] == "text_delta"]
     status = next((e for e in reversed(events) if e["type"] == "status"), None)
-    state = status["state"] if status and conversation.state == "running" else "idle"
-    if conversation.state == "error" and status:
-        state = "error"
+    # The status line shows how the last prompt ended, or what the running one is doing.
+    state = status["state"] if status else "idle"
+    if conversation.state == Conversation.State.IDLE:
+        state = "idle"
     context = {
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],

@@ -139,6 +139,8 @@ HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
 HARNESS_RUNS_PER_MINUTE = env_int("HARNESS_RUNS_PER_MINUTE", 10, minimum=1)
 HARNESS_CONCURRENT_RUNS = env_int("HARNESS_CONCURRENT_RUNS", 2, minimum=1)
+# Seconds a run's lease lasts; its process renews it every third of that.
+HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)
 
 # -- Production transport security (DJANGO_DEBUG not 1) ------------------------------------
 X_FRAME_OPTIONS = "DENY"

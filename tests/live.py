@@ -74,6 +74,12 @@ class LiveServer:
                 raise RuntimeError(f"daphne did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.15)
 
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, as in a crash."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

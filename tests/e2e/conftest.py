@@ -54,7 +54,7 @@ def live(tmp_path_factory, model):
     root = tmp_path_factory.mktemp("live")
     bash = "sandbox" if shutil.which("bwrap") else "off"
     server = LiveServer(root, ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=model.url,
-                        HARNESS_BASH=bash)  # fmt: skip
+                        HARNESS_BASH=bash, HARNESS_RUN_LEASE="3")  # fmt: skip
     server.start()
     server.create_users(*USERS)
     yield server

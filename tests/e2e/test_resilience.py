@@ -49,3 +49,36 @@ def test_page_opened_mid_run_joins_the_stream(new_context, fresh_model):
     wait_idle(page)
     assert parts(late) == parts(page)
     assert parts(late)[-1][2] == ANSWER
+
+
+def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh_model, live):
+    fresh_model.enqueue(text_reply(ANSWER, delay=0.02))
+    page = sign_in(new_context(), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "answer slowly")
+    page.wait_for_function(
+        "() => (document.querySelector('#live-text') || {innerText: ''}).innerText.length > 100"
+    )
+    live.kill()  # SIGKILL mid-stream
+    page.wait_for_selector("body[data-ws=closed]")
+    assert page.is_visible("#reconnecting")
+    live.start()  # same port, same database
+    page.wait_for_selector("body[data-ws=open]", timeout=30_000)
+    # The new process finds the dead run's lapsed lease and interrupts it; the page is told.
+    page.wait_for_function("() => document.querySelector('#status').dataset.state === 'error'",
+                           timeout=30_000)  # fmt: skip
+    assert page.is_hidden("#reconnecting")
+    assert page.locator("#live-text").count() == 0
+    text = page.locator("[data-part=text]").last.inner_text()
+    assert text.startswith("w0 w1 w2") and len(text) < len(ANSWER)
+    assert "server stopped" in page.locator("[data-part=error]").last.inner_text()
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.locator("[data-part=text]").last.inner_text() == text
+    fresh_model.enqueue(text_reply("working again"))
+    send(page, "are you back?")
+    page.wait_for_selector("text=working again")
+    sent = fresh_model.bodies[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"][0]["text"] == text  # the partial answer is in the history

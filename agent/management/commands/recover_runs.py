@@ -1,15 +1,29 @@
-"""Mark conversations left running by a stopped server as interrupted (single process)."""
+"""Mark conversations whose run's process is gone as interrupted."""
 
 from django.core.management.base import BaseCommand
 
 from agent.models import Conversation
-from agent.recovery import interrupt
+from agent.recovery import expired, interrupt
 
 
 class Command(BaseCommand):
-    help = "Mark every conversation still 'running' as interrupted. Run before the server starts."
+    help = (
+        "Mark runs whose lease has expired as interrupted. With --all (single-process "
+        "servers, at start-up), every conversation still 'running'."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            help="no server is running: every running conversation is stale",
+        )
 
     def handle(self, *args, **opts):
-        count = interrupt(Conversation.objects.filter(state=Conversation.State.RUNNING))
-        if count:
-            self.stdout.write(f"Marked {count} interrupted conversation(s).")
+        if opts["all"]:
+            running = Conversation.objects.filter(state=Conversation.State.RUNNING)
+            done = interrupt(running, only_expired=False)
+        else:
+            done = interrupt(expired())
+        if done:
+            self.stdout.write(f"Marked {len(done)} interrupted conversation(s).")
