@@ -6,14 +6,16 @@ import json
 import zipfile
 from io import BytesIO
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.http import HttpResponse
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from .export import conversation_json, conversation_markdown
-from .models import Conversation, Event, User
+from .models import ApiToken, Conversation, Event, User
+from .tokens import digest, new_token_value
 from .transcript import build_parts
 
 
@@ -129,3 +131,39 @@ class EventAdmin(admin.ModelAdmin):
     @admin.display(description="Payload")
     def pretty_payload(self, event: Event):
         return format_html("<pre>{}</pre>", json.dumps(event.payload, indent=2, ensure_ascii=False))
+
+
+@admin.action(description="Revoke selected tokens")
+def revoke_tokens(modeladmin, request, queryset):
+    count = queryset.filter(revoked__isnull=True).update(revoked=timezone.now())
+    messages.success(request, f"Revoked {count} token(s).")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "user", "name", "created", "last_used", "revoked")
+    list_filter = ("revoked", "created")
+    search_fields = ("user__username", "name", "prefix")
+    list_select_related = ("user",)
+    actions = (revoke_tokens,)
+    readonly_fields = ("prefix", "created", "last_used")
+
+    def get_fields(self, request, obj=None):
+        return ("user", "name") if obj is None else ("user", "name", *self.readonly_fields,
+                                                     "revoked")  # fmt: skip
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else ("user", *self.readonly_fields)
+
+    def save_model(self, request, obj, form, change):
+        if not change:  # a new token: generated here and shown this once
+            token = new_token_value()
+            obj.key_hash, obj.prefix = digest(token), token[:10]
+            super().save_model(request, obj, form, change)
+            messages.warning(
+                request,
+                f"New API token for {obj.user.username}: {token} "
+                "(copy it now; it is not stored and will not be shown again)",
+            )
+            return
+        super().save_model(request, obj, form, change)

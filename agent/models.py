@@ -87,3 +87,22 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API. Only its SHA-256 is stored; the token is shown once."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    # Lookups by hash on every API request.
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False)  # to recognise it in lists
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user.username}{', revoked' if self.revoked else ''})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -353,8 +354,9 @@ class RunManager:
             layer = get_channel_layer()
             self._channel = await layer.new_channel("runs.")
             self._loop = loop
-            self._listener = loop.create_task(self._listen(layer, self._channel))
-            self._reaper = loop.create_task(self._reap())
+            fresh = contextvars.Context  # not the request's context (see start())
+            self._listener = loop.create_task(self._listen(layer, self._channel), context=fresh())
+            self._reaper = loop.create_task(self._reap(), context=fresh())
         return self._channel
 
     async def _reap(self) -> None:
@@ -407,7 +409,9 @@ class RunManager:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(control_group(conversation_id), channel)
 
-        run.task = asyncio.create_task(main(), name=f"run-{key}")
+        # A fresh context: the run must not inherit the request's (asgiref binds thread-
+        # sensitive database calls to an executor that dies with the request or socket).
+        run.task = asyncio.create_task(main(), name=f"run-{key}", context=contextvars.Context())
         return run
 
     def cancel_local(self, conversation_id) -> bool:

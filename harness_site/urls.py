@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from agent import views
+from agent import api, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,6 +12,10 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
     path("files/", views.workspace_files, name="files"),
+    path("api/conversations", api.conversations, name="api_conversations"),
+    path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
+    path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
+    path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -101,3 +101,29 @@ def test_event_log_is_read_only_in_the_admin(client, staff, chat):
     response = client.post(f"/admin/agent/event/{event.id}/change/", {"type": "hacked"})
     event.refresh_from_db()
     assert event.type == "user" and response.status_code in (302, 403)
+
+
+def test_admin_creates_a_token_shown_once_and_stored_hashed(client, staff, chat):
+    from agent.models import ApiToken
+    from agent.tokens import digest, user_for_token
+
+    response = client.post("/admin/agent/apitoken/add/", {"user": chat.owner.id, "name": "laptop"},
+                           follow=True)  # fmt: skip
+    page = response.content.decode()
+    token = page.split("New API token for carol: ")[1].split(" ")[0]
+    assert token.startswith("hrn_")
+    record = ApiToken.objects.get(name="laptop")
+    assert record.key_hash == digest(token) and token not in str(record.__dict__)
+    assert user_for_token(f"Bearer {token}") == chat.owner
+    listing = client.get("/admin/agent/apitoken/").content.decode()
+    assert token not in listing and record.prefix in listing
+
+
+def test_admin_revokes_tokens(client, staff, chat):
+    from agent.tokens import create_token, user_for_token
+
+    record, token = create_token(chat.owner, "old")
+    client.post("/admin/agent/apitoken/", {"action": "revoke_tokens",
+                                           "_selected_action": [record.id]})  # fmt: skip
+    record.refresh_from_db()
+    assert record.revoked is not None and user_for_token(f"Bearer {token}") is None

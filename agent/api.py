@@ -1,0 +1,209 @@
+"""The HTTP + SSE API (interfaces §5): the seed protocol, per conversation.
+
+Authenticated with ``Authorization: Bearer <token>`` on every request; every answer about
+another user's conversation is 404; errors are JSON ``{"error", "message"}``. The event
+stream replays stored events after ``Last-Event-ID`` / ``?since`` and then goes live, with
+no gap and no duplicate (it joins the live group before reading the log, and skips by seq).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .conversations import _get_conversation_for_user, conversations_of, new_conversation, snapshot
+from .models import Conversation
+from .revocation import user_group
+from .runs import RunRefused, group_name, runs
+from .tokens import user_for_token
+from .views import TITLE_MAX, model_choices
+
+REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
+                  "not_found": 404, "forbidden": 403}  # fmt: skip
+
+
+def api_error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": code, "message": message}, status=status)
+
+
+def _check(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | None:
+    if request.method not in methods:
+        return api_error(405, "method_not_allowed", f"Use {' or '.join(methods)}.")
+    user = user_for_token(request.headers.get("Authorization"))
+    if user is None:
+        return api_error(401, "unauthorized", "A valid 'Authorization: Bearer' token is required.")
+    request.api_user = user
+    return None
+
+
+def api_view(*methods: str):
+    """Check the method and the bearer token (``request.api_user``) for a sync or async
+    view; tokens, not cookies, so no CSRF."""
+
+    def decorate(view):
+        if asyncio.iscoroutinefunction(view):
+
+            @wraps(view)
+            async def async_wrapper(request, *args, **kwargs):
+                refused = await sync_to_async(_check)(request, methods)
+                return refused or await view(request, *args, **kwargs)
+
+            return csrf_exempt(async_wrapper)
+
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            return _check(request, methods) or view(request, *args, **kwargs)
+
+        return csrf_exempt(wrapper)
+
+    return decorate
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any] | None:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _conversation_json(c: Conversation) -> dict[str, Any]:
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+
+
+@api_view("GET", "POST")
+def conversations(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        items = [_conversation_json(c) for c in conversations_of(request.api_user)[:1000]]
+        return JsonResponse({"conversations": items})
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", "The body must be a JSON object.")
+    title, model = body.get("title", ""), body.get("model", settings.HARNESS_MODEL)
+    if not isinstance(title, str) or len(title) > TITLE_MAX:
+        return api_error(400, "bad_request", f"'title' must be a string of at most {TITLE_MAX}.")
+    if model not in dict(model_choices()):
+        return api_error(400, "bad_request", f"Unknown model {str(model)[:100]!r}.")
+    conversation = new_conversation(request.api_user, model)
+    if title.strip():
+        conversation.title = " ".join(title.split())
+        conversation.save(update_fields=["title"])
+    return JsonResponse({"id": str(conversation.id)}, status=201)
+
+
+async def _owned(request: HttpRequest, conversation_id) -> Conversation | None:
+    return await sync_to_async(_get_conversation_for_user)(conversation_id, request.api_user)
+
+
+@api_view("POST")
+async def prompt(request: HttpRequest, conversation_id) -> JsonResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    body = _json_body(request)
+    content = body.get("content") if body is not None else None
+    if not isinstance(content, str) or not content.strip():
+        return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
+    if len(content) > settings.HARNESS_MAX_PROMPT_CHARS:
+        return api_error(400, "prompt_too_large", f"The prompt is {len(content):,} characters; "
+                         f"the limit is {settings.HARNESS_MAX_PROMPT_CHARS:,}.")  # fmt: skip
+    try:
+        await runs.start(conversation.id, request.api_user.pk, content)
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"accepted": True}, status=202)
+
+
+@api_view("POST")
+async def cancel(request: HttpRequest, conversation_id) -> JsonResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    if conversation.state != Conversation.State.RUNNING:
+        return JsonResponse({"cancelled": False})
+    await runs.cancel(conversation.id)  # here or, through the channel layer, elsewhere
+    return JsonResponse({"cancelled": True})
+
+
+def _since(request: HttpRequest) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("since") or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _frame(event: dict[str, Any]) -> str:
+    return f"id: {event['seq']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+@api_view("GET")
+async def events(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    since = _since(request)
+    if since is None:
+        return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
+    user = request.api_user
+    layer = get_channel_layer()
+    channel = await layer.new_channel("sse.")
+    groups = [group_name(conversation.id), user_group(user.pk)]
+    for group in groups:  # join before reading the log: nothing can fall in between
+        await layer.group_add(group, channel)
+    heartbeat = settings.HARNESS_SSE_HEARTBEAT
+
+    async def replay(after: int) -> tuple[list[str], int]:
+        found = await sync_to_async(snapshot)(conversation.id, user, after)
+        if found is None:
+            return [], -1
+        current, events = found
+        return [_frame(e) for e in events if e["seq"] > after], current.last_seq
+
+    async def stream():
+        try:
+            frames, sent = await replay(since)
+            for frame in frames:
+                yield frame
+            sent = max(sent, since)
+            while sent >= 0:
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), heartbeat)
+                except TimeoutError:
+                    if (
+                        await sync_to_async(_get_conversation_for_user)(conversation.id, user)
+                        is None
+                    ):
+                        return  # deleted, or the user lost access
+                    yield ": heartbeat\n\n"
+                    continue
+                if message.get("type") == "user.revoked":
+                    return
+                if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
+                    continue
+                if message["seq_from"] > sent + 1:  # messages were dropped: fill from the log
+                    frames, upto = await replay(sent)
+                    for frame in frames:
+                        yield frame
+                    sent = max(sent, upto)
+                for event in message["events"]:
+                    if event["seq"] > sent:
+                        yield _frame(event)
+                        sent = event["seq"]
+        finally:
+            for group in groups:
+                await layer.group_discard(group, channel)
+
+    response = StreamingHttpResponse(stream(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
+    return response

@@ -1,0 +1,80 @@
+"""A small stdlib client for the HTTP + SSE API, for tests and the load script."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from urllib.parse import urlparse
+
+
+class Api:
+    def __init__(self, base_url: str, token: str | None):
+        parsed = urlparse(base_url)
+        self.host, self.port, self.token = parsed.hostname, parsed.port, token
+
+    def _headers(self, extra: dict | None = None) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        headers.update(extra or {})
+        return headers
+
+    def call(self, method: str, path: str, body=None, raw: bytes | None = None):
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        connection.request(method, path, body=data, headers=self._headers())
+        response = connection.getresponse()
+        text = response.read().decode()
+        connection.close()
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            payload = text
+        return response.status, payload
+
+    def events(self, conversation_id: str, *, since: int | None = None,
+               last_event_id: int | None = None, timeout: float = 30):  # fmt: skip
+        """Open the SSE stream; returns an iterator of ("event", id, data) and
+        ("comment", text) items, and the response status."""
+        path = f"/api/conversations/{conversation_id}/events"
+        if since is not None:
+            path += f"?since={since}"
+        extra = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        connection.request("GET", path, headers=self._headers(extra))
+        response = connection.getresponse()
+        return response, _parse(response, connection)
+
+
+def _parse(response, connection):
+    event_id, data = None, []
+    try:
+        while True:
+            line = response.readline()
+            if not line:
+                return
+            line = line.decode().rstrip("\n")
+            if line.startswith(":"):
+                yield ("comment", line[1:].strip())
+            elif line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                data.append(line[6:])
+            elif line == "" and data:
+                yield ("event", event_id, json.loads("\n".join(data)))
+                event_id, data = None, []
+    finally:
+        connection.close()
+
+
+def read_until(stream, predicate, timeout: float = 20.0) -> list:
+    """Items from the stream up to and including the first that satisfies ``predicate``."""
+    items, deadline = [], time.monotonic() + timeout
+    for item in stream:
+        items.append(item)
+        if predicate(item):
+            return items
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"stream ended or timed out; got {items[-5:]}")

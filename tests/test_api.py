@@ -1,0 +1,203 @@
+"""The HTTP + SSE API (interfaces §5), every row, against a live Daphne server."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.api_client import Api, read_until
+from tests.live import LiveServer
+from tests.model_server import ModelServer, echo_fallback, text_reply, tool_reply
+
+
+@pytest.fixture(scope="module")
+def model():
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, model):
+    server = LiveServer(tmp_path_factory.mktemp("api"), ANTHROPIC_API_KEY="test-key",
+                        ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
+                        HARNESS_SSE_HEARTBEAT="1", HARNESS_RUNS_PER_MINUTE="100",
+                        HARNESS_CONCURRENT_RUNS="5")  # fmt: skip
+    server.start()
+    server.create_users("alice", "bob")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh(model):
+    model.reset()
+    model.fallback = echo_fallback
+    return model
+
+
+@pytest.fixture(scope="module")
+def alice(live):
+    return Api(live.url, live.manage("create_api_token", "alice").strip())
+
+
+@pytest.fixture(scope="module")
+def bob(live):
+    return Api(live.url, live.manage("create_api_token", "bob", "--name", "ci").strip())
+
+
+def new_conversation(api: Api, **body) -> str:
+    status, payload = api.call("POST", "/api/conversations", body)
+    assert status == 201, payload
+    return payload["id"]
+
+
+def wait_state(api: Api, conversation_id: str, state: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = api.call("GET", "/api/conversations")[1]["conversations"]
+        if next(c for c in listed if c["id"] == conversation_id)["state"] == state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{conversation_id} never became {state}")
+
+
+def is_final(item) -> bool:
+    return (
+        item[0] == "event" and item[2]["type"] == "status" and item[2]["state"] in ("idle", "error")
+    )
+
+
+def test_create_and_list_conversations(alice, bob):
+    first = new_conversation(alice, title="  API   chat ", model="claude-sonnet-4-5")
+    assert uuid.UUID(first)
+    second = new_conversation(alice)
+    status, payload = alice.call("GET", "/api/conversations")
+    assert status == 200
+    mine = {c["id"]: c for c in payload["conversations"]}
+    assert {first, second} <= set(mine)
+    assert mine[first]["title"] == "API chat" and mine[first]["state"] == "idle"
+    assert set(mine[first]) == {"id", "title", "created", "state"}
+    theirs = {c["id"] for c in bob.call("GET", "/api/conversations")[1]["conversations"]}
+    assert first not in theirs and second not in theirs
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"title": 5}', b'{"model": "gpt-4"}'])
+def test_create_with_a_bad_body_is_400(alice, raw):
+    status, payload = alice.call("POST", "/api/conversations", raw=raw)
+    assert status == 400 and payload["error"] == "bad_request" and payload["message"]
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "hrn_not-a-real-token"])
+def test_a_missing_or_wrong_token_is_401(live, token):
+    api = Api(live.url, token)
+    for method, path in [("GET", "/api/conversations"), ("POST", "/api/conversations"),
+                         ("POST", f"/api/conversations/{uuid.uuid4()}/prompt")]:  # fmt: skip
+        status, payload = api.call(method, path, {})
+        assert status == 401 and payload["error"] == "unauthorized"
+
+
+def test_wrong_method_is_405(alice):
+    status, payload = alice.call("DELETE", "/api/conversations")
+    assert status == 405 and payload["error"] == "method_not_allowed"
+
+
+def test_another_users_conversation_is_404_on_every_endpoint(alice, bob):
+    conversation = new_conversation(alice)
+    base = f"/api/conversations/{conversation}"
+    for method, path, body in [("POST", f"{base}/prompt", {"content": "hi"}),
+                               ("POST", f"{base}/cancel", None)]:  # fmt: skip
+        status, payload = bob.call(method, path, body)
+        assert status == 404 and payload["error"] == "not_found"
+    response, _ = bob.events(conversation)
+    assert response.status == 404
+    response.close()
+
+
+def test_prompt_streams_over_sse_replay_and_live_without_gaps(alice, fresh):
+    conversation = new_conversation(alice)
+    response, stream = alice.events(conversation)
+    assert response.status == 200
+    assert response.getheader("Content-Type").startswith("text/event-stream")
+    fresh.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("Done listing.", delay=0.01))
+    status, payload = alice.call("POST", f"/api/conversations/{conversation}/prompt",
+                                 {"content": "list it"})  # fmt: skip
+    assert (status, payload) == (202, {"accepted": True})
+    items = read_until(stream, is_final)
+    events = [item[2] for item in items if item[0] == "event"]
+    assert [item[1] for item in items if item[0] == "event"] == [e["seq"] for e in events]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1))  # live: every seq, deltas included
+    kinds = [e["type"] for e in events if e["type"] != "text_delta"]
+    assert kinds[0] == "user" and "tool_call" in kinds and "tool_result" in kinds
+    assert kinds[-1] == "status" and events[-1]["state"] == "idle"
+    assert all({"type", "seq", "timestamp"} <= set(e) for e in events)
+
+    # Replay: from the start, after ?since, and after Last-Event-ID; stored events only.
+    _, replay = alice.events(conversation)
+    stored = [item[2] for item in read_until(replay, is_final) if item[0] == "event"]
+    assert [e["type"] for e in stored] == kinds
+    middle = stored[2]["seq"]
+    for kwargs in ({"since": middle}, {"last_event_id": middle}):
+        _, after = alice.events(conversation, **kwargs)
+        got = [item[2] for item in read_until(after, is_final) if item[0] == "event"]
+        assert got == [e for e in stored if e["seq"] > middle]
+
+
+def test_sse_sends_heartbeats(alice):
+    conversation = new_conversation(alice)
+    _, stream = alice.events(conversation)
+    assert read_until(stream, lambda item: item == ("comment", "heartbeat"), timeout=5)
+
+
+def test_sse_rejects_a_bad_since(alice):
+    conversation = new_conversation(alice)
+    response, _ = alice.events(conversation, since=-3)
+    assert response.status == 400
+    response.close()
+
+
+def test_second_prompt_while_running_is_409_and_cancel_reports(alice, fresh):
+    conversation = new_conversation(alice)
+    assert alice.call("POST", f"/api/conversations/{conversation}/cancel") == (
+        200, {"cancelled": False})  # fmt: skip
+    fresh.enqueue(text_reply("slow " * 300, delay=0.01))
+    assert alice.call("POST", f"/api/conversations/{conversation}/prompt",
+                      {"content": "one"})[0] == 202  # fmt: skip
+    wait_state(alice, conversation, "running")
+    status, payload = alice.call("POST", f"/api/conversations/{conversation}/prompt",
+                                 {"content": "two"})  # fmt: skip
+    assert status == 409 and payload["error"] == "prompt_running"
+    assert alice.call("POST", f"/api/conversations/{conversation}/cancel") == (
+        200, {"cancelled": True})  # fmt: skip
+    wait_state(alice, conversation, "error")
+    _, replay = alice.events(conversation)
+    stored = [item[2] for item in read_until(replay, is_final) if item[0] == "event"]
+    assert [e.get("code") for e in stored if e["type"] == "error"] == ["cancelled"]
+    assert [e["content"] for e in stored if e["type"] == "user"] == ["one"]
+
+
+@pytest.mark.parametrize(
+    "raw", [b"", b"nope", b'{"content": ""}', b'{"content": 3}', b'["content"]', b"{}"]
+)
+def test_prompt_with_a_bad_body_is_400(alice, raw):
+    conversation = new_conversation(alice)
+    status, payload = alice.call("POST", f"/api/conversations/{conversation}/prompt", raw=raw)
+    assert status == 400 and payload["error"] == "bad_request"
+
+
+def test_a_revoked_token_stops_working(live):
+    token = live.manage("create_api_token", "bob").strip()
+    api = Api(live.url, token)
+    assert api.call("GET", "/api/conversations")[0] == 200
+    live.manage("shell", "-c", "from agent.models import ApiToken; from django.utils import "
+                "timezone; ApiToken.objects.filter(user__username='bob').update("
+                "revoked=timezone.now())")  # fmt: skip
+    assert api.call("GET", "/api/conversations")[0] == 401
+
+
+def test_create_api_token_for_an_unknown_user_fails(live):
+    with pytest.raises(RuntimeError, match="no user named"):
+        live.manage("create_api_token", "nobody-here")
