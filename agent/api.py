@@ -155,6 +155,7 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
     if since is None:
         return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
     user = request.api_user
+    await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
     channel = await layer.new_channel("sse.")
     groups = [group_name(conversation.id), user_group(user.pk)]

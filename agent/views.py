@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import connection
@@ -140,6 +144,14 @@ def workspace_files(request: HttpRequest) -> HttpResponse:
     return render(request, template, context, status=status)
 
 
+async def _channel_layer_roundtrip() -> None:
+    layer = get_channel_layer()
+    channel = await layer.new_channel("health.")
+    async with asyncio.timeout(3):
+        await layer.send(channel, {"type": "health.ping"})
+        assert (await layer.receive(channel))["type"] == "health.ping"
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {}
@@ -149,6 +161,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
         checks["database"] = "ok"
     except Exception as exc:  # the point is to report any failure
         checks["database"] = f"error: {type(exc).__name__}"
+    try:
+        async_to_sync(_channel_layer_roundtrip)()
+        checks["channel_layer"] = "ok"
+    except Exception as exc:
+        checks["channel_layer"] = f"error: {type(exc).__name__}"
     healthy = all(v == "ok" for v in checks.values())
     status = 200 if healthy else 503
     return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=status)

@@ -14,33 +14,13 @@ import uuid
 import pytest
 
 from tests.conftest import REPO, require_service
-
-PG_URL = os.environ.get("HARNESS_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("HARNESS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def _pg_connect(url):
-    import psycopg
-
-    try:
-        return psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True,
-                               connect_timeout=3)  # fmt: skip
-    except psycopg.OperationalError as exc:
-        require_service("PostgreSQL", f"{PG_URL}: {exc}")
+from tests.services import REDIS_URL, fresh_pg_database
 
 
 @pytest.fixture
 def pg_database():
-    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
-    admin = _pg_connect(PG_URL)
-    name = f"harness_test_{uuid.uuid4().hex[:10]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_URL.rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with fresh_pg_database() as url:
+        yield url
 
 
 def _django(code: str, **env_extra) -> subprocess.CompletedProcess:

@@ -48,7 +48,8 @@ def test_login_page_renders_with_csrf(client):
 def test_healthz_reports_database_ok(client):
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json()["status"] == "ok" and response.json()["database"] == "ok"
+    body = response.json()
+    assert body == {"status": "ok", "database": "ok", "channel_layer": "ok"}
 
 
 def test_prompt_history_is_fifo_100_deduplicated(user):

@@ -1,0 +1,124 @@
+"""Two Daphne processes behind one database (PostgreSQL) and one channel layer (Redis):
+every conversation is shared, cancel crosses processes, a killed process's run is
+recovered by the other."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.api_client import Api, read_until
+from tests.live import LiveServer
+from tests.model_server import ModelServer, echo_fallback, text_reply
+from tests.services import fresh_pg_database, require_redis
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture(scope="module")
+def model():
+    server = ModelServer().start()
+    server.fallback = echo_fallback
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, model):
+    redis_url = require_redis()
+    with fresh_pg_database() as database_url:
+        env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url,
+               "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": model.url,
+               "HARNESS_BASH": "off", "HARNESS_RUN_LEASE": "3", "HARNESS_SSE_HEARTBEAT": "1",
+               "HARNESS_RUNS_PER_MINUTE": "100"}  # fmt: skip
+        shared = tmp_path_factory.mktemp("cluster")
+        a = LiveServer(shared / "a", **env)
+        b = LiveServer(shared / "b", **env)
+        for server in (a, b):
+            server.root.mkdir()
+            server.env["HARNESS_WORKSPACES"] = str(shared / "workspaces")
+        a.start()
+        b.start()
+        a.create_users("olga")
+        token = a.manage("create_api_token", "olga").strip()
+        yield a, b, Api(a.url, token), Api(b.url, token)
+        a.stop()
+        b.stop()
+
+
+def events_of(items):
+    return [item[2] for item in items if item[0] == "event"]
+
+
+def is_final(item) -> bool:
+    return (
+        item[0] == "event" and item[2]["type"] == "status" and item[2]["state"] in ("idle", "error")
+    )
+
+
+def test_healthz_checks_postgres_and_redis_on_both_processes(cluster):
+    import json
+    import urllib.request
+
+    for server in cluster[:2]:
+        with urllib.request.urlopen(f"{server.url}/healthz") as response:
+            assert json.loads(response.read()) == {
+                "status": "ok",
+                "database": "ok",
+                "channel_layer": "ok",
+            }
+
+
+def test_a_stream_on_one_process_sees_a_run_started_on_the_other(cluster, model):
+    _, _, on_a, on_b = cluster
+    conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
+    _, stream = on_a.events(conversation)
+    model.enqueue(text_reply("served by B, seen on A", delay=0.005))
+    assert on_b.call("POST", f"/api/conversations/{conversation}/prompt",
+                     {"content": "hello"})[0] == 202  # fmt: skip
+    events = events_of(read_until(stream, is_final))
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert next(e for e in events if e["type"] == "text")["content"] == "served by B, seen on A"
+    assert events[-1]["state"] == "idle"
+
+
+def test_cancel_through_one_process_stops_a_run_on_the_other(cluster, model):
+    _, _, on_a, on_b = cluster
+    conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
+    _, stream = on_a.events(conversation)
+    model.enqueue(text_reply("long " * 2000, delay=0.01))
+    on_b.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on B"})
+    read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
+    started = time.monotonic()
+    assert on_a.call("POST", f"/api/conversations/{conversation}/cancel") == (
+        200, {"cancelled": True})  # fmt: skip
+    events = events_of(read_until(stream, is_final))
+    assert time.monotonic() - started < 2.0
+    assert [e["code"] for e in events if e["type"] == "error"] == ["cancelled"]
+    partial = [e for e in events if e["type"] == "text"]
+    assert partial and partial[0]["content"].startswith("long long")
+
+
+def test_a_killed_processs_run_is_recovered_by_the_other(cluster, model):
+    a, b, on_a, on_b = cluster
+    conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
+    _, stream = on_a.events(conversation)
+    model.enqueue(text_reply("doomed " * 2000, delay=0.01))
+    on_b.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on B"})
+    read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
+    b.kill()  # SIGKILL: its lease stops being renewed
+    try:
+        events = events_of(read_until(stream, is_final, timeout=20))
+        assert [e["code"] for e in events if e["type"] == "error"] == ["interrupted"]
+        text = [e for e in events if e["type"] == "text"]
+        assert text and text[-1]["content"].startswith("doomed doomed")
+        model.enqueue(text_reply("A carries on"))
+        assert on_a.call("POST", f"/api/conversations/{conversation}/prompt",
+                         {"content": "still there?"})[0] == 202  # fmt: skip
+        events = events_of(read_until(stream, is_final))
+        assert next(e for e in events if e["type"] == "text")["content"] == "A carries on"
+        sent = model.bodies[-1]["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    finally:
+        b.start()
