@@ -157,7 +157,7 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
     user = request.api_user
     await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
-    channel = await layer.new_channel("sse.")
+    channel = await layer.new_channel()
     groups = [group_name(conversation.id), user_group(user.pk)]
     for group in groups:  # join before reading the log: nothing can fall in between
         await layer.group_add(group, channel)

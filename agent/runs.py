@@ -352,7 +352,9 @@ class RunManager:
         loop = asyncio.get_running_loop()
         if self._channel is None or self._loop is not loop or self._listener.done():
             layer = get_channel_layer()
-            self._channel = await layer.new_channel("runs.")
+            # The default prefix, always: channels_redis pops one key per prefix under one
+            # lock per process, so a channel with another prefix starves every socket.
+            self._channel = await layer.new_channel()
             self._loop = loop
             fresh = contextvars.Context  # not the request's context (see start())
             self._listener = loop.create_task(self._listen(layer, self._channel), context=fresh())

@@ -146,7 +146,7 @@ def workspace_files(request: HttpRequest) -> HttpResponse:
 
 async def _channel_layer_roundtrip() -> None:
     layer = get_channel_layer()
-    channel = await layer.new_channel("health.")
+    channel = await layer.new_channel()
     async with asyncio.timeout(3):
         await layer.send(channel, {"type": "health.ping"})
         assert (await layer.receive(channel))["type"] == "health.ping"

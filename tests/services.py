@@ -47,3 +47,28 @@ def require_redis() -> str:
     except OSError as exc:
         require_service("Redis", f"{REDIS_URL}: {exc}")
     return REDIS_URL
+
+
+@contextmanager
+def two_servers(root, model_url: str, *users: str):
+    """Two live servers sharing a fresh PostgreSQL database and Redis."""
+    from tests.live import LiveServer
+
+    redis_url = require_redis()
+    with fresh_pg_database() as database_url:
+        env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url,
+               "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": model_url,
+               "HARNESS_BASH": "off", "HARNESS_RUN_LEASE": "3", "HARNESS_SSE_HEARTBEAT": "1",
+               "HARNESS_RUNS_PER_MINUTE": "100"}  # fmt: skip
+        servers = [LiveServer(root / name, **env) for name in ("a", "b")]
+        for server in servers:
+            server.root.mkdir()
+            server.env["HARNESS_WORKSPACES"] = str(root / "workspaces")
+        try:
+            for server in servers:
+                server.start()
+            servers[0].create_users(*users)
+            yield servers
+        finally:
+            for server in servers:
+                server.stop()

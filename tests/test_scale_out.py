@@ -9,9 +9,8 @@ import time
 import pytest
 
 from tests.api_client import Api, read_until
-from tests.live import LiveServer
 from tests.model_server import ModelServer, echo_fallback, text_reply
-from tests.services import fresh_pg_database, require_redis
+from tests.services import two_servers
 
 pytestmark = pytest.mark.services
 
@@ -26,25 +25,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, model):
-    redis_url = require_redis()
-    with fresh_pg_database() as database_url:
-        env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url,
-               "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": model.url,
-               "HARNESS_BASH": "off", "HARNESS_RUN_LEASE": "3", "HARNESS_SSE_HEARTBEAT": "1",
-               "HARNESS_RUNS_PER_MINUTE": "100"}  # fmt: skip
-        shared = tmp_path_factory.mktemp("cluster")
-        a = LiveServer(shared / "a", **env)
-        b = LiveServer(shared / "b", **env)
-        for server in (a, b):
-            server.root.mkdir()
-            server.env["HARNESS_WORKSPACES"] = str(shared / "workspaces")
-        a.start()
-        b.start()
-        a.create_users("olga")
+    with two_servers(tmp_path_factory.mktemp("cluster"), model.url, "olga") as (a, b):
         token = a.manage("create_api_token", "olga").strip()
         yield a, b, Api(a.url, token), Api(b.url, token)
-        a.stop()
-        b.stop()
 
 
 def events_of(items):

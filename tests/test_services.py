@@ -69,3 +69,24 @@ async def test_redis_url_selects_channels_redis_and_delivers_messages():
         REDIS_URL=REDIS_URL,
     )
     assert proc.stdout.strip() == "channels_redis.core.RedisChannelLayer", proc.stderr
+
+
+def test_redis_layer_from_settings_receives_after_a_quiet_spell():
+    """A receive that waits longer than channels_redis's 5 s blocking pop still works (redis-
+    py 8's default 5 s socket timeout used to break it)."""
+    code = (
+        "import asyncio, django; django.setup()\n"
+        "from channels.layers import get_channel_layer\n"
+        "async def main():\n"
+        "    layer = get_channel_layer()\n"
+        "    channel = await layer.new_channel()\n"
+        "    async def later():\n"
+        "        await asyncio.sleep(6.5)\n"
+        "        await layer.send(channel, {'type': 'late'})\n"
+        "    task = asyncio.create_task(later())\n"
+        "    print((await layer.receive(channel))['type'])\n"
+        "    await task\n"
+        "asyncio.run(main())\n"
+    )
+    proc = _django(code, REDIS_URL=REDIS_URL)
+    assert proc.returncode == 0 and proc.stdout.strip() == "late", proc.stderr[-2000:]
