@@ -57,6 +57,7 @@ class FragmentRenderer:
     def __init__(self) -> None:
         self.calls: dict[str, dict[str, Any]] = {}
         self.live = False
+        self.last_prompt = ""
 
     def render(self, events: list[dict[str, Any]], conversation: Any) -> str:
         out: list[str] = []
@@ -121,7 +122,9 @@ class FragmentRenderer:
                     )
                 )
             else:
-                part = part_for(event)
+                if kind == "user":
+                    self.last_prompt = event["content"]
+                part = part_for(event, self.last_prompt)
                 if part is not None:
                     parts.append(part)
         flush_deltas()

@@ -13,6 +13,9 @@ from typing import Any
 
 from .rendering import render_markdown
 
+# Errors that say nothing about the prompt itself (the API was down, the stream broke, the
+# server stopped): offer to send the same prompt again.
+NOT_RETRYABLE = {"cancelled", "max_turns", "max_tokens", "refusal", "invalid_tool_input"}
 RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
                "error": "Error: {message}", "idle": ""}  # fmt: skip
@@ -25,6 +28,7 @@ class Part:
     content: str = ""
     html: str = ""  # sanitized markdown (text parts only)
     code: str = ""  # error parts
+    retry: str = ""  # error parts: the prompt a Retry button sends again
     tool: ToolView | None = None
 
 
@@ -103,8 +107,9 @@ def _diff_class(line: str) -> str:
     return "diff-ctx"
 
 
-def part_for(event: dict[str, Any]) -> Part | None:
-    """The part a single (non-tool) event shows as, or None."""
+def part_for(event: dict[str, Any], last_prompt: str = "") -> Part | None:
+    """The part a single (non-tool) event shows as, or None. ``last_prompt``: the prompt
+    the event's run answered (an error part offers to retry it)."""
     kind, seq = event["type"], event["seq"]
     if kind == "user":
         return Part("user", seq, content=event["content"])
@@ -113,14 +118,19 @@ def part_for(event: dict[str, Any]) -> Part | None:
     if kind == "reasoning":
         return Part("reasoning", seq, content=event["content"])
     if kind == "error":
-        return Part("error", seq, content=event["message"], code=event.get("code", ""))
+        code = event.get("code", "")
+        retry = last_prompt if code not in NOT_RETRYABLE else ""
+        return Part("error", seq, content=event["message"], code=code, retry=retry)
     return None
 
 
 def build_parts(events: list[dict[str, Any]]) -> list[Part]:
     parts: list[Part] = []
     tools: dict[str, Part] = {}
+    last_prompt = ""
     for event in events:
+        if event["type"] == "user":
+            last_prompt = event["content"]
         if event["type"] == "tool_call":
             part = Part("tool", event["seq"], tool=tool_view(event))
             tools[str(event["id"])] = part
@@ -130,7 +140,7 @@ def build_parts(events: list[dict[str, Any]]) -> list[Part]:
             if part is not None and part.tool is not None:
                 apply_result(part.tool, event)
         else:
-            part = part_for(event)
+            part = part_for(event, last_prompt)
             if part is not None:
                 parts.append(part)
     return parts

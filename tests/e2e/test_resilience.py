@@ -82,3 +82,30 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
     sent = fresh_model.bodies[-1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     assert sent[1]["content"][0]["text"] == text  # the partial answer is in the history
+
+
+def test_upstream_failure_shows_the_api_message_and_retry_resends_the_prompt(
+    new_context, fresh_model
+):
+    from tests.model_server import HttpError
+
+    overloaded = HttpError(529, "overloaded_error", "Overloaded, try later",
+                           {"retry-after-ms": "5"})  # fmt: skip
+    fresh_model.enqueue(overloaded, overloaded, overloaded)  # the SDK retries twice
+    page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "please summarise the repo")
+    page.wait_for_function("() => document.querySelector('#status').dataset.state === 'error'")
+    error = page.locator("[data-part=error]").last
+    assert "Overloaded, try later" in error.inner_text() and "529" in error.inner_text()
+    assert "Overloaded" in page.inner_text("#status")
+    fresh_model.enqueue(text_reply("Here is the summary."))
+    error.locator("button.retry").click()
+    page.wait_for_selector("text=Here is the summary.")
+    wait_idle(page)
+    users = page.locator("[data-part=user]")
+    assert users.count() == 2 and users.last.inner_text() == "please summarise the repo"
+    assert fresh_model.bodies[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "please summarise the repo"}]}
+    ]  # the failed attempt left no trace in the history sent upstream
