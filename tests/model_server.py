@@ -140,8 +140,8 @@ def message_end(stop_reason: str = "end_turn", output_tokens: int = 20) -> list[
 PING = ("ping", {"type": "ping"})
 
 
-def text_reply(text: str, **kw: Any) -> Stream:
-    return Stream([message_start(), PING, *text_block(0, text), *message_end()], **kw)
+def text_reply(text: str, chunk: int = 8, **kw: Any) -> Stream:
+    return Stream([message_start(), PING, *text_block(0, text, chunk), *message_end()], **kw)
 
 
 def tool_reply(*calls: tuple[str, dict[str, Any]], text: str | None = None, **kw: Any) -> Stream:

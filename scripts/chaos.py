@@ -1,0 +1,284 @@
+#!/usr/bin/env python
+"""Load and chaos test: N simulated users chat over WebSocket while connections drop.
+
+Each user has a signed-in session and a conversation of their own, sends prompts, and
+receives the live stream the way the page does (seq-ranged batches; a sync on connect, on
+a gap or an overlap). At random moments a user's socket is dropped mid-run and reconnected
+after a random pause. At the end every user's view is compared with the server's event
+log: events delivered, lost and duplicated, per user and in total.
+
+    python scripts/chaos.py --spawn --users 200            # own server + test model server
+    python scripts/chaos.py --url http://127.0.0.1:8000    # a running server; users are
+                                                           # created through manage.py with
+                                                           # this environment (same DB)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MARKER = re.compile(
+    r'^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?'
+)
+# Final parts only: the live block of a streaming answer ("part text live") is transient.
+PART = re.compile(r'class="part (user|text|error)" data-part="\w+" data-seq="(\d+)"')
+
+SETUP = """
+import json
+from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.auth import SESSION_KEY, BACKEND_SESSION_KEY, HASH_SESSION_KEY
+from agent.models import User, Conversation
+out = []
+for i in range({n}):
+    user, _ = User.objects.get_or_create(username=f"chaos{{i}}")
+    conversation = Conversation.objects.create(owner=user, model="claude-haiku-4-5")
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    out.append({{"user": user.username, "conversation": str(conversation.id),
+                "session": session.session_key}})
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class UserStats:
+    name: str
+    conversation: str
+    session: str
+    last_seq: int = 0
+    applied: list[tuple[int, int]] = field(default_factory=list)
+    parts_seen: dict[str, int] = field(default_factory=dict)  # (kind) -> count, by seq
+    part_seqs: set = field(default_factory=set)
+    frames: int = 0
+    dropped_frames: int = 0
+    syncs: int = 0
+    disconnects: int = 0
+    prompts_done: int = 0
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Client:
+    """The page's delivery protocol, without the page."""
+
+    def __init__(self, stats: UserStats, ws_url: str, origin: str):
+        self.s, self.ws_url, self.origin = stats, ws_url, origin
+        self.syncing = False
+        self.ws = None
+
+    async def connect(self):
+        from websockets.asyncio.client import connect
+
+        self.ws = await connect(self.ws_url, origin=self.origin, open_timeout=20,
+                                additional_headers={"Cookie": f"sessionid={self.s.session}"},
+                                max_size=None)  # fmt: skip
+        self.syncing = False
+        await self.sync()
+
+    async def sync(self):
+        if not self.syncing:
+            self.syncing = True
+            self.s.syncs += 1
+            await self.ws.send(json.dumps({"action": "sync", "after": self.s.last_seq}))
+
+    async def handle(self, message: str) -> None:
+        self.s.frames += 1
+        match = MARKER.match(message)
+        if not match:
+            if 'data-part="error"' in message:
+                self.s.errors.append(re.sub(r"<[^>]+>", " ", message)[:200])
+            return
+        start, end, reply = int(match[1]), int(match[2]), bool(match[3])
+        if reply:
+            self.syncing = False
+            if start == self.s.last_seq + 1:
+                return self.apply(start, end, message)
+            self.s.dropped_frames += 1
+            if end > self.s.last_seq:
+                await self.sync()
+            return
+        if self.syncing:
+            self.s.dropped_frames += 1
+            return
+        if start == self.s.last_seq + 1:
+            return self.apply(start, end, message)
+        self.s.dropped_frames += 1
+        if end > self.s.last_seq:
+            await self.sync()
+
+    def apply(self, start: int, end: int, message: str) -> None:
+        if end >= start:
+            self.s.applied.append((start, end))
+        self.s.last_seq = max(self.s.last_seq, end)
+        for kind, seq in PART.findall(message):
+            key = (kind, int(seq))
+            self.s.parts_seen[key] = self.s.parts_seen.get(key, 0) + 1
+
+
+async def run_user(stats: UserStats, base: str, prompts: int, drop_rate: float, rng) -> None:
+    ws_base = base.replace("http://", "ws://").replace("https://", "wss://")
+    client = Client(stats, f"{ws_base}/ws/c/{stats.conversation}/", base)
+    await client.connect()
+    for n in range(prompts):
+        started = time.monotonic()
+        await client.ws.send(json.dumps({"content": f"chaos prompt {n} from {stats.name}"}))
+        drop_at = started + rng.uniform(0.05, 1.5) if rng.random() < drop_rate else None
+        done = False
+        while not done:
+            timeout = None if drop_at is None else max(0.0, drop_at - time.monotonic())
+            try:
+                message = await asyncio.wait_for(client.ws.recv(), timeout=timeout or 60)
+            except TimeoutError:
+                if drop_at is None:
+                    stats.errors.append("no frame for 60 s")
+                    return
+                stats.disconnects += 1
+                client.ws.transport.abort()  # drop it, as a network would
+                drop_at = None
+                await asyncio.sleep(rng.uniform(0.05, 0.5))
+                await client.connect()
+                continue
+            await client.handle(message)
+            ended = 'data-state="idle"' in message or 'data-state="error"' in message
+            done = ended and bool(MARKER.match(message))
+        stats.prompts_done += 1
+        stats.latencies.append(time.monotonic() - started)
+    await client.ws.close()
+
+
+def server_truth(base: str, stats: UserStats) -> dict[tuple[str, int], int]:
+    request = urllib.request.Request(f"{base}/c/{stats.conversation}/",
+                                     headers={"Cookie": f"sessionid={stats.session}"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:
+        page = response.read().decode()
+    truth: dict[tuple[str, int], int] = {}
+    for kind, seq in PART.findall(page.split('id="messages"', 1)[1].split('id="sync-state"')[0]):
+        truth[(kind, int(seq))] = truth.get((kind, int(seq)), 0) + 1
+    return truth
+
+
+def report(all_stats: list[UserStats], base: str, elapsed: float) -> dict:
+    rows, totals = [], {"delivered": 0, "lost": 0, "duplicated": 0}
+    for s in all_stats:
+        truth = server_truth(base, s)
+        lost = sum(1 for key in truth if key not in s.parts_seen)
+        duplicated = sum(count - 1 for count in s.parts_seen.values() if count > 1)
+        overlaps = sum(1 for (a, _), (_, b) in zip(s.applied[1:], s.applied, strict=False)
+                       if a <= b)  # fmt: skip
+        row = {"user": s.name, "delivered": len(s.parts_seen), "expected": len(truth),
+               "lost": lost, "duplicated": duplicated + overlaps, "disconnects": s.disconnects,
+               "syncs": s.syncs, "frames": s.frames, "prompts": s.prompts_done,
+               "errors": s.errors[:3]}  # fmt: skip
+        rows.append(row)
+        totals["delivered"] += row["delivered"]
+        totals["lost"] += row["lost"]
+        totals["duplicated"] += row["duplicated"]
+    latencies = [x for s in all_stats for x in s.latencies]
+    summary = {
+        "users": len(all_stats),
+        "elapsed_s": round(elapsed, 2),
+        **totals,
+        "disconnects": sum(s.disconnects for s in all_stats),
+        "syncs": sum(s.syncs for s in all_stats),
+        "prompts_completed": sum(s.prompts_done for s in all_stats),
+        "prompt_seconds_p50": round(statistics.median(latencies), 3) if latencies else None,
+        "prompt_seconds_max": round(max(latencies), 3) if latencies else None,
+        "errors": sum(len(s.errors) for s in all_stats),
+    }
+    return {"summary": summary, "users": rows}
+
+
+def create_sessions(n: int, env: dict | None) -> list[UserStats]:
+    command = [sys.executable, "manage.py", "shell", "-c", SETUP.format(n=n)]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return [UserStats(d["user"], d["conversation"], d["session"]) for d in data]
+
+
+async def main_async(args, base: str, env: dict | None) -> dict:
+    all_stats = create_sessions(args.users, env)
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(run_user(s, base, args.prompts, args.drop_rate, random.Random(rng.random()))
+          for s in all_stats),
+        return_exceptions=True,
+    )  # fmt: skip
+    for stats, result in zip(all_stats, results, strict=True):
+        if isinstance(result, BaseException):
+            stats.errors.append(f"{type(result).__name__}: {result}")
+    return report(all_stats, base, time.monotonic() - started)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running server (its environment must be this one's)")
+    parser.add_argument(
+        "--spawn",
+        action="store_true",
+        help="start a server (SQLite) and a test model server for the run",
+    )
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per user")
+    parser.add_argument(
+        "--drop-rate",
+        type=float,
+        default=0.5,
+        help="chance that a prompt's socket is dropped mid-run",
+    )
+    parser.add_argument("--words", type=int, default=120, help="words per streamed answer")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", help="also write the full report to this file")
+    args = parser.parse_args(argv)
+    if not (args.url or args.spawn):
+        parser.error("give --url or --spawn")
+    if args.spawn:
+        from tests.live import LiveServer
+        from tests.model_server import ModelServer, text_reply
+
+        model = ModelServer().start()
+        answer = " ".join(f"word{i}" for i in range(args.words))
+        model.fallback = lambda body: text_reply(answer, delay=0.01, chunk=12)
+        root = Path(tempfile.mkdtemp(prefix="harness-chaos-"))
+        limit = str(args.prompts * 10 + 10)
+        server = LiveServer(root, ANTHROPIC_API_KEY="chaos", ANTHROPIC_BASE_URL=model.url,
+                            HARNESS_BASH="off", HARNESS_RUNS_PER_MINUTE=limit,
+                            HARNESS_CONCURRENT_RUNS="3", DJANGO_DEBUG="1")  # fmt: skip
+        server.env["DJANGO_LOG_LEVEL"] = "WARNING"
+        server.start()
+        try:
+            result = asyncio.run(main_async(args, server.url, server.env))
+        finally:
+            server.stop()
+            model.stop()
+    else:
+        result = asyncio.run(main_async(args, args.url.rstrip("/"), None))
+    print(json.dumps(result["summary"], indent=2))
+    bad = [u for u in result["users"] if u["lost"] or u["duplicated"] or u["errors"]]
+    for row in bad[:10]:
+        print("problem:", json.dumps(row))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
