@@ -9,6 +9,7 @@ stays open.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -23,7 +24,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _owned(conversation_id, user):
     if getattr(user, "pk", None):
         try:
@@ -33,7 +34,7 @@ def _owned(conversation_id, user):
     return _get_conversation_for_user(conversation_id, user)
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _catch_up(conversation_id, user, after: int) -> str:
     found = snapshot(conversation_id, user, after)
     if found is None:
@@ -42,7 +43,7 @@ def _catch_up(conversation_id, user, after: int) -> str:
     return render_catch_up(events, after, conversation)
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _remember_prompt(user, prompt: str) -> None:
     user.refresh_from_db(fields=["prompt_history"])
     user.remember_prompt(prompt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from django.db.models import Q, QuerySet
@@ -39,14 +40,16 @@ def snapshot(conversation_id, owner, after: int = 0) -> tuple[Conversation, list
     """The conversation and its stored events after ``after``, consistent with its
     ``last_seq`` (the row is locked while reading, so a batch is either wholly in or out),
     plus the tool calls that the included results answer. None when not the owner's."""
-    from django.db import transaction
+    from django.db import connection, transaction
 
-    with transaction.atomic():
-        conversation = (
-            Conversation.objects.select_for_update()
-            .filter(id=conversation_id, owner=owner, owner__is_active=True)
-            .first()
-        )
+    # PostgreSQL: lock the row so a batch is wholly in or out. SQLite (no row locks, and an
+    # IMMEDIATE transaction would queue every reader behind the writer): reading last_seq
+    # first and events up to it gives the same guarantee, since a batch commits its events
+    # and its last_seq together.
+    locking = connection.vendor == "postgresql"
+    with transaction.atomic() if locking else contextlib.nullcontext():
+        rows = Conversation.objects.filter(id=conversation_id, owner=owner, owner__is_active=True)
+        conversation = (rows.select_for_update() if locking else rows).first()
         if conversation is None:
             return None
         # Partial-text rows always come whole: they are the block still streaming, which a

@@ -20,6 +20,7 @@ import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -117,7 +118,7 @@ def _lease_deadline():
     return timezone.now() + timedelta(seconds=settings.HARNESS_RUN_LEASE)
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _renew_lease(conversation_id) -> bool:
     """Extend this process's lease; False when the run is no longer ours (it was presumed
     dead and interrupted), in which case it must stop."""
@@ -148,7 +149,7 @@ def _check_quotas(owner_id: int) -> None:
         )
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
     """Mark the conversation running, or refuse when a prompt already runs."""
     owner = User.objects.filter(id=owner_id, is_active=True).first()
@@ -189,7 +190,10 @@ def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-@database_sync_to_async
+# Database calls of runs and sockets are not thread-sensitive: they go to a pool of
+# threads, each with its own connection, instead of queueing on the one thread that every
+# request shares (under load a socket's connect would outwait Daphne's accept timeout).
+@partial(database_sync_to_async, thread_sensitive=False)
 def _persist(
     conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
 ) -> Conversation:
@@ -223,14 +227,14 @@ def _last_text(rows: list[dict[str, Any]]) -> int:
     return max(e["seq"] for e in rows if e["type"] == "text")
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _release(conversation_id) -> None:
     Conversation.objects.filter(id=conversation_id).update(
         state=Conversation.State.IDLE, lease_owner="", lease_until=None
     )
 
 
-@database_sync_to_async
+@partial(database_sync_to_async, thread_sensitive=False)
 def _finish(conversation_id, messages: list[dict[str, Any]], last_seq: int) -> None:
     Conversation.objects.filter(id=conversation_id, lease_owner=PROCESS_ID).update(
         history=messages, last_seq=last_seq, lease_owner="", lease_until=None
@@ -365,7 +369,9 @@ class RunManager:
         """Interrupt runs (of any process) whose lease lapsed: their process is gone."""
         while True:
             try:
-                done = await database_sync_to_async(lambda: interrupt(expired()))()
+                done = await database_sync_to_async(
+                    lambda: interrupt(expired()), thread_sensitive=False
+                )()
                 await announce_interrupted(done)
             except Exception:
                 log.exception("reaping expired runs failed")
@@ -389,8 +395,14 @@ class RunManager:
                 self.cancel_local(message.get("conversation"))
 
     async def start(self, conversation_id, owner_id: int, content: str) -> Run:
-        if str(conversation_id) in self._runs:
-            raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+        existing = self._runs.get(str(conversation_id))
+        if existing is not None:
+            if existing.harness.running:
+                raise RunRefused(
+                    "prompt_running", "A prompt is already running; wait or cancel it."
+                )
+            # Its final status is out, it is only saving: a prompt sent right away waits.
+            await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
         setup = await _claim(conversation_id, owner_id, content)
         try:

@@ -71,6 +71,8 @@ class UserStats:
     dropped_frames: int = 0
     syncs: int = 0
     disconnects: int = 0
+    retries: int = 0  # reconnect attempts that failed and were tried again
+    last_retry_error: str = ""
     prompts_done: int = 0
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -83,13 +85,27 @@ class Client:
         self.s, self.ws_url, self.origin = stats, ws_url, origin
         self.syncing = False
         self.ws = None
+        self.finished = False  # an applied batch carried the prompt's final status
+        self.accepted = False  # an applied batch carried the prompt's user part
 
-    async def connect(self):
+    async def connect(self, attempts: int = 6):
+        """Connect, retrying with backoff and jitter as the page does (an overloaded
+        server may let a handshake time out)."""
         from websockets.asyncio.client import connect
 
-        self.ws = await connect(self.ws_url, origin=self.origin, open_timeout=20,
-                                additional_headers={"Cookie": f"sessionid={self.s.session}"},
-                                max_size=None)  # fmt: skip
+        for attempt in range(attempts):
+            try:
+                self.ws = await connect(
+                    self.ws_url, origin=self.origin, open_timeout=20, max_size=None,
+                    additional_headers={"Cookie": f"sessionid={self.s.session}"},
+                )  # fmt: skip
+                break
+            except (OSError, TimeoutError, Exception) as exc:  # noqa: BLE001 - any failure
+                if attempt == attempts - 1:
+                    raise
+                self.s.retries += 1
+                self.s.last_retry_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(random.uniform(0, 2 ** min(attempt, 4)))
         self.syncing = False
         await self.sync()
 
@@ -125,6 +141,10 @@ class Client:
             await self.sync()
 
     def apply(self, start: int, end: int, message: str) -> None:
+        if 'class="part user"' in message:
+            self.accepted = True
+        if 'data-state="idle"' in message or 'data-state="error"' in message:
+            self.finished = self.accepted
         if end >= start:
             self.s.applied.append((start, end))
         self.s.last_seq = max(self.s.last_seq, end)
@@ -139,10 +159,14 @@ async def run_user(stats: UserStats, base: str, prompts: int, drop_rate: float, 
     await client.connect()
     for n in range(prompts):
         started = time.monotonic()
+        client.finished = client.accepted = False
         await client.ws.send(json.dumps({"content": f"chaos prompt {n} from {stats.name}"}))
-        drop_at = started + rng.uniform(0.05, 1.5) if rng.random() < drop_rate else None
-        done = False
-        while not done:
+        # Drops happen mid-run: once the server has shown it took the prompt.
+        drop_in = rng.uniform(0.05, 1.5) if rng.random() < drop_rate else None
+        drop_at = None
+        while not client.finished:
+            if drop_in is not None and drop_at is None and client.accepted:
+                drop_at = time.monotonic() + drop_in
             timeout = None if drop_at is None else max(0.0, drop_at - time.monotonic())
             try:
                 message = await asyncio.wait_for(client.ws.recv(), timeout=timeout or 60)
@@ -152,13 +176,11 @@ async def run_user(stats: UserStats, base: str, prompts: int, drop_rate: float, 
                     return
                 stats.disconnects += 1
                 client.ws.transport.abort()  # drop it, as a network would
-                drop_at = None
+                drop_at, drop_in = None, None
                 await asyncio.sleep(rng.uniform(0.05, 0.5))
                 await client.connect()
                 continue
             await client.handle(message)
-            ended = 'data-state="idle"' in message or 'data-state="error"' in message
-            done = ended and bool(MARKER.match(message))
         stats.prompts_done += 1
         stats.latencies.append(time.monotonic() - started)
     await client.ws.close()
@@ -197,6 +219,7 @@ def report(all_stats: list[UserStats], base: str, elapsed: float) -> dict:
         "elapsed_s": round(elapsed, 2),
         **totals,
         "disconnects": sum(s.disconnects for s in all_stats),
+        "reconnect_retries": sum(s.retries for s in all_stats),
         "syncs": sum(s.syncs for s in all_stats),
         "prompts_completed": sum(s.prompts_done for s in all_stats),
         "prompt_seconds_p50": round(statistics.median(latencies), 3) if latencies else None,
@@ -247,6 +270,8 @@ def main(argv=None) -> int:
     parser.add_argument("--words", type=int, default=120, help="words per streamed answer")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", help="also write the full report to this file")
+    parser.add_argument("--database-url", help="with --spawn: e.g. postgres://… (default SQLite)")
+    parser.add_argument("--redis-url", help="with --spawn: use channels-redis")
     args = parser.parse_args(argv)
     if not (args.url or args.spawn):
         parser.error("give --url or --spawn")
@@ -262,7 +287,10 @@ def main(argv=None) -> int:
         server = LiveServer(root, ANTHROPIC_API_KEY="chaos", ANTHROPIC_BASE_URL=model.url,
                             HARNESS_BASH="off", HARNESS_RUNS_PER_MINUTE=limit,
                             HARNESS_CONCURRENT_RUNS="3", DJANGO_DEBUG="1")  # fmt: skip
-        server.env["DJANGO_LOG_LEVEL"] = "WARNING"
+        if args.database_url:
+            server.env["DATABASE_URL"] = args.database_url
+        if args.redis_url:
+            server.env["REDIS_URL"] = args.redis_url
         server.start()
         try:
             result = asyncio.run(main_async(args, server.url, server.env))
