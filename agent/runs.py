@@ -48,7 +48,11 @@ from .workspaces import workspace_for
 log = logging.getLogger(__name__)
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-FRAME_INTERVAL = 0.05  # at most one frame of text deltas per 50 ms per conversation
+FRAME_INTERVAL = 0.05
+# Frames of text deltas alone are broadcast at once but stored at most this often (with
+# everything else stored before it is sent): a crash loses under a second of partial text,
+# and a stream costs one write a second instead of twenty.
+PARTIAL_SAVE_INTERVAL = 1.0  # at most one frame of text deltas per 50 ms per conversation
 STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
                     "error": "error"}  # fmt: skip
 
@@ -198,7 +202,8 @@ def _persist(
     conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
 ) -> Conversation:
     """Store a batch and fold it into the conversation's row, in one transaction, so the
-    database always sits at a batch boundary (what catch-up relies on)."""
+    database always sits at a frame boundary (catch-up relies on it). It may trail the
+    broadcast by up to a second of deltas; a page that is ahead then just waits."""
     rows = stored_form(events)
     changes: dict[str, Any] = {"last_seq": events[-1]["seq"]}
     if history is not None:
@@ -291,7 +296,9 @@ class Run:
                 return
 
     async def _write(self) -> None:
-        last_frame = 0.0
+        last_frame = last_save = 0.0
+        unsaved: list[dict[str, Any]] = []  # delta frames sent but not stored yet
+        conversation = self.conversation
         done = False
         while not done:
             batch: list[dict[str, Any]] = []
@@ -307,7 +314,8 @@ class Run:
                     break
             if not batch:
                 continue
-            if not done and all(e["type"] == "text_delta" for e in batch):
+            only_deltas = all(e["type"] == "text_delta" for e in batch)
+            if not done and only_deltas:
                 # Only deltas: wait out the frame interval and take what arrived meanwhile.
                 wait = last_frame + FRAME_INTERVAL - time.monotonic()
                 if wait > 0:
@@ -318,11 +326,17 @@ class Run:
                             done = True
                             break
                         batch.append(more.to_dict())
+                    only_deltas = all(e["type"] == "text_delta" for e in batch)
             try:
-                snapshot = None
-                if any(e["type"] in ("status", "text", "tool_result") for e in batch):
-                    snapshot = self.harness.messages
-                conversation = await _persist(self.conversation.id, batch, snapshot)
+                now = time.monotonic()
+                if only_deltas and not done and now - last_save < PARTIAL_SAVE_INTERVAL:
+                    unsaved += batch
+                else:
+                    snapshot = None
+                    if any(e["type"] in ("status", "text", "tool_result") for e in batch):
+                        snapshot = self.harness.messages
+                    conversation = await _persist(self.conversation.id, unsaved + batch, snapshot)
+                    unsaved, last_save = [], now
                 html = self.renderer.render(batch, conversation)
                 if self.announce_title:
                     html = title_fragments(conversation) + html

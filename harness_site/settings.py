@@ -101,8 +101,21 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py 8 defaults to a 5 s socket timeout, the same as channels_redis's
-            # blocking pop: receives then fail at random. Reads may block longer than that.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            # blocking pop (receives then fail at random), and to a small connection pool
+            # that raises when exhausted (hundreds of sockets each join groups and send).
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": 30,
+                        "max_connections": env_int("REDIS_MAX_CONNECTIONS", 1000, minimum=10),
+                    }
+                ],
+                # The capacity is checked on the one key that all sockets of a process share;
+                # beyond it messages are dropped silently (pages then resync, but slowly).
+                "capacity": env_int("REDIS_CHANNEL_CAPACITY", 10_000, minimum=100),
+                "expiry": 60,
+            },
         }
     }
 else:

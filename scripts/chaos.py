@@ -168,12 +168,19 @@ async def run_user(stats: UserStats, base: str, prompts: int, drop_rate: float, 
             if drop_in is not None and drop_at is None and client.accepted:
                 drop_at = time.monotonic() + drop_in
             timeout = None if drop_at is None else max(0.0, drop_at - time.monotonic())
+            quiet = 5.0  # like the page: a quiet run asks for what it may have missed
             try:
-                message = await asyncio.wait_for(client.ws.recv(), timeout=timeout or 60)
+                message = await asyncio.wait_for(
+                    client.ws.recv(), timeout=min(timeout, quiet) if timeout else quiet
+                )
             except TimeoutError:
-                if drop_at is None:
-                    stats.errors.append("no frame for 60 s")
-                    return
+                if drop_at is None or time.monotonic() < drop_at:
+                    if time.monotonic() - started > 120:
+                        stats.errors.append("no answer within 120 s")
+                        return
+                    client.syncing = False
+                    await client.sync()
+                    continue
                 stats.disconnects += 1
                 client.ws.transport.abort()  # drop it, as a network would
                 drop_at, drop_in = None, None
@@ -296,6 +303,7 @@ def main(argv=None) -> int:
             result = asyncio.run(main_async(args, server.url, server.env))
         finally:
             server.stop()
+            print(f"server log: {server.log}", file=sys.stderr)
             model.stop()
     else:
         result = asyncio.run(main_async(args, args.url.rstrip("/"), None))

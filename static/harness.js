@@ -67,6 +67,18 @@
     document.addEventListener("visibilitychange", () => {
       if (!document.hidden && body.dataset.ws === "open") requestSync();
     });
+    // A run in progress that has gone quiet for a while may have lost frames on the way
+    // (an overloaded channel layer drops them silently): ask for what is missing.
+    let lastFrame = Date.now();
+    document.addEventListener("htmx:wsAfterMessage", () => { lastFrame = Date.now(); });
+    setInterval(() => {
+      if (body.classList.contains("running") && body.dataset.ws === "open" &&
+          Date.now() - lastFrame > 5000) {
+        lastFrame = Date.now();
+        syncing = false;
+        requestSync();
+      }
+    }, 1000);
 
     // --- running state follows #status -------------------------------------------------
     function syncRunning() {

@@ -372,6 +372,7 @@ async def test_partial_text_is_stored_while_streaming_and_caught_up_mid_block(al
     html = ""
     while html.count("live-text-body") < 3:  # the block has started and grown
         html += await ws.receive_from()
+    await asyncio.sleep(1.2)  # partial text is stored at least once a second
     rows = await sync_to_async(list)(
         Event.objects.filter(conversation=conversation, type="text_delta").values_list(
             "payload", flat=True)
@@ -383,7 +384,8 @@ async def test_partial_text_is_stored_while_streaming_and_caught_up_mid_block(al
     assert 'hx-swap-oob="delete:#live-text"' in reply and 'id="live-text"' in reply
     assert "chunk chunk chunk" in reply
     # A page that already has part of the block gets the block whole, from its start.
-    await late.send_to(text_data=json.dumps({"action": "sync", "after": rows[0]["seq"]}))
+    behind = rows[-1]["seq"] - 1  # it has part of the block, not the newest stored frame
+    await late.send_to(text_data=json.dumps({"action": "sync", "after": behind}))
     again = await late.receive_from()
     assert 'id="live-text-body" hx-disable>chunk chunk' in again
     await collect_until_idle(ws)
