@@ -113,6 +113,11 @@ class FragmentRenderer:
                     )
             elif kind == "status":
                 flush_parts()
+                if self.live and event["state"] in ("idle", "error"):
+                    # The prompt ended with a block still open (its text was lost with a
+                    # crashed process): the live block must not linger.
+                    out.append('<div hx-swap-oob="delete:#live-text"></div>')
+                    self.live = False
                 out.append(status_fragment(event["state"], event.get("message")))
             elif kind == "usage":
                 flush_parts()

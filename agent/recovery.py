@@ -19,6 +19,10 @@ from .events import ErrorEvent, StatusEvent, TextEvent
 from .models import Conversation, Event
 
 MESSAGE = "The server stopped while this prompt was running; what it produced is kept."
+# Text deltas are broadcast at once but stored at most once a second, so the dead process
+# may have handed out seqs beyond last_seq. Seqs are never reused: recovery continues far
+# past any it can have sent (pages see the jump as a gap and fetch the rest).
+SEQ_SKIP = 10_000
 
 
 def expired() -> QuerySet[Conversation]:
@@ -49,7 +53,7 @@ def interrupt(
 def _close(conversation: Conversation) -> list[dict]:
     deltas = Event.objects.filter(conversation=conversation, type="text_delta").order_by("seq")
     partial = "".join(row.payload.get("content", "") for row in deltas)
-    seq = conversation.last_seq
+    seq = conversation.last_seq + SEQ_SKIP
     closing = []
     if partial:
         closing.append(TextEvent(seq=seq + 1, content=partial))

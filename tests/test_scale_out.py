@@ -90,6 +90,8 @@ def test_a_killed_processs_run_is_recovered_by_the_other(cluster, model):
     model.enqueue(text_reply("doomed " * 2000, delay=0.01))
     on_b.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on B"})
     read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
+    streaming_since = time.monotonic()  # partial text is stored once a second: wait past it
+    read_until(stream, lambda item: time.monotonic() - streaming_since > 1.5)
     b.kill()  # SIGKILL: its lease stops being renewed
     try:
         events = events_of(read_until(stream, is_final, timeout=20))

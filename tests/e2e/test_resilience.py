@@ -16,11 +16,11 @@ def test_reload_mid_run_catches_up_exactly(new_context, fresh_model):
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
     send(page, "stream a long answer")
-    page.wait_for_function(
-        "() => (document.querySelector('#live-text') || {innerText: ''}).innerText.length > 200"
+    page.wait_for_function(  # over a second in: partial text is stored once a second
+        "() => (document.querySelector('#live-text') || {innerText: ''}).innerText.length > 900"
     )
     page.reload()  # mid-block: the page renders the partial text, the socket continues it
-    assert page.locator("#live-text").count() == 1
+    page.wait_for_selector("#live-text")
     assert page.inner_text("#live-text").startswith("w0 w1 w2")
     page.wait_for_selector("body[data-ws=open]")
     wait_idle(page)
@@ -57,8 +57,8 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
     send(page, "answer slowly")
-    page.wait_for_function(
-        "() => (document.querySelector('#live-text') || {innerText: ''}).innerText.length > 100"
+    page.wait_for_function(  # over a second in, so some partial text has been stored
+        "() => (document.querySelector('#live-text') || {innerText: ''}).innerText.length > 600"
     )
     live.kill()  # SIGKILL mid-stream
     page.wait_for_selector("body[data-ws=closed]")
@@ -71,7 +71,7 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
     assert page.is_hidden("#reconnecting")
     assert page.locator("#live-text").count() == 0
     text = page.locator("[data-part=text]").last.inner_text()
-    assert text.startswith("w0 w1 w2") and len(text) < len(ANSWER)
+    assert text.startswith("w0 w1 w2") and len(text) < len(ANSWER)  # at most 1 s is lost
     assert "server stopped" in page.locator("[data-part=error]").last.inner_text()
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
