@@ -54,7 +54,9 @@ def live(tmp_path_factory, model):
     root = tmp_path_factory.mktemp("live")
     bash = "sandbox" if shutil.which("bwrap") else "off"
     server = LiveServer(root, ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=model.url,
-                        HARNESS_BASH=bash, HARNESS_RUN_LEASE="3")  # fmt: skip
+                        HARNESS_BASH=bash, HARNESS_RUN_LEASE="3",
+                        # many tests share these users: quotas are tested on their own
+                        HARNESS_RUNS_PER_MINUTE="1000", HARNESS_CONCURRENT_RUNS="10")  # fmt: skip
     server.start()
     server.create_users(*USERS)
     yield server
