@@ -16,6 +16,19 @@ WRITE_CAP = 10_000_000  # bytes write/edit accept
 BINARY_SNIFF = 8192  # a NUL byte in the first 8 KB marks a file as binary
 
 
+class FileTool:
+    """A tool bound to a workspace whose blocking file work runs in a thread."""
+
+    def __init__(self, workspace: Workspace):
+        self.workspace = workspace
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        return await asyncio.to_thread(self._execute, params)
+
+    def _execute(self, params: dict[str, Any]) -> ToolResult:
+        raise NotImplementedError
+
+
 def _read_fd(fd: int, limit: int) -> bytes:
     chunks, size = [], 0
     while size <= limit and (chunk := os.read(fd, 65536)):
@@ -24,7 +37,7 @@ def _read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class ReadTool:
+class ReadTool(FileTool):
     name = "read"
     description = (
         "Read a text file in the workspace. Paths are relative to the workspace root. "
@@ -41,12 +54,6 @@ class ReadTool:
         },
         "required": ["path"],
     }
-
-    def __init__(self, workspace: Workspace):
-        self.workspace = workspace
-
-    async def execute(self, params: dict[str, Any]) -> ToolResult:
-        return await asyncio.to_thread(self._execute, params)
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:
@@ -114,7 +121,7 @@ def _is_dir(fd: int) -> bool:
     return stat.S_ISDIR(os.fstat(fd).st_mode)
 
 
-class WriteTool:
+class WriteTool(FileTool):
     name = "write"
     description = (
         "Create or overwrite a file in the workspace with the given content; parent "
@@ -129,12 +136,6 @@ class WriteTool:
         },
         "required": ["path", "content"],
     }
-
-    def __init__(self, workspace: Workspace):
-        self.workspace = workspace
-
-    async def execute(self, params: dict[str, Any]) -> ToolResult:
-        return await asyncio.to_thread(self._execute, params)
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:
@@ -174,7 +175,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-class EditTool:
+class EditTool(FileTool):
     name = "edit"
     description = (
         "Replace one exact occurrence of old_str with new_str in a workspace file. old_str "
@@ -190,12 +191,6 @@ class EditTool:
         },
         "required": ["path", "old_str", "new_str"],
     }
-
-    def __init__(self, workspace: Workspace):
-        self.workspace = workspace
-
-    async def execute(self, params: dict[str, Any]) -> ToolResult:
-        return await asyncio.to_thread(self._execute, params)
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:
