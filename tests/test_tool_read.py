@@ -138,3 +138,18 @@ def test_read_non_utf8_text_is_replaced_not_crashing(read, workspace):
     (workspace.root / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
     result, is_error = run(read, path="latin1.txt")
     assert not is_error and result["content"].startswith("caf")
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_still_refused(
+    read, workspace, tmp_path, monkeypatch
+):
+    """Between the path check and the open, `sub` becomes a symlink to a directory outside.
+    The open then lands outside; the descriptor's real location gives it away."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("host secret")
+    os.symlink(outside, workspace.root / "sub")  # the state at open time
+    checked = workspace.root / "sub" / "secret.txt"  # what the check saw: a path inside
+    monkeypatch.setattr(type(workspace), "resolve", lambda self, path: checked)
+    result, is_error = run(read, path="sub/secret.txt")
+    assert is_error and result == {"error": "path is outside the workspace"}
