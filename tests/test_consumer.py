@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+import agent.runs as runs_module
 from agent.models import Conversation, Event
 from agent.runs import runs
 from harness_site.asgi import application
@@ -427,4 +429,40 @@ async def test_every_batch_carries_its_seq_range_without_gaps(alice, model_serve
         assert start == end + 1
     await sync_to_async(conversation.refresh_from_db)()
     assert ranges[-1][1] == conversation.last_seq
+    await ws.disconnect()
+
+
+async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
+    alice, model_server, monkeypatch
+):
+    user, conversation = alice
+    rendered = []
+    from agent.rendering import render_markdown as real
+
+    def counting(text):
+        rendered.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr("agent.transcript.render_markdown", counting)
+    deltas = 300  # 300 deltas 2 ms apart: far more than one per frame interval
+    model_server.enqueue(text_reply("x" * deltas, chunk=1, delay=0.002))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "stream"}))
+    frames = []
+    async with asyncio.timeout(20):
+        while True:
+            message = await ws.receive_from(timeout=5)
+            frames.append((asyncio.get_running_loop().time(), message))
+            if 'data-state="idle"' in message:
+                break
+    await runs.wait(conversation.id)
+    delta_frames = [(t, m) for t, m in frames if "live-text" in m and 'data-part="user"' not in m]
+    assert len(delta_frames) < deltas / 3  # coalesced: many deltas per frame
+    gaps = [b - a for (a, _), (b, _) in zip(delta_frames, delta_frames[1:], strict=False)]
+    assert (
+        min(gaps) >= runs_module.FRAME_INTERVAL * 0.8
+    )  # never more than about one frame per interval
+    streamed = "".join(re.sub(r"<[^>]+>", "", m) for _, m in delta_frames)
+    assert streamed.count("x") >= deltas  # every delta arrived (plus the final text)
+    assert rendered == [deltas]  # markdown rendered once, for the completed block
     await ws.disconnect()

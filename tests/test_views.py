@@ -150,3 +150,26 @@ def test_event_seq_is_unique_per_conversation_in_the_database(ada):
         Event.objects.create(conversation=conversation, seq=1, type="text", payload={})
     other = Conversation.objects.create(owner=ada, model="m")
     Event.objects.create(conversation=other, seq=1, type="user", payload={})
+
+
+def test_page_load_queries_do_not_grow_with_the_transcript(client, django_assert_max_num_queries):
+    from agent.models import User
+
+    user = User.objects.create_user("quentin", password="pw-quentin-123")
+    client.force_login(user)
+
+    def conversation_with(events: int) -> Conversation:
+        conversation = Conversation.objects.create(owner=user, model="m", last_seq=events)
+        Event.objects.bulk_create(
+            Event(conversation=conversation, seq=seq, type="text",
+                  payload={"type": "text", "seq": seq, "timestamp": 1, "content": f"part {seq}"})
+            for seq in range(1, events + 1)
+        )  # fmt: skip
+        return conversation
+
+    small, large = conversation_with(5), conversation_with(2000)
+    with django_assert_max_num_queries(12) as small_queries:
+        assert client.get(f"/c/{small.id}/").status_code == 200
+    with django_assert_max_num_queries(len(small_queries.captured_queries)):
+        page = client.get(f"/c/{large.id}/").content.decode()
+    assert page.count('data-part="text"') == 2000
