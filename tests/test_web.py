@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 
 import pytest
 
-from tests.conftest import REPO
+from tests.live import LiveServer
 
 
 @pytest.fixture
@@ -69,38 +64,12 @@ def test_ensure_superuser_prints_the_password_once(db, capsys):
     assert "password:" in first and capsys.readouterr().out == ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_daphne_serves_the_site(tmp_path):
-    env = {**os.environ, "DJANGO_DEBUG": "1",
-           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}  # fmt: skip
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env,
-                   check=True)  # fmt: skip
-    port = _free_port()
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "harness_site.asgi:application"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    server = LiveServer(tmp_path).start()  # migrates, starts Daphne, waits for /healthz
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    health = json.loads(r.read())
-                break
-            except OSError:
-                assert daphne.poll() is None, daphne.stderr.read().decode()
-                assert time.monotonic() < deadline, "daphne did not start"
-                time.sleep(0.2)
-        assert health["status"] == "ok"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/") as r:
+        with urllib.request.urlopen(f"{server.url}/healthz") as r:
+            assert json.loads(r.read())["status"] == "ok"
+        with urllib.request.urlopen(f"{server.url}/accounts/login/") as r:
             assert r.status == 200 and b"Harness" in r.read()
     finally:
-        daphne.terminate()
-        daphne.wait(timeout=10)
+        server.stop()
