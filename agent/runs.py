@@ -363,9 +363,6 @@ class RunManager:
         self._reaper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def get(self, conversation_id) -> Run | None:
-        return self._runs.get(str(conversation_id))
-
     async def _ensure_listener(self) -> str:
         loop = asyncio.get_running_loop()
         if self._channel is None or self._loop is not loop or self._listener.done():
