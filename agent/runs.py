@@ -200,10 +200,12 @@ def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @partial(database_sync_to_async, thread_sensitive=False)
 def _persist(
     conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
-) -> Conversation:
+) -> Conversation | None:
     """Store a batch and fold it into the conversation's row, in one transaction, so the
     database always sits at a frame boundary (catch-up relies on it). It may trail the
-    broadcast by up to a second of deltas; a page that is ahead then just waits."""
+    broadcast by up to a second of deltas; a page that is ahead then just waits.
+    Returns the row re-read when the batch changed the token totals (the meter shows them),
+    else None: that read is skipped on every other frame."""
     rows = stored_form(events)
     changes: dict[str, Any] = {"last_seq": events[-1]["seq"]}
     if history is not None:
@@ -225,7 +227,9 @@ def _persist(
             for e in rows
         )
         Conversation.objects.filter(id=conversation_id).update(**changes)
-    return Conversation.objects.get(id=conversation_id)
+    if any(e["type"] == "usage" for e in rows):
+        return Conversation.objects.get(id=conversation_id)
+    return None
 
 
 def _last_text(rows: list[dict[str, Any]]) -> int:
@@ -335,7 +339,8 @@ class Run:
                     snapshot = None
                     if any(e["type"] in ("status", "text", "tool_result") for e in batch):
                         snapshot = self.harness.messages
-                    conversation = await _persist(self.conversation.id, unsaved + batch, snapshot)
+                    fresh = await _persist(self.conversation.id, unsaved + batch, snapshot)
+                    conversation = fresh or conversation
                     unsaved, last_save = [], now
                 html = self.renderer.render(batch, conversation)
                 if self.announce_title:
