@@ -13,7 +13,14 @@ def make_client(config: Config) -> Any:
         return DemoClient()
     import anthropic  # here, not at import time: the SDK takes a second to import
 
-    kwargs: dict[str, Any] = {"api_key": config.api_key, "max_retries": 2}
+    kwargs: dict[str, Any] = {
+        "api_key": config.api_key,
+        "max_retries": 2,
+        # The SDK's aiohttp transport: reading a streamed delta costs about half the CPU
+        # of the default httpx one (the benchmark measured 85 vs 178 µs per delta at 100
+        # paced streams), and CPU per delta is what caps the sessions a process serves.
+        "http_client": anthropic.DefaultAioHttpClient(),
+    }
     if config.base_url:
         kwargs["base_url"] = config.base_url
     # 429 and 5xx before the stream starts are retried by the SDK (with retry-after);

@@ -19,7 +19,6 @@ import uuid
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -28,9 +27,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
+from . import eventlog
 from .client import make_client
 from .config import Config
 from .conversations import title_from_prompt
@@ -48,13 +47,11 @@ from .workspaces import workspace_for
 log = logging.getLogger(__name__)
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-FRAME_INTERVAL = 0.05
-# Frames of text deltas alone are broadcast at once but stored at most this often (with
-# everything else stored before it is sent): a crash loses under a second of partial text,
-# and a stream costs one write a second instead of twenty.
-PARTIAL_SAVE_INTERVAL = 1.0  # at most one frame of text deltas per 50 ms per conversation
-STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
-                    "error": "error"}  # fmt: skip
+FRAME_INTERVAL = 0.05  # at most one frame of text deltas per 50 ms per conversation
+# Frames of text deltas alone are broadcast at once and stored at most this often, in the
+# background (everything else is stored before it is sent): a crash loses under a second
+# of partial text, and a stream costs one write a second instead of twenty.
+PARTIAL_SAVE_INTERVAL = 1.0
 
 
 def group_name(conversation_id) -> str:
@@ -180,62 +177,6 @@ def _claim(conversation_id, owner_id, prompt: str) -> _Setup:
     return _Setup(conversation, agent_config(model=conversation.model), titled, bash_mode)
 
 
-def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows a batch adds to the event log. Consecutive text deltas become one row (seq
-    = the last seq it covers, content joined): the partial text of a block is stored with
-    every frame, cheaply, so catch-up and crash recovery lose none of it. The rows go when
-    the block's complete ``text`` event is stored."""
-    rows: list[dict[str, Any]] = []
-    for event in events:
-        if event["type"] == "text_delta" and rows and rows[-1]["type"] == "text_delta":
-            rows[-1] = {**event, "content": rows[-1]["content"] + event["content"]}
-        else:
-            rows.append(event)
-    return rows
-
-
-# Database calls of runs and sockets are not thread-sensitive: they go to a pool of
-# threads, each with its own connection, instead of queueing on the one thread that every
-# request shares (under load a socket's connect would outwait Daphne's accept timeout).
-@partial(database_sync_to_async, thread_sensitive=False)
-def _persist(
-    conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
-) -> Conversation | None:
-    """Store a batch and fold it into the conversation's row, in one transaction, so the
-    database always sits at a frame boundary (catch-up relies on it). It may trail the
-    broadcast by up to a second of deltas; a page that is ahead then just waits.
-    Returns the row re-read when the batch changed the token totals (the meter shows them),
-    else None: that read is skipped on every other frame."""
-    rows = stored_form(events)
-    changes: dict[str, Any] = {"last_seq": events[-1]["seq"]}
-    if history is not None:
-        changes["history"] = history  # so a crash loses none of the conversation
-    for event in rows:
-        if event["type"] == "status":
-            changes["state"] = STATE_FOR_STATUS[event["state"]]
-        elif event["type"] == "usage":
-            for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                         "cache_creation_input_tokens"):  # fmt: skip
-                changes[name] = F(name) + event[name]
-            changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
-    with transaction.atomic():
-        if any(e["type"] == "text" for e in rows):
-            Event.objects.filter(conversation_id=conversation_id, type="text_delta").delete()
-            rows = [e for e in rows if e["type"] != "text_delta" or e["seq"] > _last_text(rows)]
-        Event.objects.bulk_create(
-            Event(conversation_id=conversation_id, seq=e["seq"], type=e["type"], payload=e)
-            for e in rows
-        )
-        Conversation.objects.filter(id=conversation_id).update(**changes)
-    if any(e["type"] == "usage" for e in rows):
-        return Conversation.objects.get(id=conversation_id)
-    return None
-
-
-def _last_text(rows: list[dict[str, Any]]) -> int:
-    return max(e["seq"] for e in rows if e["type"] == "text")
-
-
 @partial(database_sync_to_async, thread_sensitive=False)
 def _release(conversation_id) -> None:
     Conversation.objects.filter(id=conversation_id).update(
@@ -250,13 +191,41 @@ def _finish(conversation_id, messages: list[dict[str, Any]], last_seq: int) -> N
     )
 
 
+class _Inbox:
+    """The run's events on their way to the writer. Putting one is a list append; the
+    writer is woken only when it waits (not once per delta while it waits out a frame)."""
+
+    def __init__(self) -> None:
+        self._events: list[CoreEvent] = []
+        self._closed = False
+        self._ready = asyncio.Event()
+
+    def put(self, event: CoreEvent) -> None:
+        self._events.append(event)
+        self._ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    def take_nowait(self) -> tuple[list[CoreEvent], bool]:
+        """Everything pending, and whether the run has ended (nothing more will come)."""
+        events, self._events = self._events, []
+        self._ready.clear()
+        return events, self._closed
+
+    async def take(self) -> tuple[list[CoreEvent], bool]:
+        await self._ready.wait()
+        return self.take_nowait()
+
+
 class Run:
     def __init__(self, setup: _Setup, content: str):
         self.conversation = setup.conversation
         self.config = setup.config
         self.announce_title = setup.titled
         self.content = content
-        self.queue: asyncio.Queue[CoreEvent | None] = asyncio.Queue()
+        self.inbox = _Inbox()
         self.renderer = FragmentRenderer()
         self.group = group_name(self.conversation.id)
         self.layer = get_channel_layer()
@@ -265,12 +234,13 @@ class Run:
             client_for(self.config),
             build_tools(workspace, setup.bash_mode),
             self.config,
-            self.queue.put_nowait,
+            self.inbox.put,
             system=build_system_prompt(workspace.root, self.config.system_prompt),
             messages=self.conversation.history,
             next_seq=self.conversation.last_seq + 1,
         )
         self.task: asyncio.Task | None = None
+        self._saving: asyncio.Task | None = None  # partial text being stored
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -281,7 +251,7 @@ class Run:
             log.exception("run of %s crashed", self.conversation.id)
         finally:
             lease.cancel()
-            self.queue.put_nowait(None)
+            self.inbox.close()
             with contextlib.suppress(Exception):
                 await writer
             await _finish(self.conversation.id, self.harness.messages, self.harness.next_seq - 1)
@@ -305,17 +275,8 @@ class Run:
         conversation = self.conversation
         done = False
         while not done:
-            batch: list[dict[str, Any]] = []
-            item = await self.queue.get()
-            while True:
-                if item is None:
-                    done = True
-                    break
-                batch.append(item.to_dict())
-                try:
-                    item = self.queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            events, done = await self.inbox.take()
+            batch = [event.to_dict() for event in events]
             if not batch:
                 continue
             only_deltas = all(e["type"] == "text_delta" for e in batch)
@@ -324,32 +285,48 @@ class Run:
                 wait = last_frame + FRAME_INTERVAL - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                    while not self.queue.empty():
-                        more = self.queue.get_nowait()
-                        if more is None:
-                            done = True
-                            break
-                        batch.append(more.to_dict())
+                    more, done = self.inbox.take_nowait()
+                    batch += [event.to_dict() for event in more]
                     only_deltas = all(e["type"] == "text_delta" for e in batch)
             try:
-                now = time.monotonic()
-                if only_deltas and not done and now - last_save < PARTIAL_SAVE_INTERVAL:
+                if only_deltas and not done:
+                    # Sent first, stored later (at most once a second, off the hot path).
                     unsaved += batch
+                    await self._send(batch, conversation)
+                    if time.monotonic() - last_save >= PARTIAL_SAVE_INTERVAL:
+                        await self._stored_partial()
+                        self._saving = asyncio.create_task(eventlog.store(self.conversation.id,
+                                                                          unsaved))  # fmt: skip
+                        unsaved, last_save = [], time.monotonic()
                 else:
+                    # Stored before it is sent: a page never shows what a reload would lose.
                     snapshot = None
                     if any(e["type"] in ("status", "text", "tool_result") for e in batch):
                         snapshot = self.harness.messages
-                    fresh = await _persist(self.conversation.id, unsaved + batch, snapshot)
+                    await self._stored_partial()
+                    fresh = await eventlog.store(self.conversation.id, unsaved + batch, snapshot)
                     conversation = fresh or conversation
-                    unsaved, last_save = [], now
-                html = self.renderer.render(batch, conversation)
-                if self.announce_title:
-                    html = title_fragments(conversation) + html
-                    self.announce_title = False
-                await broadcast(self.conversation.id, batch, html)
+                    unsaved, last_save = [], time.monotonic()
+                    await self._send(batch, conversation)
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)
             last_frame = time.monotonic()
+
+    async def _stored_partial(self) -> None:
+        """Wait for the partial text being stored: batches reach the log in order."""
+        if self._saving is not None:
+            saving, self._saving = self._saving, None
+            try:
+                await saving
+            except Exception:  # lost partial text only: the complete text will be stored
+                log.exception("could not store partial text of %s", self.conversation.id)
+
+    async def _send(self, batch: list[dict[str, Any]], conversation: Conversation) -> None:
+        html = self.renderer.render(batch, conversation)
+        if self.announce_title:
+            html = title_fragments(conversation) + html
+            self.announce_title = False
+        await broadcast(self.conversation.id, batch, html)
 
 
 def control_group(conversation_id) -> str:

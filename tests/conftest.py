@@ -6,7 +6,6 @@ import os
 import shutil
 from pathlib import Path
 
-import anthropic
 import pytest
 
 from agent.config import Config
@@ -58,9 +57,15 @@ def model_server():
 
 
 @pytest.fixture
-def sdk_client(model_server):
-    # Short retry waits: the SDK honours retry-after-ms, which the tests set.
-    return anthropic.AsyncAnthropic(api_key="test-key", base_url=model_server.url, max_retries=2)
+async def sdk_client(model_server):
+    # The product's own client (the SDK on its aiohttp transport), so every failure case
+    # runs through what production runs. Short retry waits: the tests set retry-after-ms.
+    from agent.client import make_client
+    from agent.config import Config
+
+    client = make_client(Config(api_key="test-key", base_url=model_server.url))
+    yield client
+    await client.close()
 
 
 @pytest.fixture

@@ -88,6 +88,8 @@ async def _run(harness: Harness, prompt: str):
         return await harness.prompt(prompt)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        if hasattr(harness.client, "close"):  # the SDK's HTTP session, on this loop
+            await harness.client.close()
 
 
 class EventPrinter:

@@ -1,0 +1,152 @@
+"""The event log's writer: batches of every run in the process, stored by group commit.
+
+Each run hands its batches here and awaits them; one database call at a time stores all
+that are pending, in one transaction. At 250 streaming sessions that is a few
+transactions a second instead of hundreds, each paying one BEGIN/COMMIT and one trip to a
+worker thread (the profile of the one-transaction-per-batch version showed the database
+calls, not the streaming, taking most of the server's CPU). A batch that fails is retried
+alone, so one conversation's bad batch never loses another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.db.models import F
+
+from .models import Conversation, Event
+
+log = logging.getLogger(__name__)
+
+STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
+                    "error": "error"}  # fmt: skip
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens")  # fmt: skip
+
+
+def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a batch adds to the event log. Consecutive text deltas become one row (seq
+    = the last seq it covers, content joined): the partial text of a block is stored with
+    every frame, cheaply, so catch-up and crash recovery lose none of it. The rows go when
+    the block's complete ``text`` event is stored."""
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        if event["type"] == "text_delta" and rows and rows[-1]["type"] == "text_delta":
+            rows[-1] = {**event, "content": rows[-1]["content"] + event["content"]}
+        else:
+            rows.append(event)
+    return rows
+
+
+@dataclass
+class Batch:
+    conversation_id: Any
+    events: list[dict[str, Any]]
+    history: list[dict[str, Any]] | None = None  # the run's messages, when they changed
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def _apply(batch: Batch) -> Conversation | None:
+    """Store one batch and fold it into its conversation's row (inside the caller's
+    transaction), so the database always sits at a frame boundary: catch-up relies on it.
+    Returns the row re-read when the batch changed the token totals (the meter shows them)."""
+    rows = stored_form(batch.events)
+    changes: dict[str, Any] = {"last_seq": batch.events[-1]["seq"]}
+    if batch.history is not None:
+        changes["history"] = batch.history  # so a crash loses none of the conversation
+    for event in rows:
+        if event["type"] == "status":
+            changes["state"] = STATE_FOR_STATUS[event["state"]]
+        elif event["type"] == "usage":
+            for name in USAGE_FIELDS:
+                changes[name] = F(name) + event[name]
+            changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
+    texts = [e["seq"] for e in rows if e["type"] == "text"]
+    if texts:
+        # The block is complete: its partial-text rows give way to the whole text.
+        Event.objects.filter(conversation_id=batch.conversation_id, type="text_delta").delete()
+        rows = [e for e in rows if e["type"] != "text_delta" or e["seq"] > max(texts)]
+    Event.objects.bulk_create(
+        Event(conversation_id=batch.conversation_id, seq=e["seq"], type=e["type"], payload=e)
+        for e in rows
+    )
+    Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    if "cost_usd" in changes:
+        return Conversation.objects.get(id=batch.conversation_id)
+    return None
+
+
+def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException]:
+    """One transaction for all; if it fails, each batch alone (a failure is its own)."""
+    try:
+        with transaction.atomic():
+            return [_apply(batch) for batch in batches]
+    except Exception:
+        if len(batches) == 1:
+            raise
+        log.warning("a group commit of %d batches failed; storing them one by one", len(batches))
+    results: list[Conversation | None | BaseException] = []
+    for batch in batches:
+        try:
+            with transaction.atomic():
+                results.append(_apply(batch))
+        except Exception as exc:  # noqa: BLE001 - handed to the batch's own run
+            results.append(exc)
+    return results
+
+
+class GroupCommitter:
+    """Per event loop: batches wait while one database call stores the previous group."""
+
+    def __init__(self) -> None:
+        self._pending: list[Batch] = []
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._commit_forever())
+
+    async def store(self, batch: Batch) -> Conversation | None:
+        self._pending.append(batch)
+        self._wake.set()
+        return await batch.done
+
+    async def _commit_forever(self) -> None:
+        store_all = database_sync_to_async(_store_all, thread_sensitive=False)
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batches, self._pending = self._pending, []
+            if not batches:
+                continue
+            try:
+                results = await store_all(batches)
+            except Exception as exc:  # noqa: BLE001 - every batch of the group learns it
+                results = [exc] * len(batches)
+            for batch, result in zip(batches, results, strict=True):
+                if batch.done.done():
+                    continue  # its run was cancelled while waiting
+                if isinstance(result, BaseException):
+                    batch.done.set_exception(result)
+                else:
+                    batch.done.set_result(result)
+
+
+_committers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommitter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def store(
+    conversation_id, events: list[dict[str, Any]], history: list[dict[str, Any]] | None = None
+) -> Conversation | None:
+    """Store a batch (with the group pending in this process) and return when committed."""
+    loop = asyncio.get_running_loop()
+    committer = _committers.get(loop)
+    if committer is None or committer._task.done():
+        committer = _committers[loop] = GroupCommitter()
+    return await committer.store(Batch(conversation_id, events, history))

@@ -1,0 +1,74 @@
+"""``python manage.py bench``: measure the streaming path, first load and memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+def _levels(value: str) -> list[int]:
+    try:
+        levels = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise CommandError(f"--levels takes numbers separated by commas, not {value!r}") from exc
+    if not levels or min(levels) < 1:
+        raise CommandError("--levels needs at least one number of sessions, each 1 or more")
+    return levels
+
+
+class Command(BaseCommand):
+    help = (
+        "Start the stamped test model and the product under Daphne, measure delivery latency "
+        "against the SDK alone, CPU, memory, render cost and first load; print a table and "
+        "write JSON under var/bench/."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--levels",
+            default="1,25,100,250",
+            type=_levels,
+            help="concurrent sessions per level (default 1,25,100,250)",
+        )
+        parser.add_argument(
+            "--tokens",
+            type=int,
+            default=300,
+            help="deltas per streamed answer (default 300: 6 s at 50/s)",
+        )
+        parser.add_argument("--rate", type=float, default=50.0, help="deltas per second")
+        parser.add_argument("--idle-sessions", type=int, default=250)
+        parser.add_argument(
+            "--long-events",
+            type=int,
+            default=2000,
+            help="events in the long conversation whose page is timed",
+        )
+        parser.add_argument("--render-tokens", type=int, default=20_000)
+        parser.add_argument("--database-url", help="e.g. postgres://… (default: a new SQLite)")
+        parser.add_argument("--redis-url", help="use channels-redis (default: in-memory)")
+        parser.add_argument("--out", type=Path, help="directory for the JSON (var/bench)")
+        parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
+
+    def handle(self, *args, **options):
+        from bench.run import Options, run, table
+
+        if options["tokens"] < 1 or options["rate"] <= 0 or options["render_tokens"] < 2000:
+            raise CommandError("--tokens and --rate must be positive, --render-tokens >= 2000")
+        chosen = Options(
+            levels=options["levels"],
+            tokens=options["tokens"],
+            rate=options["rate"],
+            idle_sessions=options["idle_sessions"],
+            long_events=options["long_events"],
+            render_tokens=options["render_tokens"],
+            database_url=options["database_url"],
+            redis_url=options["redis_url"],
+        )
+        if options["out"]:
+            chosen.out = options["out"]
+        report = run(chosen)
+        self.stdout.write(json.dumps(report, indent=2) if options["json"] else table(report))
+        self.stdout.write(f"\nJSON: {chosen.out / 'latest.json'}")

@@ -1,0 +1,149 @@
+"""Readers of stamped streams: the SDK alone (the baseline) and browser sessions of the
+product (WebSocket), each recording, per delta, the time from its stamp to its arrival."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from .upstream import STAMP
+
+# A batch that completes the block carries the rendered answer (every stamp again) after
+# this marker; only what precedes it is live text.
+END_OF_LIVE_TEXT = "delete:#live-text"
+FINISHED = ('data-state="idle"', 'data-state="error"')
+
+
+@dataclass
+class Sample:
+    """Latencies (ms) of the deltas seen, and how many of the expected ones were seen."""
+
+    expected: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    frames: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def delivered(self) -> int:
+        return len(self.latencies_ms)
+
+    def percentile(self, p: float) -> float | None:
+        if not self.latencies_ms:
+            return None
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+    def summary(self) -> dict:
+        return {
+            "p50_ms": _round(self.percentile(50)),
+            "p99_ms": _round(self.percentile(99)),
+            "max_ms": _round(max(self.latencies_ms, default=None)),
+            "mean_ms": _round(statistics.fmean(self.latencies_ms) if self.latencies_ms else None),
+            "delivered": self.delivered,
+            "expected": self.expected,
+            "frames": self.frames,
+            "seconds": round(self.seconds, 2),
+            "errors": self.errors[:5],
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+class _Seen:
+    """One stream's deltas: first sighting of each index counts, repeats do not."""
+
+    def __init__(self, sample: Sample):
+        self.sample, self.indexes = sample, set()
+
+    def text(self, text: str, arrived_ns: int) -> None:
+        for match in STAMP.finditer(text):
+            index = int(match[1])
+            if index not in self.indexes:
+                self.indexes.add(index)
+                self.sample.latencies_ms.append((arrived_ns - int(match[2])) / 1e6)
+
+
+async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) -> Sample:
+    """The physical limit: the same streams read directly by ``AsyncAnthropic`` (raw
+    events, as the product reads them), started over ``spread`` seconds."""
+    import anthropic
+
+    sample = Sample(expected=sessions * tokens)
+    client = anthropic.AsyncAnthropic(api_key="bench", base_url=base_url, max_retries=0)
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(spread * i / sessions)
+        seen = _Seen(sample)
+        stream = await client.messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=4096,
+            messages=[{"role": "user", "content": "bench"}],
+            stream=True,
+        )
+        async for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                seen.text(event.delta.text, time.time_ns())
+
+    started = time.monotonic()
+    await _gather(sample, [one(i) for i in range(sessions)])
+    sample.seconds = time.monotonic() - started
+    await client.close()
+    return sample
+
+
+async def open_sessions(base: str, sessions: list[dict]) -> list:
+    """Signed-in WebSocket sessions on each conversation, as the page opens them."""
+    from websockets.asyncio.client import connect
+
+    ws_base = base.replace("http://", "ws://")
+
+    async def one(s: dict):
+        return await connect(
+            f"{ws_base}/ws/c/{s['conversation']}/",
+            origin=base,
+            open_timeout=60,
+            max_size=None,
+            additional_headers={"Cookie": f"sessionid={s['session']}"},
+        )
+
+    opened = []
+    for start in range(0, len(sessions), 50):  # a burst of handshakes, not a stampede
+        opened += await asyncio.gather(*(one(s) for s in sessions[start : start + 50]))
+    return opened
+
+
+async def product_streams(sockets: list, tokens: int, spread: float) -> Sample:
+    """Send one prompt on each open session (started over ``spread`` seconds) and read the
+    live frames until the run's final status."""
+    sample = Sample(expected=len(sockets) * tokens)
+
+    async def one(i: int, ws) -> None:
+        await asyncio.sleep(spread * i / len(sockets))
+        seen = _Seen(sample)
+        await ws.send(json.dumps({"content": "bench"}))
+        while True:
+            frame = await asyncio.wait_for(ws.recv(), timeout=60)
+            arrived = time.time_ns()
+            sample.frames += 1
+            seen.text(frame.partition(END_OF_LIVE_TEXT)[0], arrived)
+            if 'data-part="error"' in frame:
+                sample.errors.append(frame[:300])
+            if any(marker in frame for marker in FINISHED):
+                return
+
+    started = time.monotonic()
+    await _gather(sample, [one(i, ws) for i, ws in enumerate(sockets)])
+    sample.seconds = time.monotonic() - started
+    return sample
+
+
+async def _gather(sample: Sample, coroutines: list) -> None:
+    for result in await asyncio.gather(*coroutines, return_exceptions=True):
+        if isinstance(result, BaseException):
+            sample.errors.append(f"{type(result).__name__}: {result}")

@@ -1,0 +1,249 @@
+"""The benchmark run: start the stamped model and the product (plain Daphne), measure,
+print a table and write the figures as JSON under ``var/bench/``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import latency, page, render_cost
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Options:
+    levels: list[int] = field(default_factory=lambda: [1, 25, 100, 250])
+    tokens: int = 300  # deltas per answer: 6 s at 50/s
+    rate: float = 50.0
+    spread: float = 1.0  # seconds over which a level's streams start
+    idle_sessions: int = 250
+    long_events: int = 2000
+    render_tokens: int = 20_000
+    database_url: str | None = None
+    redis_url: str | None = None
+    out: Path = REPO / "var" / "bench"
+
+
+# -- processes -------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+class Upstream:
+    """``python -m bench.upstream`` in a process of its own (its CPU is not the server's)."""
+
+    def __init__(self, tokens: int, rate: float):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.upstream", "--tokens", str(tokens), "--rate", str(rate)],
+            cwd=REPO, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = self.process.stdout.readline()
+        if not line.startswith("port "):
+            self.stop()
+            raise RuntimeError(f"the benchmark model did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def start_server(root: Path, options: Options, model_url: str):
+    """The product as deployed: DEBUG off, plain Daphne, one process."""
+    from tests.live import LiveServer
+
+    env = {
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "ANTHROPIC_API_KEY": "bench",
+        "ANTHROPIC_BASE_URL": model_url,
+        "HARNESS_BASH": "off",
+        "HARNESS_RUNS_PER_MINUTE": "100000",
+    }
+    server = LiveServer(root, **env)
+    if options.database_url:
+        server.env["DATABASE_URL"] = options.database_url
+    if options.redis_url:
+        server.env["REDIS_URL"] = options.redis_url
+    return server.start()
+
+
+def fixture(server, call: str):
+    code = f"import json\nfrom bench import fixtures\nprint(json.dumps(fixtures.{call}))"
+    return json.loads(server.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
+# -- phases ----------------------------------------------------------------------------------
+async def idle_memory(server, count: int) -> dict:
+    pid = server.process.pid
+    warm = await latency.open_sessions(server.url, fixture(server, "sessions(20, 'warm')"))
+    await asyncio.gather(*(ws.close() for ws in warm))
+    sessions = fixture(server, f"sessions({count}, 'idle')")
+    await asyncio.sleep(1)
+    before = rss_bytes(pid)
+    sockets = await latency.open_sessions(server.url, sessions)
+    await asyncio.sleep(2)
+    after = rss_bytes(pid)
+    await asyncio.gather(*(ws.close() for ws in sockets))
+    return {
+        "sessions": count,
+        "rss_before_mb": round(before / 2**20, 1),
+        "rss_after_mb": round(after / 2**20, 1),
+        "per_session_kb": round((after - before) / count / 1024, 1),
+    }
+
+
+async def level(server, model_url: str, sessions: int, options: Options) -> dict:
+    baseline = await latency.sdk_streams(model_url, sessions, options.tokens, options.spread)
+    conversations = fixture(server, f"sessions({sessions}, 'load')")
+    sockets = await latency.open_sessions(server.url, conversations)
+    await asyncio.sleep(0.5)
+    pid = server.process.pid
+    cpu_before = cpu_seconds(pid)
+    product = await latency.product_streams(sockets, options.tokens, options.spread)
+    cpu = cpu_seconds(pid) - cpu_before
+    await asyncio.gather(*(ws.close() for ws in sockets))
+    sdk, ours = baseline.summary(), product.summary()
+    stream_seconds = options.tokens / options.rate
+    return {
+        "sessions": sessions,
+        "sdk": sdk,
+        "harness": ours,
+        "p99_over_sdk_ms": _diff(ours["p99_ms"], sdk["p99_ms"]),
+        "p99_ratio": _ratio(ours["p99_ms"], sdk["p99_ms"]),
+        "server_cpu_ms_per_1k_deltas": round(cpu * 1000 / max(1, product.delivered) * 1000, 1),
+        "server_cpu_share": round(cpu / product.seconds, 2),
+        "frames_per_session_second": round(product.frames / sessions / stream_seconds, 1),
+    }
+
+
+def _diff(a, b):
+    return None if a is None or b is None else round(a - b, 1)
+
+
+def _ratio(a, b):
+    return None if not a or not b else round(a / b, 2)
+
+
+async def measure_server(server, model_url: str, options: Options) -> dict:
+    result = {"idle_memory": await idle_memory(server, options.idle_sessions), "levels": []}
+    for sessions in options.levels:
+        result["levels"].append(await level(server, model_url, sessions, options))
+        print(_level_line(result["levels"][-1]), file=sys.stderr, flush=True)
+    return result
+
+
+def run(options: Options) -> dict:
+    options.out.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="run-", dir=options.out))
+    upstream = Upstream(options.tokens, options.rate)
+    server = None
+    try:
+        server = start_server(root, options, upstream.url)
+        figures = asyncio.run(measure_server(server, upstream.url, options))
+        long = fixture(server, f"long_conversation({options.long_events})")
+        path = f"/c/{long['conversation']}/"
+        figures["page"] = {
+            "transfer": page.transfer(server.url, path, long["session"]),
+            "long_conversation": {"events": long["events"],
+                                  **page.serve_time(server.url, path, long["session"])},
+        }  # fmt: skip
+    finally:
+        if server is not None:
+            server.stop()
+        upstream.stop()
+    unpaced = Upstream(options.render_tokens, 1e9)
+    try:
+        figures["render"] = render_cost.measure(unpaced.url, options.render_tokens)
+    finally:
+        unpaced.stop()
+    report = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(options),
+              "options": {k: str(v) if isinstance(v, Path) else v
+                          for k, v in asdict(options).items()},
+              **figures}  # fmt: skip
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for name in (f"bench-{stamp}.json", "latest.json"):
+        (options.out / name).write_text(json.dumps(report, indent=2) + "\n")
+    report["log"] = str(server.log) if server else ""
+    return report
+
+
+def machine(options: Options) -> dict:
+    import anthropic
+    import django
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "anthropic": anthropic.__version__,
+        "database": "postgresql" if options.database_url else "sqlite",
+        "channel_layer": "redis" if options.redis_url else "in-memory",
+    }
+
+
+# -- the table -------------------------------------------------------------------------------
+def _level_line(row: dict) -> str:
+    sdk, ours = row["sdk"], row["harness"]
+    return (
+        f"{row['sessions']:>8} | {_ms(sdk['p50_ms'])} | {_ms(sdk['p99_ms'])} | "
+        f"{_ms(ours['p50_ms'])} | {_ms(ours['p99_ms'])} | {_ms(row['p99_over_sdk_ms'])} | "
+        f"{ours['delivered']:>7}/{ours['expected']:<7} | "
+        f"{row['server_cpu_ms_per_1k_deltas']:>9.1f} | {row['frames_per_session_second']:>6}"
+    )
+
+
+def _ms(value) -> str:
+    return f"{value:>8.1f}" if value is not None else "       -"
+
+
+def table(report: dict) -> str:
+    m, render, idle = report["machine"], report["render"], report["idle_memory"]
+    transfer, long = report["page"]["transfer"], report["page"]["long_conversation"]
+    opts = report["options"]
+    lines = [
+        f"Harness benchmark, {report['when']}: {m['cpus']} CPUs, Python {m['python']}, "
+        f"anthropic {m['anthropic']}, {m['database']}, {m['channel_layer']} channel layer",
+        f"each session streams {opts['tokens']} deltas at {opts['rate']:g}/s; latency = "
+        "arrival - stamp, in ms",
+        "",
+        "sessions |  SDK p50 |  SDK p99 |  Hns p50 |  Hns p99 | p99 over | delivered/expected"
+        " | CPU ms/1k | fr/s/s",
+    ]
+    lines += [_level_line(row) for row in report["levels"]]
+    lines += [
+        "",
+        f"memory per idle open session: {idle['per_session_kb']:.1f} KB "
+        f"({idle['sessions']} sessions, RSS {idle['rss_before_mb']} -> {idle['rss_after_mb']} MB)",
+        f"streaming a {render['tokens']:,}-token answer: first 1,000 tokens "
+        f"{render['first_1k_pipeline_ms']} ms CPU, last 1,000 {render['last_1k_pipeline_ms']} ms "
+        f"(x{render['ratio']}); frame rendering alone {render['first_1k_render_ms']} -> "
+        f"{render['last_1k_render_ms']} ms (x{render['render_ratio']}); "
+        f"markdown of the whole answer, once: {render['final_markdown_ms']} ms",
+        f"chat page transfer: {transfer['total_bytes'] / 1024:.1f} KB in "
+        f"{len(transfer['items'])} responses (gzip: "
+        f"{sum(1 for i in transfer['items'] if i['encoding'] == 'gzip')} of them)",
+        f"conversation of {long['events']:,} events served in {long['median_ms']} ms "
+        f"(median of {long['repeats']}, max {long['max_ms']} ms, {long['bytes'] / 1024:.0f} KB)",
+    ]
+    return "\n".join(lines)
