@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.middleware.gzip import GZipMiddleware
+
 # No inline script or style anywhere (htmx is configured not to need them); images only
 # from this origin or data: URLs, so model-written markdown cannot exfiltrate through
 # image URLs; the WebSocket is same-origin.
@@ -29,3 +31,13 @@ class SecurityHeadersMiddleware:
         response.setdefault("Referrer-Policy", "same-origin")
         response.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
         return response
+
+
+class CompressionMiddleware(GZipMiddleware):
+    """gzip for pages and JSON (Django's middleware, which pads its output against BREACH),
+    never for event streams: each SSE event must reach the client when it is written."""
+
+    def process_response(self, request, response):
+        if response.get("Content-Type", "").startswith("text/event-stream"):
+            return response
+        return super().process_response(request, response)

@@ -11,7 +11,9 @@ else the model or a tool produces reaches templates as text and is escaped there
 from __future__ import annotations
 
 import re
-from functools import lru_cache, partial
+import threading
+from collections import OrderedDict
+from functools import partial
 
 import bleach
 import markdown
@@ -84,7 +86,7 @@ URL_RE = re.compile(
 
 # Linkify inside the cleaner (as a filter): the standalone Linker double-escapes entities
 # in the tags it skips, which garbled `->` in code blocks.
-_cleaner = bleach.sanitizer.Cleaner(
+_CLEANER_OPTIONS = dict(
     tags=ALLOWED_TAGS,
     attributes=_attribute_filter,
     protocols=ALLOWED_PROTOCOLS,
@@ -102,13 +104,61 @@ _cleaner = bleach.sanitizer.Cleaner(
 )
 
 
-@lru_cache(maxsize=1)
+# A Markdown instance and a bleach Cleaner hold parse state and are not thread-safe: the
+# event loop, the request thread and database threads each get their own.
+_local = threading.local()
+
+
+def _cleaner() -> bleach.sanitizer.Cleaner:
+    cleaner = getattr(_local, "cleaner", None)
+    if cleaner is None:
+        cleaner = _local.cleaner = bleach.sanitizer.Cleaner(**_CLEANER_OPTIONS)
+    return cleaner
+
+
 def _md() -> markdown.Markdown:
-    return markdown.Markdown(
-        extensions=["fenced_code", "tables", "sane_lists", "codehilite"],
-        extension_configs={"codehilite": {"guess_lang": False, "css_class": "codehilite"}},
-        output_format="html",
-    )
+    md = getattr(_local, "md", None)
+    if md is None:
+        md = _local.md = markdown.Markdown(
+            extensions=["fenced_code", "tables", "sane_lists", "codehilite"],
+            extension_configs={"codehilite": {"guess_lang": False, "css_class": "codehilite"}},
+            output_format="html",
+        )
+    return md
+
+
+class _RenderCache:
+    """Recently rendered answers, bounded by their total size. Rendering (markdown, code
+    highlighting, sanitizing) is most of a long conversation's page load, and an answer
+    never changes once complete: the writer renders it when the block ends, and page
+    loads and catch-ups of it afterwards reuse that."""
+
+    def __init__(self, max_chars: int):
+        self.max_chars, self.chars = max_chars, 0
+        self.entries: OrderedDict[str, str] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, text: str) -> str | None:
+        with self.lock:
+            html = self.entries.get(text)
+            if html is not None:
+                self.entries.move_to_end(text)
+            return html
+
+    def put(self, text: str, html: str) -> None:
+        size = len(text) + len(html)
+        if size > self.max_chars // 8:
+            return  # one huge answer must not flush everything else
+        with self.lock:
+            if text not in self.entries:
+                self.entries[text] = html
+                self.chars += size
+            while self.chars > self.max_chars:
+                old_text, old_html = self.entries.popitem(last=False)
+                self.chars -= len(old_text) + len(old_html)
+
+
+_cache = _RenderCache(max_chars=32_000_000)  # ~32 MB for ASCII text at most
 
 
 def render_markdown(text: str) -> str:
@@ -116,7 +166,10 @@ def render_markdown(text: str) -> str:
     mark safe."""
     if len(text) > MAX_MARKDOWN:
         return f"<pre>{bleach.clean(text, tags=set(), strip=True)}</pre>"
-    md = _md()
-    md.reset()
-    html = md.convert(text)
-    return _cleaner.clean(html)
+    html = _cache.get(text)
+    if html is None:
+        md = _md()
+        md.reset()
+        html = _cleaner().clean(md.convert(text))
+        _cache.put(text, html)
+    return html

@@ -70,12 +70,14 @@ class _Seen:
 
 
 async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) -> Sample:
-    """The physical limit: the same streams read directly by ``AsyncAnthropic`` (raw
-    events, as the product reads them), started over ``spread`` seconds."""
-    import anthropic
+    """The physical limit: the same streams read directly by ``AsyncAnthropic``, built as
+    the product builds it (same HTTP transport) and read as raw events, as the product
+    reads them; started over ``spread`` seconds."""
+    from agent.client import make_client
+    from agent.config import Config
 
     sample = Sample(expected=sessions * tokens)
-    client = anthropic.AsyncAnthropic(api_key="bench", base_url=base_url, max_retries=0)
+    client = make_client(Config(api_key="bench", base_url=base_url))
 
     async def one(i: int) -> None:
         await asyncio.sleep(spread * i / sessions)
@@ -97,16 +99,16 @@ async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) 
     return sample
 
 
-async def open_sessions(base: str, sessions: list[dict]) -> list:
-    """Signed-in WebSocket sessions on each conversation, as the page opens them."""
+async def open_sessions(sessions: list[dict]) -> list:
+    """Signed-in WebSocket sessions on each conversation (on its server, ``base``), as
+    the page opens them."""
     from websockets.asyncio.client import connect
 
-    ws_base = base.replace("http://", "ws://")
-
     async def one(s: dict):
+        ws_base = s["base"].replace("http://", "ws://")
         return await connect(
             f"{ws_base}/ws/c/{s['conversation']}/",
-            origin=base,
+            origin=s["base"],
             open_timeout=60,
             max_size=None,
             additional_headers={"Cookie": f"sessionid={s['session']}"},

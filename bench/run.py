@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import platform
 import secrets
@@ -31,6 +32,7 @@ class Options:
     render_tokens: int = 20_000
     database_url: str | None = None
     redis_url: str | None = None
+    processes: int = 1  # Daphne processes (more than one needs redis_url)
     out: Path = REPO / "var" / "bench"
 
 
@@ -66,44 +68,68 @@ class Upstream:
         self.process.wait(timeout=10)
 
 
-def start_server(root: Path, options: Options, model_url: str):
-    """The product as deployed: DEBUG off, plain Daphne, one process."""
-    from tests.live import LiveServer
+class Cluster:
+    """The product as deployed: DEBUG off, plain Daphne; ``processes`` of them on ports of
+    their own, sharing the database (and Redis, which more than one needs). Sessions are
+    spread over them round-robin, as a load balancer with sticky sessions would."""
 
-    env = {
-        "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "DJANGO_SECURE_SSL_REDIRECT": "0",
-        "ANTHROPIC_API_KEY": "bench",
-        "ANTHROPIC_BASE_URL": model_url,
-        "HARNESS_BASH": "off",
-        "HARNESS_RUNS_PER_MINUTE": "100000",
-    }
-    server = LiveServer(root, **env)
-    if options.database_url:
-        server.env["DATABASE_URL"] = options.database_url
-    if options.redis_url:
-        server.env["REDIS_URL"] = options.redis_url
-    return server.start()
+    def __init__(self, root: Path, options: Options, model_url: str):
+        from tests.live import LiveServer
 
+        env = {
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "DJANGO_SECURE_SSL_REDIRECT": "0",
+            "ANTHROPIC_API_KEY": "bench",
+            "ANTHROPIC_BASE_URL": model_url,
+            "HARNESS_BASH": "off",
+            "HARNESS_RUNS_PER_MINUTE": "100000",
+            "DATABASE_URL": options.database_url or f"sqlite:///{root / 'db.sqlite3'}",
+            **({"REDIS_URL": options.redis_url} if options.redis_url else {}),
+        }
+        self.servers = []
+        try:
+            for i in range(options.processes):
+                server = LiveServer(root, **env)
+                server.log = root / f"daphne-{i}.log"
+                self.servers.append(server.start())
+        except Exception:
+            self.stop()
+            raise
+        self.url = self.servers[0].url
+        self.log = self.servers[0].log
 
-def fixture(server, call: str):
-    code = f"import json\nfrom bench import fixtures\nprint(json.dumps(fixtures.{call}))"
-    return json.loads(server.manage("shell", "-c", code).strip().splitlines()[-1])
+    def fixture(self, call: str):
+        code = f"import json\nfrom bench import fixtures\nprint(json.dumps(fixtures.{call}))"
+        output = self.servers[0].manage("shell", "-c", code)
+        sessions = json.loads(output.strip().splitlines()[-1])
+        if isinstance(sessions, list):
+            for i, session in enumerate(sessions):
+                session["base"] = self.servers[i % len(self.servers)].url
+        return sessions
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(s.process.pid) for s in self.servers)
+
+    def rss_bytes(self) -> int:
+        return sum(rss_bytes(s.process.pid) for s in self.servers)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
 
 
 # -- phases ----------------------------------------------------------------------------------
-async def idle_memory(server, count: int) -> dict:
-    pid = server.process.pid
-    warm = await latency.open_sessions(server.url, fixture(server, "sessions(20, 'warm')"))
+async def idle_memory(cluster: Cluster, count: int) -> dict:
+    warm = await latency.open_sessions(cluster.fixture("sessions(20, 'idle')"))
     await asyncio.gather(*(ws.close() for ws in warm))
-    sessions = fixture(server, f"sessions({count}, 'idle')")
+    sessions = cluster.fixture(f"sessions({count}, 'idle')")
     await asyncio.sleep(1)
-    before = rss_bytes(pid)
-    sockets = await latency.open_sessions(server.url, sessions)
+    before = cluster.rss_bytes()
+    sockets = await latency.open_sessions(sessions)
     await asyncio.sleep(2)
-    after = rss_bytes(pid)
+    after = cluster.rss_bytes()
     await asyncio.gather(*(ws.close() for ws in sockets))
     return {
         "sessions": count,
@@ -113,15 +139,13 @@ async def idle_memory(server, count: int) -> dict:
     }
 
 
-async def level(server, model_url: str, sessions: int, options: Options) -> dict:
+async def level(cluster: Cluster, model_url: str, sessions: int, options: Options) -> dict:
     baseline = await latency.sdk_streams(model_url, sessions, options.tokens, options.spread)
-    conversations = fixture(server, f"sessions({sessions}, 'load')")
-    sockets = await latency.open_sessions(server.url, conversations)
+    sockets = await latency.open_sessions(cluster.fixture(f"sessions({sessions}, 'load')"))
     await asyncio.sleep(0.5)
-    pid = server.process.pid
-    cpu_before = cpu_seconds(pid)
+    cpu_before = cluster.cpu_seconds()
     product = await latency.product_streams(sockets, options.tokens, options.spread)
-    cpu = cpu_seconds(pid) - cpu_before
+    cpu = cluster.cpu_seconds() - cpu_before
     await asyncio.gather(*(ws.close() for ws in sockets))
     sdk, ours = baseline.summary(), product.summary()
     stream_seconds = options.tokens / options.rate
@@ -145,32 +169,44 @@ def _ratio(a, b):
     return None if not a or not b else round(a / b, 2)
 
 
-async def measure_server(server, model_url: str, options: Options) -> dict:
-    result = {"idle_memory": await idle_memory(server, options.idle_sessions), "levels": []}
+async def warm_up(cluster: Cluster) -> None:
+    """A prompt first: each server imports the SDK and fills its caches on first use."""
+    warm = cluster.fixture(f"sessions({2 * len(cluster.servers)}, 'warm')")
+    sockets = await latency.open_sessions(warm)
+    await latency.product_streams(sockets, 1, 0.1)
+    await asyncio.gather(*(ws.close() for ws in sockets))
+
+
+async def measure(cluster: Cluster, model_url: str, options: Options) -> dict:
+    await warm_up(cluster)
+    result = {"idle_memory": await idle_memory(cluster, options.idle_sessions), "levels": []}
     for sessions in options.levels:
-        result["levels"].append(await level(server, model_url, sessions, options))
+        result["levels"].append(await level(cluster, model_url, sessions, options))
         print(_level_line(result["levels"][-1]), file=sys.stderr, flush=True)
     return result
 
 
 def run(options: Options) -> dict:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     options.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=options.out))
     upstream = Upstream(options.tokens, options.rate)
-    server = None
+    cluster = None
     try:
-        server = start_server(root, options, upstream.url)
-        figures = asyncio.run(measure_server(server, upstream.url, options))
-        long = fixture(server, f"long_conversation({options.long_events})")
+        cluster = Cluster(root, options, upstream.url)
+        figures = asyncio.run(measure(cluster, upstream.url, options))
+        short = cluster.fixture("long_conversation(9, 'bench-short')")
+        long = cluster.fixture(f"long_conversation({options.long_events})")
         path = f"/c/{long['conversation']}/"
         figures["page"] = {
-            "transfer": page.transfer(server.url, path, long["session"]),
+            "transfer": page.transfer(cluster.url, f"/c/{short['conversation']}/",
+                                      short["session"]),
             "long_conversation": {"events": long["events"],
-                                  **page.serve_time(server.url, path, long["session"])},
+                                  **page.serve_time(cluster.url, path, long["session"])},
         }  # fmt: skip
     finally:
-        if server is not None:
-            server.stop()
+        if cluster is not None:
+            cluster.stop()
         upstream.stop()
     unpaced = Upstream(options.render_tokens, 1e9)
     try:
@@ -184,7 +220,7 @@ def run(options: Options) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for name in (f"bench-{stamp}.json", "latest.json"):
         (options.out / name).write_text(json.dumps(report, indent=2) + "\n")
-    report["log"] = str(server.log) if server else ""
+    report["log"] = str(cluster.log) if cluster else ""
     return report
 
 
@@ -199,6 +235,7 @@ def machine(options: Options) -> dict:
         "anthropic": anthropic.__version__,
         "database": "postgresql" if options.database_url else "sqlite",
         "channel_layer": "redis" if options.redis_url else "in-memory",
+        "processes": options.processes,
     }
 
 
@@ -223,7 +260,8 @@ def table(report: dict) -> str:
     opts = report["options"]
     lines = [
         f"Harness benchmark, {report['when']}: {m['cpus']} CPUs, Python {m['python']}, "
-        f"anthropic {m['anthropic']}, {m['database']}, {m['channel_layer']} channel layer",
+        f"anthropic {m['anthropic']}, {m['processes']} Daphne process(es), {m['database']}, "
+        f"{m['channel_layer']} channel layer",
         f"each session streams {opts['tokens']} deltas at {opts['rate']:g}/s; latency = "
         "arrival - stamp, in ms",
         "",
@@ -244,6 +282,8 @@ def table(report: dict) -> str:
         f"{len(transfer['items'])} responses (gzip: "
         f"{sum(1 for i in transfer['items'] if i['encoding'] == 'gzip')} of them)",
         f"conversation of {long['events']:,} events served in {long['median_ms']} ms "
-        f"(median of {long['repeats']}, max {long['max_ms']} ms, {long['bytes'] / 1024:.0f} KB)",
+        f"(median of {long['repeats']}, max {long['max_ms']} ms, {long['bytes'] / 1024:.0f} KB "
+        f"gzipped); its first load in a process, before any of it is rendered: "
+        f"{long['first_ms']} ms",
     ]
     return "\n".join(lines)

@@ -10,14 +10,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agent.routing import websocket_urlpatterns  # noqa: E402
+from agent.staticfiles import StaticFilesApp  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Static files are served by the same process (a proxy may take this over).
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # Static files are served by the same process, compressed and cached (a proxy
+        # may take this over).
+        "http": StaticFilesApp(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

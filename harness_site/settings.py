@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agent.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "agent.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -138,6 +139,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+# Served by the ASGI process from the finders, gzipped, with content-hashed URLs cached for
+# a year (agent/staticfiles.py); a proxy in front may take /static/ over (docs/DEPLOY.md).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "agent.staticfiles.VersionedStaticStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- Harness (interfaces §2) -------------------------------------------------------------

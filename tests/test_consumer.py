@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -444,6 +445,14 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
         return real(text)
 
     monkeypatch.setattr("agent.transcript.render_markdown", counting)
+    sent_at = []  # when the writer broadcast each frame (what the interval bounds)
+    real_broadcast = runs_module.broadcast
+
+    async def timed_broadcast(conversation_id, events, html):
+        sent_at.append((time.monotonic(), events))
+        await real_broadcast(conversation_id, events, html)
+
+    monkeypatch.setattr(runs_module, "broadcast", timed_broadcast)
     deltas = 300  # 300 deltas 2 ms apart: far more than one per frame interval
     model_server.enqueue(text_reply("x" * deltas, chunk=1, delay=0.002))
     ws = await connected(conversation, user)
@@ -458,11 +467,31 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     await runs.wait(conversation.id)
     delta_frames = [(t, m) for t, m in frames if "live-text" in m and 'data-part="user"' not in m]
     assert len(delta_frames) < deltas / 3  # coalesced: many deltas per frame
-    gaps = [b - a for (a, _), (b, _) in zip(delta_frames, delta_frames[1:], strict=False)]
-    assert (
-        min(gaps) >= runs_module.FRAME_INTERVAL * 0.8
-    )  # never more than about one frame per interval
+    delta_sends = [t for t, events in sent_at if all(e["type"] == "text_delta" for e in events)]
+    assert len(delta_sends) >= 3
+    gaps = [b - a for a, b in zip(delta_sends, delta_sends[1:], strict=False)]
+    assert min(gaps) >= runs_module.FRAME_INTERVAL * 0.9  # at most one frame per interval
     streamed = "".join(re.sub(r"<[^>]+>", "", m) for _, m in delta_frames)
     assert streamed.count("x") >= deltas  # every delta arrived (plus the final text)
     assert rendered == [deltas]  # markdown rendered once, for the completed block
+    await ws.disconnect()
+
+
+async def test_streamed_frames_do_not_hop_to_the_sync_thread(alice, model_server, monkeypatch):
+    """Channels' default dispatch sends every message through the one thread-sensitive
+    worker thread (to close stale connections): per frame per socket, a queue on one
+    thread. The consumer skips it; its database calls clean up in their own threads."""
+    user, conversation = alice
+    hops = []
+
+    async def counting():
+        hops.append(1)
+
+    monkeypatch.setattr("channels.consumer.aclose_old_connections", counting)
+    model_server.enqueue(text_reply("streamed " * 40, chunk=3, delay=0.002))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "go"}))
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert "streamed" in html and hops == []
     await ws.disconnect()

@@ -49,6 +49,12 @@ class Command(BaseCommand):
         parser.add_argument("--render-tokens", type=int, default=20_000)
         parser.add_argument("--database-url", help="e.g. postgres://… (default: a new SQLite)")
         parser.add_argument("--redis-url", help="use channels-redis (default: in-memory)")
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            help="Daphne processes sharing the load (more than 1 needs Redis)",
+        )
         parser.add_argument("--out", type=Path, help="directory for the JSON (var/bench)")
         parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
 
@@ -57,7 +63,12 @@ class Command(BaseCommand):
 
         if options["tokens"] < 1 or options["rate"] <= 0 or options["render_tokens"] < 2000:
             raise CommandError("--tokens and --rate must be positive, --render-tokens >= 2000")
+        if options["processes"] < 1:
+            raise CommandError("--processes must be 1 or more")
+        if options["processes"] > 1 and not options["redis_url"]:
+            raise CommandError("--processes above 1 needs --redis-url (they share the layer)")
         chosen = Options(
+            processes=options["processes"],
             levels=options["levels"],
             tokens=options["tokens"],
             rate=options["rate"],

@@ -1,0 +1,130 @@
+"""The streaming path's mechanisms (docs/PERFORMANCE.md): group-committed event-log
+writes, the in-process channel layer's cheap group sends, no per-message thread hop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.exceptions import ChannelFull
+
+import agent.eventlog as eventlog
+from agent.layers import LocalChannelLayer
+from agent.models import Conversation, Event, User
+
+
+def _delta(seq: int, text: str = "x") -> dict:
+    return {"type": "text_delta", "seq": seq, "timestamp": 1, "content": text}
+
+
+@pytest.fixture
+def conversations(db):
+    user = User.objects.create_user("writer", password="pw-writer-123")
+    return [Conversation.objects.create(owner=user, model="m") for _ in range(12)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_concurrent_batches_are_stored_in_few_transactions(conversations, monkeypatch):
+    groups = []
+    real = eventlog._store_all
+
+    def recording(batches):
+        groups.append(len(batches))
+        return real(batches)
+
+    monkeypatch.setattr(eventlog, "_store_all", recording)
+    await asyncio.gather(*(
+        eventlog.store(c.id, [_delta(1), _delta(2), _delta(3)]) for c in conversations
+    ))  # fmt: skip
+    assert sum(groups) == len(conversations)
+    assert len(groups) < len(conversations)  # batches waiting together commit together
+    for conversation in conversations:
+        rows = await Event.objects.filter(conversation=conversation).acount()
+        assert rows == 1  # consecutive deltas stored as one row
+        await conversation.arefresh_from_db()
+        assert conversation.last_seq == 3
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_failing_batch_fails_alone_and_its_group_is_still_stored(conversations):
+    bad, *good = conversations[:4]
+    await eventlog.store(bad.id, [{"type": "user", "seq": 1, "timestamp": 1, "content": "a"}])
+    results = await asyncio.gather(
+        # seq 1 again: the unique (conversation, seq) constraint refuses it
+        eventlog.store(bad.id, [{"type": "user", "seq": 1, "timestamp": 1, "content": "b"}]),
+        *(eventlog.store(c.id, [_delta(1)]) for c in good),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], Exception)
+    assert results[1:] == [None] * len(good)
+    for conversation in good:
+        assert await Event.objects.filter(conversation=conversation).acount() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_usage_batch_returns_the_updated_totals(conversations):
+    usage = {
+        "type": "usage", "seq": 1, "timestamp": 1, "input_tokens": 10, "output_tokens": 5,
+        "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "cost_usd": 0.5,
+    }  # fmt: skip
+    fresh = await eventlog.store(conversations[0].id, [usage])
+    assert fresh.input_tokens == 10 and fresh.output_tokens == 5
+    assert await eventlog.store(conversations[0].id, [_delta(2)]) is None  # no re-read
+
+
+async def test_group_send_reaches_every_member_without_sweeping_each_time(monkeypatch):
+    layer = LocalChannelLayer()
+    channels = [await layer.new_channel() for _ in range(3)]
+    for channel in channels:
+        await layer.group_add("conv.x", channel)
+    sweeps = []
+    real = LocalChannelLayer.__mro__[1]._clean_expired
+    monkeypatch.setattr(LocalChannelLayer.__mro__[1], "_clean_expired",
+                        lambda self: (sweeps.append(1), real(self)))  # fmt: skip
+    for n in range(50):
+        await layer.group_send("conv.x", {"type": "conversation.batch", "n": n})
+    for channel in channels:
+        got = [(await layer.receive(channel))["n"] for _ in range(50)]
+        assert got == list(range(50))  # every message, in order
+    assert len(sweeps) <= 1  # not once per send and receive (that is O(sockets) each)
+
+
+async def test_receivers_get_their_own_message_dict():
+    layer = LocalChannelLayer()
+    a, b = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add("g", a)
+    await layer.group_add("g", b)
+    await layer.group_send("g", {"type": "t", "html": "<p>"})
+    first, second = await layer.receive(a), await layer.receive(b)
+    first["html"] = "changed"
+    assert second["html"] == "<p>"
+
+
+async def test_expired_messages_still_expire(monkeypatch):
+    layer = LocalChannelLayer(expiry=1)
+    channel = await layer.new_channel()
+    await layer.group_add("g", channel)
+    await layer.send(channel, {"type": "old"})
+    later = 10**10  # long after its expiry, and after the next sweep is due
+    monkeypatch.setattr("time.time", lambda: later)
+    monkeypatch.setattr("time.monotonic", lambda: later)
+    layer._clean_expired()
+    assert channel not in layer.channels  # swept: the expired message and the membership
+    assert channel not in layer.groups.get("g", {})
+
+
+async def test_full_channel_refuses_sends_and_group_sends_skip_it():
+    layer = LocalChannelLayer(capacity=2)
+    channel, other = await layer.new_channel(), await layer.new_channel()
+    for c in (channel, other):
+        await layer.group_add("g", c)
+    await layer.send(channel, {"type": "a"})
+    await layer.send(channel, {"type": "b"})
+    with pytest.raises(ChannelFull):
+        await layer.send(channel, {"type": "c"})
+    await layer.group_send("g", {"type": "d"})  # the full one is skipped, the other gets it
+    assert (await layer.receive(other))["type"] == "d"
+
+
+def test_the_embedded_default_layer_is_the_local_one(settings):
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "agent.layers.LocalChannelLayer"
