@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test lint format install install-dev system-deps clean
+.PHONY: run test bench lint format install install-dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ system-deps:
 
 test: install-dev system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The performance benchmark (docs/PERFORMANCE.md): prints a table, writes var/bench/*.json.
+# Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…"
+bench: install-dev
+	$(BIN)/python manage.py bench $(BENCH_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -168,8 +168,22 @@ def render_markdown(text: str) -> str:
         return f"<pre>{bleach.clean(text, tags=set(), strip=True)}</pre>"
     html = _cache.get(text)
     if html is None:
-        md = _md()
-        md.reset()
-        html = _cleaner().clean(md.convert(text))
+        html = render_uncached(text)
         _cache.put(text, html)
     return html
+
+
+def render_uncached(text: str) -> str:
+    """The markdown and sanitizer pass itself (also what the render worker runs)."""
+    md = _md()
+    md.reset()
+    return _cleaner().clean(md.convert(text))
+
+
+def is_cached(text: str) -> bool:
+    return _cache.get(text) is not None
+
+
+def remember(text: str, html: str) -> None:
+    """Cache HTML rendered elsewhere (the render worker) by this very function."""
+    _cache.put(text, html)

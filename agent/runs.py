@@ -39,6 +39,7 @@ from .fragments import FragmentRenderer, sync_marker, title_fragments
 from .harness import Harness
 from .models import Conversation, Event, User
 from .recovery import expired, interrupt
+from .render_pool import prerender
 from .runtime import agent_config
 from .system_prompt import build_system_prompt
 from .tools import build_tools
@@ -322,6 +323,7 @@ class Run:
                 log.exception("could not store partial text of %s", self.conversation.id)
 
     async def _send(self, batch: list[dict[str, Any]], conversation: Conversation) -> None:
+        await prerender([e["content"] for e in batch if e["type"] == "text"])
         html = self.renderer.render(batch, conversation)
         if self.announce_title:
             html = title_fragments(conversation) + html

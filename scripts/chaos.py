@@ -38,24 +38,9 @@ MARKER = re.compile(
 # Final parts only: the live block of a streaming answer ("part text live") is transient.
 PART = re.compile(r'class="part (user|text|error)" data-part="\w+" data-seq="(\d+)"')
 
-SETUP = """
-import json
-from django.contrib.sessions.backends.db import SessionStore
-from django.contrib.auth import SESSION_KEY, BACKEND_SESSION_KEY, HASH_SESSION_KEY
-from agent.models import User, Conversation
-out = []
-for i in range({n}):
-    user, _ = User.objects.get_or_create(username=f"chaos{{i}}")
-    conversation = Conversation.objects.create(owner=user, model="claude-haiku-4-5")
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    out.append({{"user": user.username, "conversation": str(conversation.id),
-                "session": session.session_key}})
-print(json.dumps(out))
-"""
+SETUP = (
+    "import json\nfrom bench.fixtures import sessions\nprint(json.dumps(sessions({n}, 'chaos')))"
+)
 
 
 @dataclass

@@ -128,3 +128,31 @@ async def test_full_channel_refuses_sends_and_group_sends_skip_it():
 
 def test_the_embedded_default_layer_is_the_local_one(settings):
     assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "agent.layers.LocalChannelLayer"
+
+
+async def test_long_answers_are_rendered_by_the_worker_and_cached(monkeypatch):
+    from agent import render_pool, rendering
+
+    text = "## Result\n\n" + "\n".join(f"- item **{i}** <script>x</script>" for i in range(300))
+    expected = rendering.render_uncached(text)
+
+    def not_here(text):
+        raise AssertionError("rendered on the event loop")
+
+    await render_pool.prerender([text])
+    monkeypatch.setattr(rendering, "render_uncached", not_here)
+    html = rendering.render_markdown(text)
+    assert html == expected and "<script>" not in html and "<strong>299</strong>" in html
+
+
+async def test_a_broken_worker_falls_back_to_rendering_in_place(monkeypatch):
+    from agent import render_pool, rendering
+
+    def broken():
+        raise OSError("no process for you")
+
+    monkeypatch.setattr(render_pool, "_get_pool", broken)
+    text = "fallback " * 400
+    await render_pool.prerender([text])  # no exception: the render happens later, here
+    assert not rendering.is_cached(text)
+    assert "fallback" in rendering.render_markdown(text)
