@@ -312,6 +312,7 @@ class Run:
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)
             last_frame = time.monotonic()
+        await self._stored_partial()  # before the run's final save, never after it
 
     async def _stored_partial(self) -> None:
         """Wait for the partial text being stored: batches reach the log in order."""
