@@ -21,7 +21,7 @@ class _Writer:
     """The per-frame work of ``agent.runs.Run._write``, without the database and sockets,
     timed with this thread's CPU clock at each 1,000-delta mark."""
 
-    def __init__(self, total: int):
+    def __init__(self) -> None:
         from agent.fragments import FragmentRenderer
 
         self.renderer = FragmentRenderer()
@@ -29,7 +29,6 @@ class _Writer:
         self.unsaved: list[dict[str, Any]] = []
         self.frames = 0
         self.deltas = 0
-        self.total = total
         self.render_s = 0.0
         self.marks: dict[int, tuple[float, float]] = {0: (time.thread_time(), 0.0)}
         self.final_s = 0.0
@@ -72,7 +71,7 @@ async def _stream_once(base_url: str, tokens: int) -> _Writer:
     from agent.harness import Harness
 
     config = Config(api_key="bench", base_url=base_url, max_turns=1)
-    writer = _Writer(tokens)
+    writer = _Writer()
     client = make_client(config)
     harness = Harness(client, [], config, writer.emit)
     await harness.prompt("bench: a long answer")

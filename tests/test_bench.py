@@ -1,0 +1,39 @@
+"""`python manage.py bench` end to end, small: it starts the stamped model and Daphne,
+measures every figure and writes the JSON (timings are reported, never asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "DJANGO_"))}
+    env["DJANGO_DEBUG"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "bench", "--levels", "1,3", "--tokens", "15",
+         "--idle-sessions", "5", "--long-events", "40", "--render-tokens", "2000",
+         "--out", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sessions |  SDK p50" in proc.stdout and "chat page transfer" in proc.stdout
+    report = json.loads((tmp_path / "latest.json").read_text())
+    for level in report["levels"]:
+        assert (
+            level["harness"]["delivered"]
+            == level["harness"]["expected"]
+            == (level["sessions"] * 15)
+        )
+        assert level["sdk"]["delivered"] == level["sdk"]["expected"]
+        assert level["harness"]["errors"] == [] and level["sdk"]["errors"] == []
+    assert report["idle_memory"]["sessions"] == 5
+    assert report["render"]["tokens"] == 2000 and report["render"]["ratio"] > 0
+    transfer = report["page"]["transfer"]
+    assert len(transfer["items"]) >= 6
+    assert all("immutable" in i["cache_control"] for i in transfer["items"][1:])
+    assert report["page"]["long_conversation"]["events"] == 40
