@@ -48,12 +48,16 @@ def _clean(name: str) -> str | None:
 
 def load(name: str) -> StaticFile | None:
     path = _clean(name)
-    found = finders.find(path) if path else None
+    if path is None:
+        return None
+    cached = _files.get(path)
+    if cached is not None and not settings.DEBUG:
+        return cached  # in production files do not change: no lookup, no stat per request
+    found = finders.find(path)
     if not found or not os.path.isfile(found):
         return None
     mtime = os.stat(found).st_mtime
-    cached = _files.get(path)
-    if cached is not None and (cached.mtime == mtime or not settings.DEBUG):
+    if cached is not None and cached.mtime == mtime:
         return cached
     with open(found, "rb") as f:
         body = f.read()

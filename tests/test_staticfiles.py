@@ -110,3 +110,12 @@ def test_event_streams_are_never_compressed(rf):
     response = CompressionMiddleware(view)(rf.get("/api/x", HTTP_ACCEPT_ENCODING="gzip"))
     assert not response.has_header("Content-Encoding")
     assert b"".join(response.streaming_content).startswith(b"id: 1\ndata: {}")
+
+
+def test_production_serves_from_memory_without_looking_files_up(settings, monkeypatch):
+    from agent import staticfiles
+
+    settings.DEBUG = False
+    first = staticfiles.load("harness.js")
+    monkeypatch.setattr(staticfiles.finders, "find", lambda path: 1 / 0)
+    assert staticfiles.load("harness.js") is first
