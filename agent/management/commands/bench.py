@@ -26,36 +26,50 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        from bench.run import Options
+
+        default = Options()  # one source for the defaults: the benchmark's own
+        levels = ",".join(map(str, default.levels))
         parser.add_argument(
             "--levels",
-            default="1,25,100,250",
+            default=levels,
             type=_levels,
-            help="concurrent sessions per level (default 1,25,100,250)",
+            help=f"concurrent sessions per level (default {levels})",
         )
         parser.add_argument(
             "--tokens",
             type=int,
-            default=300,
-            help="deltas per streamed answer (default 300: 6 s at 50/s)",
+            default=default.tokens,
+            help=f"deltas per streamed answer (default {default.tokens})",
         )
-        parser.add_argument("--rate", type=float, default=50.0, help="deltas per second")
-        parser.add_argument("--idle-sessions", type=int, default=250)
+        parser.add_argument(
+            "--rate",
+            type=float,
+            default=default.rate,
+            help=f"deltas per second (default {default.rate:g})",
+        )
+        parser.add_argument("--idle-sessions", type=int, default=default.idle_sessions)
         parser.add_argument(
             "--long-events",
             type=int,
-            default=2000,
+            default=default.long_events,
             help="events in the long conversation whose page is timed",
         )
-        parser.add_argument("--render-tokens", type=int, default=20_000)
+        parser.add_argument("--render-tokens", type=int, default=default.render_tokens)
         parser.add_argument("--database-url", help="e.g. postgres://… (default: a new SQLite)")
         parser.add_argument("--redis-url", help="use channels-redis (default: in-memory)")
         parser.add_argument(
             "--processes",
             type=int,
-            default=1,
+            default=default.processes,
             help="Daphne processes sharing the load (more than 1 needs Redis)",
         )
-        parser.add_argument("--out", type=Path, help="directory for the JSON (var/bench)")
+        parser.add_argument(
+            "--out",
+            type=Path,
+            default=default.out,
+            help=f"directory for the JSON (default {default.out})",
+        )
         parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
 
     def handle(self, *args, **options):
@@ -77,9 +91,8 @@ class Command(BaseCommand):
             render_tokens=options["render_tokens"],
             database_url=options["database_url"],
             redis_url=options["redis_url"],
+            out=options["out"],
         )
-        if options["out"]:
-            chosen.out = options["out"]
         report = run(chosen)
         self.stdout.write(json.dumps(report, indent=2) if options["json"] else table(report))
         self.stdout.write(f"\nJSON: {chosen.out / 'latest.json'}")
