@@ -120,6 +120,9 @@ def _lease_deadline():
     return timezone.now() + timedelta(seconds=settings.HARNESS_RUN_LEASE)
 
 
+# Database calls of runs and sockets are not thread-sensitive: they go to a pool of
+# threads, each with its own connection, instead of queueing on the one thread that every
+# request shares (under load a socket's connect would outwait Daphne's accept timeout).
 @partial(database_sync_to_async, thread_sensitive=False)
 def _renew_lease(conversation_id) -> bool:
     """Extend this process's lease; False when the run is no longer ours (it was presumed
