@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import history
+from . import history, wire
 from .config import Config
 from .errors import classify
 from .events import (
@@ -217,7 +217,7 @@ class Harness:
         stream = None
         try:
             stream = await self.client.messages.create(**request)
-            async for raw in stream:
+            async for raw in wire.events(stream):
                 for event in acc.feed(raw):
                     event = self._emit(event)
                     if event.type == "tool_call":

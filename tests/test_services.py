@@ -49,6 +49,26 @@ def test_postgres_database_url_migrates_and_serves_healthz(pg_database):
     assert proc.stdout.split("\n")[:2] == ["postgresql 200 ok", "['hi']"]
 
 
+def test_postgres_stores_a_group_of_partial_texts(pg_database):
+    """The event log's grouped statements (raw executemany) on PostgreSQL's types."""
+    code = (
+        "import django; django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('migrate', verbosity=0)\n"
+        "from agent import eventlog\n"
+        "from agent.models import Conversation, Event, User\n"
+        "u = User.objects.create_user('pg-writer', password='x')\n"
+        "cs = [Conversation.objects.create(owner=u, model='m') for _ in range(3)]\n"
+        "d = lambda seq: {'type': 'text_delta', 'seq': seq, 'timestamp': 1, 'content': 'z'}\n"
+        "print(eventlog._store_all([eventlog.Batch(c.id, [d(1), d(2)], done=None) for c in cs]))\n"
+        "print(sorted(Conversation.objects.values_list('last_seq', flat=True)),\n"
+        "      Event.objects.filter(seq=2, payload__content='zz').count())\n"
+    )
+    proc = _django(code, DATABASE_URL=pg_database)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[None, None, None]", "[2, 2, 2] 3"]
+
+
 async def test_redis_url_selects_channels_redis_and_delivers_messages():
     from channels_redis.core import RedisChannelLayer
 

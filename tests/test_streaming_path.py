@@ -46,6 +46,53 @@ async def test_concurrent_batches_are_stored_in_few_transactions(conversations, 
 
 
 @pytest.mark.django_db(transaction=True)
+def test_partial_text_of_many_conversations_is_stored_in_one_insert_and_one_update(
+    conversations,
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    batches = [
+        eventlog.Batch(c.id, [_delta(5, "a"), _delta(6, "b")], done=None) for c in conversations
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        assert eventlog._store_all(batches) == [None] * len(conversations)
+    # executemany is captured once ("12 times: UPDATE ..."), whatever the number of rows
+    statements = [q["sql"].split(" times: ")[-1].split()[0] for q in queries]
+    writes = [s for s in statements if s in ("INSERT", "UPDATE", "DELETE")]
+    assert writes == ["INSERT", "UPDATE"], statements
+    for conversation in conversations:
+        (row,) = Event.objects.filter(conversation=conversation)
+        assert (row.seq, row.payload["content"]) == (6, "ab")
+        conversation.refresh_from_db()
+        assert conversation.last_seq == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_partial_text_never_moves_last_seq_back(conversations):
+    ahead = conversations[0]
+    Conversation.objects.filter(id=ahead.id).update(last_seq=10_005)  # e.g. after recovery
+    batches = [eventlog.Batch(c.id, [_delta(7)], done=None) for c in conversations[:3]]
+    eventlog._store_all(batches)
+    ahead.refresh_from_db()
+    assert ahead.last_seq == 10_005
+    conversations[1].refresh_from_db()
+    assert conversations[1].last_seq == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_conversation_with_two_batches_in_a_group_keeps_their_order(conversations):
+    c = conversations[0]
+    text = {"type": "text", "seq": 3, "timestamp": 1, "content": "xy"}
+    eventlog._store_all([
+        eventlog.Batch(c.id, [_delta(1, "x"), _delta(2, "y")], done=None),
+        eventlog.Batch(c.id, [text], done=None),
+    ])  # fmt: skip
+    # the complete text replaced the partial row, as it does when stored on its own
+    assert [(e.seq, e.type) for e in Event.objects.filter(conversation=c)] == [(3, "text")]
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_failing_batch_fails_alone_and_its_group_is_still_stored(conversations):
     bad, *good = conversations[:4]
     await eventlog.store(bad.id, [{"type": "user", "seq": 1, "timestamp": 1, "content": "a"}])
