@@ -171,15 +171,20 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
         return [_frame(e) for e in events if e["seq"] > after], current.last_seq
 
     async def stream():
+        # One receive outlives heartbeats: cancelling a receive makes channels-redis's
+        # pub/sub layer drop the channel (what arrives meanwhile would be lost).
+        receiving = None
         try:
             frames, sent = await replay(since)
             for frame in frames:
                 yield frame
             sent = max(sent, since)
             while sent >= 0:
-                try:
-                    message = await asyncio.wait_for(layer.receive(channel), heartbeat)
-                except TimeoutError:
+                receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({receiving}, timeout=heartbeat)
+                if done:
+                    message, receiving = receiving.result(), None
+                else:
                     if (
                         await sync_to_async(_get_conversation_for_user)(conversation.id, user)
                         is None
@@ -201,6 +206,8 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
                         yield _frame(event)
                         sent = event["seq"]
         finally:
+            if receiving is not None:
+                receiving.cancel()
             for group in groups:
                 await layer.group_discard(group, channel)
 

@@ -1,4 +1,7 @@
-"""The in-process channel layer (the embedded default when ``REDIS_URL`` is not set).
+"""The channel layers: in-process (the embedded default when ``REDIS_URL`` is not set), and
+Redis for several processes (``RedisLayer``, below).
+
+The in-process layer:
 
 Channels' ``InMemoryChannelLayer`` sweeps every channel and every group membership for
 expired entries on each receive and each group send, deep-copies every message per
@@ -16,6 +19,8 @@ import time
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer
+from channels_redis.utils import _wrap_close
 
 SWEEP_INTERVAL = 1.0
 
@@ -52,3 +57,120 @@ class LocalChannelLayer(InMemoryChannelLayer):
         for channel in list(self.groups.get(group, ())):
             with contextlib.suppress(asyncio.QueueFull):  # a full channel drops, as upstream
                 self._put(channel, message)
+
+
+# -- Redis (REDIS_URL): several processes -----------------------------------------------------
+PEERS_TTL = 10.0  # seconds a cached "who else listens to this group" answer is trusted
+
+
+class RedisLayer(RedisPubSubChannelLayer):
+    """channels-redis's pub/sub layer, local first: a group send reaches this process's
+    members with queue puts and goes through Redis only when another process has members
+    in the group.
+
+    channels-redis's core layer costs a Redis round trip per message per socket and pops
+    each process's messages one at a time: at 250 streaming sessions it fell 12 s behind
+    and dropped frames. Its pub/sub layer publishes every group message (under a lock, one
+    round trip each) and reads it back through the subscription, even when the only
+    listener is the sender. Here a socket and the run it watches usually live in the same
+    process, so the common frame costs no Redis call at all; a group shared with another
+    process (a second tab, an API stream there) is published, and then only published, so
+    Redis delivers it to every process once, this one included.
+
+    Who else listens is Redis's own subscriber count (``PUBSUB NUMSUB``), cached per
+    group; a process that joins or leaves a group announces it on a membership channel and
+    every process drops its cached count. A frame sent in the instant between a join and
+    its announcement can miss the new member; pages and API streams detect the gap by seq
+    and fill it from the event log. The cache also expires after ``PEERS_TTL``.
+    """
+
+    def _get_layer(self):
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _LocalFirstLoopLayer(
+                *self._args, **self._kwargs, channel_layer=self
+            )
+            _wrap_close(self, loop)
+        return layer
+
+    async def release(self, channel: str) -> None:
+        """Forget a channel this process made for a one-off use (the health check)."""
+        await self._get_layer().release(channel)
+
+
+class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
+    # Reads the shard's Redis client and subscription set (channels-redis 4.x internals,
+    # pinned in pyproject.toml; tests/test_services.py exercises them against Redis).
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._peers: dict[str, tuple[float, int]] = {}  # group channel -> (when, count)
+        self._membership = f"{self.prefix}__membership__"
+        self._watcher: asyncio.Task | None = None
+
+    async def _watch_membership(self) -> None:
+        if self._membership in self.channels and self._watcher and not self._watcher.done():
+            return
+        queue = self.channels[self._membership] = asyncio.Queue()
+        self._watcher = asyncio.get_running_loop().create_task(self._forget_counts(queue))
+        await self._get_shard(self._membership).subscribe(self._membership)
+
+    async def _forget_counts(self, queue: asyncio.Queue) -> None:
+        while True:
+            name = await queue.get()
+            self._peers.pop(name.decode() if isinstance(name, bytes) else name, None)
+
+    async def _announce(self, group_channel: str) -> None:
+        self._peers.pop(group_channel, None)
+        await self._get_shard(self._membership).publish(self._membership, group_channel)
+
+    async def _others_listen(self, group_channel: str) -> bool:
+        now = time.monotonic()
+        cached = self._peers.get(group_channel)
+        if cached is None or now - cached[0] > PEERS_TTL:
+            await self._watch_membership()
+            shard = self._get_shard(group_channel)
+            shard._ensure_redis()
+            ((_, count),) = await shard._redis.pubsub_numsub(group_channel)
+            count -= group_channel in shard._subscribed_to  # ourselves
+            if len(self._peers) > 10_000:
+                self._peers = {k: v for k, v in self._peers.items() if now - v[0] <= PEERS_TTL}
+            cached = self._peers[group_channel] = (now, count)
+        return cached[1] > 0
+
+    async def send(self, channel: str, message: dict) -> None:
+        queue = self.channels.get(channel)
+        if queue is None:
+            await super().send(channel, message)  # another process's channel
+        else:
+            queue.put_nowait(self.channel_layer.serialize(message))
+
+    async def group_add(self, group: str, channel: str) -> None:
+        group_channel = self._get_group_channel_name(group)
+        first = not self.groups.get(group_channel)
+        await self._watch_membership()
+        await super().group_add(group, channel)
+        if first:
+            await self._announce(group_channel)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        group_channel = self._get_group_channel_name(group)
+        was_member = channel in self.groups.get(group_channel, ())
+        await super().group_discard(group, channel)
+        if was_member and group_channel not in self.groups:  # the last one here left
+            await self._announce(group_channel)
+
+    async def group_send(self, group: str, message: dict) -> None:
+        group_channel = self._get_group_channel_name(group)
+        data = self.channel_layer.serialize(message)
+        if await self._others_listen(group_channel):
+            await self._get_shard(group_channel).publish(group_channel, data)
+            return  # Redis hands it to this process's members too
+        for channel in self.groups.get(group_channel, ()):
+            queue = self.channels.get(channel)
+            if queue is not None:
+                queue.put_nowait(data)
+
+    async def release(self, channel: str) -> None:
+        if self.channels.pop(channel, None) is not None:
+            await self._get_shard(channel).unsubscribe(channel)

@@ -100,10 +100,10 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 defaults to a 5 s socket timeout, the same as channels_redis's
-            # blocking pop (receives then fail at random), and to a small connection pool
-            # that raises when exhausted (hundreds of sockets each join groups and send).
+            # channels-redis's pub/sub layer, local first (agent/layers.py explains why).
+            "BACKEND": "agent.layers.RedisLayer",
+            # redis-py 8 defaults to a 5 s socket timeout and to a small connection pool
+            # that raises when exhausted.
             "CONFIG": {
                 "hosts": [
                     {
@@ -112,10 +112,6 @@ if REDIS_URL:
                         "max_connections": env_int("REDIS_MAX_CONNECTIONS", 1000, minimum=10),
                     }
                 ],
-                # The capacity is checked on the one key that all sockets of a process share;
-                # beyond it messages are dropped silently (pages then resync, but slowly).
-                "capacity": env_int("REDIS_CHANNEL_CAPACITY", 10_000, minimum=100),
-                "expiry": 60,
             },
         }
     }

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from tests.conftest import REPO, require_service
-from tests.services import REDIS_URL, fresh_pg_database
+from tests.services import REDIS_URL, fresh_pg_database, require_redis
 
 
 @pytest.fixture
@@ -69,26 +69,101 @@ def test_postgres_stores_a_group_of_partial_texts(pg_database):
     assert proc.stdout.split("\n")[:2] == ["[None, None, None]", "[2, 2, 2] 3"]
 
 
-async def test_redis_url_selects_channels_redis_and_delivers_messages():
-    from channels_redis.core import RedisChannelLayer
+def _redis_layer():
+    from agent.layers import RedisLayer
 
-    layer = RedisChannelLayer(hosts=[REDIS_URL])
+    return RedisLayer(hosts=[{"address": REDIS_URL, "socket_timeout": 30}])
+
+
+async def _receive(layer, channel, timeout=3.0):
+    return await asyncio.wait_for(layer.receive(channel), timeout)
+
+
+async def _nothing_more(layer, channel) -> bool:
+    # Not a receive with a timeout: cancelling a receive drops a pub/sub channel.
+    await asyncio.sleep(0.3)
+    return layer._get_layer().channels[channel].empty()
+
+
+def _count_publishes(layer) -> list:
+    shard = layer._get_layer()._shards[0]
+    published, real = [], shard.publish
+
+    async def publish(channel, message):
+        published.append(channel)
+        await real(channel, message)
+
+    shard.publish = publish
+    return published
+
+
+async def test_redis_url_selects_the_redis_layer_and_delivers_messages():
+    layer = _redis_layer()
     try:
         channel = await asyncio.wait_for(layer.new_channel(), 3)
         group = f"harness-test-{uuid.uuid4().hex[:8]}"
         await asyncio.wait_for(layer.group_add(group, channel), 3)
         await layer.group_send(group, {"type": "ping", "n": 1})
-        message = await asyncio.wait_for(layer.receive(channel), 3)
+        message = await _receive(layer, channel)
     except (OSError, TimeoutError) as exc:
         require_service("Redis", f"{REDIS_URL}: {exc!r}")
     finally:
-        await layer.close_pools()
+        await layer.flush()
     assert message == {"type": "ping", "n": 1}
     proc = _django(
         "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])",
         REDIS_URL=REDIS_URL,
     )
-    assert proc.stdout.strip() == "channels_redis.core.RedisChannelLayer", proc.stderr
+    assert proc.stdout.strip() == "agent.layers.RedisLayer", proc.stderr
+
+
+async def test_redis_layer_group_send_within_one_process_makes_no_redis_call():
+    require_redis()
+    layer = _redis_layer()
+    try:
+        a, b = await layer.new_channel(), await layer.new_channel()
+        group = f"local-{uuid.uuid4().hex[:8]}"
+        await layer.group_add(group, a)
+        await layer.group_add(group, b)
+        published = _count_publishes(layer)
+        for n in range(3):
+            await layer.group_send(group, {"type": "frame", "n": n})
+        assert [(await _receive(layer, a))["n"] for _ in range(3)] == [0, 1, 2]
+        assert [(await _receive(layer, b))["n"] for _ in range(3)] == [0, 1, 2]
+        assert published == []
+    finally:
+        await layer.flush()
+
+
+async def test_redis_layer_reaches_members_in_other_processes_exactly_once():
+    require_redis()
+    here, there = _redis_layer(), _redis_layer()  # two processes' layers: own connections
+    group = f"shared-{uuid.uuid4().hex[:8]}"
+    try:
+        mine, theirs = await here.new_channel(), await there.new_channel()
+        await here.group_add(group, mine)
+        await here.group_send(group, {"type": "frame", "n": 0})  # caches "nobody else"
+        assert (await _receive(here, mine))["n"] == 0
+        await there.group_add(group, theirs)  # announced: here forgets its cached count
+        await asyncio.sleep(0.3)
+        await here.group_send(group, {"type": "frame", "n": 1})
+        await there.group_send(group, {"type": "frame", "n": 2})
+        assert [(await _receive(here, mine))["n"] for _ in range(2)] == [1, 2]
+        assert [(await _receive(there, theirs))["n"] for _ in range(2)] == [1, 2]
+        assert await _nothing_more(here, mine) and await _nothing_more(there, theirs)
+        # a direct send to another process's channel
+        await here.send(theirs, {"type": "direct"})
+        assert (await _receive(there, theirs))["type"] == "direct"
+        # once the other process leaves, sends are local again
+        await there.group_discard(group, theirs)
+        await asyncio.sleep(0.3)
+        published = _count_publishes(here)
+        await here.group_send(group, {"type": "frame", "n": 3})
+        assert (await _receive(here, mine))["n"] == 3
+        assert published == []
+    finally:
+        await here.flush()
+        await there.flush()
 
 
 def test_redis_layer_from_settings_receives_after_a_quiet_spell():
