@@ -4,6 +4,9 @@ writes, the in-process channel layer's cheap group sends, no per-message thread 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 from channels.exceptions import ChannelFull
@@ -11,6 +14,7 @@ from channels.exceptions import ChannelFull
 import agent.eventlog as eventlog
 from agent.layers import LocalChannelLayer
 from agent.models import Conversation, Event, User
+from tests.conftest import REPO
 
 
 def _delta(seq: int, text: str = "x") -> dict:
@@ -203,3 +207,12 @@ async def test_a_broken_worker_falls_back_to_rendering_in_place(monkeypatch):
     await render_pool.prerender([text])  # no exception: the render happens later, here
     assert not rendering.is_cached(text)
     assert "fallback" in rendering.render_markdown(text)
+
+
+def test_the_server_moves_its_startup_objects_out_of_the_collectors_way():
+    code = "import gc, harness_site.asgi; print(gc.get_freeze_count())"
+    env = {**os.environ, "DJANGO_DEBUG": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 100_000  # Django, Channels and the SDK, frozen
