@@ -71,8 +71,9 @@ class _Seen:
 
 async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) -> Sample:
     """The physical limit: the same streams read directly by ``AsyncAnthropic``, built as
-    the product builds it (same HTTP transport) and read as raw events, as the product
-    reads them; started over ``spread`` seconds."""
+    the product builds it (same HTTP transport), iterated as the SDK's own event objects
+    (the product reads the body itself, more cheaply: agent/wire.py); started over
+    ``spread`` seconds."""
     from agent.client import make_client
     from agent.config import Config
 

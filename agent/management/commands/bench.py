@@ -57,12 +57,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--render-tokens", type=int, default=default.render_tokens)
         parser.add_argument("--database-url", help="e.g. postgres://… (default: a new SQLite)")
-        parser.add_argument("--redis-url", help="use channels-redis (default: in-memory)")
+        parser.add_argument("--redis-url", help="use the Redis layer (default: in-memory)")
         parser.add_argument(
             "--processes",
             type=int,
             default=default.processes,
-            help="Daphne processes sharing the load (more than 1 needs Redis)",
+            help="Daphne processes sharing the load (more than 1 needs --redis-url; give them "
+            "PostgreSQL too: on one SQLite file, run starts queue for its write lock)",
         )
         parser.add_argument(
             "--out",
