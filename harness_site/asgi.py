@@ -28,9 +28,9 @@ application = ProtocolTypeRouter(
 
 # The server's long-lived objects (Django, the SDK and its models, templates, the code) go
 # out of the cyclic collector's way: otherwise each full collection walks all of them while
-# every socket waits. In the benchmark's servers (250 streaming sessions) full collections
-# took up to 88-111 ms before and 17-36 ms after. The SDK is imported now for that reason
-# (and so the first prompt does not pay for the import).
+# every socket waits. The longest one in a benchmark server's life (250 streaming
+# sessions) took 88-111 ms before and 17-36 ms after. The SDK is imported now for that
+# reason (and so the first prompt does not pay for the import).
 import anthropic  # noqa: E402, F401
 
 import agent.harness  # noqa: E402, F401
