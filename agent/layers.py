@@ -80,8 +80,10 @@ class RedisLayer(RedisPubSubChannelLayer):
     Who else listens is Redis's own subscriber count (``PUBSUB NUMSUB``), cached per
     group; a process that joins or leaves a group announces it on a membership channel and
     every process drops its cached count. A frame sent in the instant between a join and
-    its announcement can miss the new member; pages and API streams detect the gap by seq
-    and fill it from the event log. The cache also expires after ``PEERS_TTL``.
+    its announcement can miss the new member, and when a group stops being shared a local
+    frame can overtake one still on its way through Redis; pages and API streams detect
+    both by seq and fill the gap from the event log. The cache also expires after
+    ``PEERS_TTL``.
     """
 
     def _get_layer(self):
@@ -105,6 +107,7 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._peers: dict[str, tuple[float, int]] = {}  # group channel -> (when, count)
+        self._announcements = 0  # seen so far: a count read meanwhile may be stale
         self._membership = f"{self.prefix}__membership__"
         self._watcher: asyncio.Task | None = None
 
@@ -118,6 +121,7 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     async def _forget_counts(self, queue: asyncio.Queue) -> None:
         while True:
             name = await queue.get()
+            self._announcements += 1
             self._peers.pop(name.decode() if isinstance(name, bytes) else name, None)
 
     async def _announce(self, group_channel: str) -> None:
@@ -131,8 +135,13 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
             await self._watch_membership()
             shard = self._get_shard(group_channel)
             shard._ensure_redis()
+            seen = self._announcements
             ((_, count),) = await shard._redis.pubsub_numsub(group_channel)
             count -= group_channel in shard._subscribed_to  # ourselves
+            if self._announcements != seen:
+                # A process joined or left a group while we asked: the count may predate
+                # it. Not cached, and published (Redis delivers to whoever is there).
+                return True
             if len(self._peers) > 10_000:
                 self._peers = {k: v for k, v in self._peers.items() if now - v[0] <= PEERS_TTL}
             cached = self._peers[group_channel] = (now, count)

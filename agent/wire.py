@@ -28,6 +28,8 @@ class SSEParser:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
+        if not chunk:
+            return []
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._after_cr = chunk.endswith(b"\r")
@@ -38,7 +40,7 @@ class SSEParser:
             line = line.rstrip(b"\r\n")
             if not line:
                 if self._event is not None or self._data:
-                    name = self._event.decode("utf-8") if self._event is not None else None
+                    name = self._event.decode("utf-8") if self._event else None  # as the SDK
                     out.append((name, b"\n".join(self._data)))
                 self._event, self._data = None, []
                 continue

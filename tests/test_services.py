@@ -166,6 +166,33 @@ async def test_redis_layer_reaches_members_in_other_processes_exactly_once():
         await there.flush()
 
 
+async def test_redis_layer_never_caches_a_count_read_while_a_process_joined():
+    require_redis()
+    layer = _redis_layer()
+    try:
+        inner = layer._get_layer()
+        channel = await layer.new_channel()
+        group = f"race-{uuid.uuid4().hex[:8]}"
+        await layer.group_add(group, channel)
+        shard = inner._shards[0]
+        real = shard._redis.pubsub_numsub
+
+        async def racing(*names):
+            counts = await real(*names)
+            inner._announcements += 1  # another process announced a join meanwhile
+            return counts
+
+        shard._redis.pubsub_numsub = racing
+        published = _count_publishes(layer)
+        await layer.group_send(group, {"type": "frame"})
+        group_channel = inner._get_group_channel_name(group)
+        assert published == [group_channel]  # published, to whoever is there now
+        assert group_channel not in inner._peers  # and the doubtful count not kept
+        assert (await _receive(layer, channel))["type"] == "frame"  # back through Redis
+    finally:
+        await layer.flush()
+
+
 def test_redis_layer_from_settings_receives_after_a_quiet_spell():
     """A receive that waits longer than channels_redis's 5 s blocking pop still works (redis-
     py 8's default 5 s socket timeout used to break it)."""

@@ -107,3 +107,9 @@ async def test_a_crlf_stream_with_unknown_events_streams_its_text(make_harness, 
     assert result.state == "idle"
     assert "".join(e.content for e in events if e.type == "text_delta") == "line endings"
     assert [e.content for e in events if e.type == "text"] == ["line endings"]
+
+
+def test_empty_chunks_and_empty_event_names_are_read_as_the_sdk_reads_them():
+    assert parse([b"event: a\r", b"", b"\ndata: 1\r\n\r\n"]) == [("a", b"1")]
+    body = b"event:\ndata: 2\n\n"
+    assert parse([body]) == [(None, b"2")] == sdk_decoder_events(body)
