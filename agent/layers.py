@@ -107,7 +107,9 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._peers: dict[str, tuple[float, int]] = {}  # group channel -> (when, count)
-        self._announcements = 0  # seen so far: a count read meanwhile may be stale
+        # group channel -> [counts being read, announcements seen meanwhile]: a count read
+        # while its group's membership changed may predate the change
+        self._asking: dict[str, list[int]] = {}
         self._membership = f"{self.prefix}__membership__"
         self._watcher: asyncio.Task | None = None
 
@@ -121,8 +123,10 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     async def _forget_counts(self, queue: asyncio.Queue) -> None:
         while True:
             name = await queue.get()
-            self._announcements += 1
-            self._peers.pop(name.decode() if isinstance(name, bytes) else name, None)
+            name = name.decode() if isinstance(name, bytes) else name
+            self._peers.pop(name, None)
+            if name in self._asking:
+                self._asking[name][1] += 1
 
     async def _announce(self, group_channel: str) -> None:
         self._peers.pop(group_channel, None)
@@ -135,12 +139,19 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
             await self._watch_membership()
             shard = self._get_shard(group_channel)
             shard._ensure_redis()
-            seen = self._announcements
-            ((_, count),) = await shard._redis.pubsub_numsub(group_channel)
+            asking = self._asking.setdefault(group_channel, [0, 0])
+            asking[0] += 1
+            seen = asking[1]
+            try:
+                ((_, count),) = await shard._redis.pubsub_numsub(group_channel)
+            finally:
+                asking[0] -= 1
+                if not asking[0]:
+                    del self._asking[group_channel]
             count -= group_channel in shard._subscribed_to  # ourselves
-            if self._announcements != seen:
-                # A process joined or left a group while we asked: the count may predate
-                # it. Not cached, and published (Redis delivers to whoever is there).
+            if asking[1] != seen:
+                # A process joined or left this group while we asked: the count may
+                # predate it. Not cached, and published (Redis delivers to whoever is there).
                 return True
             if len(self._peers) > 10_000:
                 self._peers = {k: v for k, v in self._peers.items() if now - v[0] <= PEERS_TTL}

@@ -168,7 +168,7 @@ async def test_redis_layer_reaches_members_in_other_processes_exactly_once():
 
 async def test_redis_layer_never_caches_a_count_read_while_a_process_joined():
     require_redis()
-    layer = _redis_layer()
+    layer, there = _redis_layer(), _redis_layer()
     try:
         inner = layer._get_layer()
         channel = await layer.new_channel()
@@ -179,7 +179,10 @@ async def test_redis_layer_never_caches_a_count_read_while_a_process_joined():
 
         async def racing(*names):
             counts = await real(*names)
-            inner._announcements += 1  # another process announced a join meanwhile
+            # meanwhile: another process announces a join of another group, then of this one
+            await there._get_layer().group_add(f"other-{group}", await there.new_channel())
+            await there._get_layer().group_add(group, await there.new_channel())
+            await asyncio.sleep(0.3)
             return counts
 
         shard._redis.pubsub_numsub = racing
@@ -189,8 +192,24 @@ async def test_redis_layer_never_caches_a_count_read_while_a_process_joined():
         assert published == [group_channel]  # published, to whoever is there now
         assert group_channel not in inner._peers  # and the doubtful count not kept
         assert (await _receive(layer, channel))["type"] == "frame"  # back through Redis
+        # a join of another group meanwhile leaves this group's count trusted
+        quiet = f"quiet-{uuid.uuid4().hex[:8]}"
+        await layer.group_add(quiet, channel)
+
+        async def unrelated(*names):
+            counts = await real(*names)
+            await there._get_layer().group_add(f"more-{quiet}", await there.new_channel())
+            await asyncio.sleep(0.3)
+            return counts
+
+        shard._redis.pubsub_numsub = unrelated
+        published.clear()
+        await layer.group_send(quiet, {"type": "local"})
+        assert published == [] and inner._get_group_channel_name(quiet) in inner._peers
+        assert (await _receive(layer, channel))["type"] == "local"
     finally:
         await layer.flush()
+        await there.flush()
 
 
 def test_redis_layer_from_settings_receives_after_a_quiet_spell():
