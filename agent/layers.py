@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
@@ -111,6 +112,7 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
         # while its group's membership changed may predate the change
         self._asking: dict[str, list[int]] = {}
         self._membership = f"{self.prefix}__membership__"
+        self._origin = uuid.uuid4().hex  # to tell our own announcements from others'
         self._watcher: asyncio.Task | None = None
 
     async def _watch_membership(self) -> None:
@@ -122,15 +124,20 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
 
     async def _forget_counts(self, queue: asyncio.Queue) -> None:
         while True:
-            name = await queue.get()
-            name = name.decode() if isinstance(name, bytes) else name
+            notice = await queue.get()
+            if isinstance(notice, bytes):
+                notice = notice.decode()
+            origin, _, name = notice.partition(" ")
+            if origin == self._origin:
+                continue  # ours: the cached count was dropped when we announced it
             self._peers.pop(name, None)
             if name in self._asking:
                 self._asking[name][1] += 1
 
     async def _announce(self, group_channel: str) -> None:
         self._peers.pop(group_channel, None)
-        await self._get_shard(self._membership).publish(self._membership, group_channel)
+        notice = f"{self._origin} {group_channel}"
+        await self._get_shard(self._membership).publish(self._membership, notice)
 
     async def _others_listen(self, group_channel: str) -> bool:
         now = time.monotonic()
