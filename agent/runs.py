@@ -292,9 +292,6 @@ class Run:
                     more, done = self.inbox.take_nowait()
                     batch += [event.to_dict() for event in more]
                     only_deltas = all(e["type"] == "text_delta" for e in batch)
-            # The interval runs from frame start to frame start: the time a frame takes to
-            # store, render and send does not add to the next frame's wait.
-            frame_started = time.monotonic()
             try:
                 if only_deltas and not done:
                     # Sent first, stored later (at most once a second, off the hot path).
@@ -317,7 +314,9 @@ class Run:
                     await self._send(batch, conversation)
             except Exception:
                 log.exception("could not deliver events of %s", self.conversation.id)
-            last_frame = frame_started
+            # From the end of this frame: when the process is busy and frames take long,
+            # they space out by themselves (fewer, bigger frames: less work per delta).
+            last_frame = time.monotonic()
         await self._stored_partial()  # before the run's final save, never after it
 
     async def _stored_partial(self) -> None:
