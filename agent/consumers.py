@@ -27,12 +27,9 @@ CLOSE_SIGNED_OUT = 4401
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def _owned(conversation_id, user):
-    if getattr(user, "pk", None):
-        try:
-            user.refresh_from_db(fields=["is_active"])
-        except user.DoesNotExist:
-            return None
-    return _get_conversation_for_user(conversation_id, user)
+    # A socket's user object is as old as the socket: whether the account is still active
+    # is read from the database, in the same query.
+    return _get_conversation_for_user(conversation_id, user, active_in_db=True)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -42,13 +39,6 @@ def _catch_up(conversation_id, user, after: int) -> str:
         return ws_error("This conversation is not available.", "forbidden")
     conversation, events = found
     return render_catch_up(events, after, conversation)
-
-
-@partial(database_sync_to_async, thread_sensitive=False)
-def _remember_prompt(user, prompt: str) -> None:
-    user.refresh_from_db(fields=["prompt_history"])
-    user.remember_prompt(prompt)
-    user.save(update_fields=["prompt_history"])
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):
@@ -125,11 +115,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             ))  # fmt: skip
             return
         try:
-            await runs.start(self.conversation_id, self.user.pk, content)
+            await runs.start(self.conversation_id, self.user.pk, content, remember=True)
         except RunRefused as refused:
             await self.send(text_data=ws_error(refused.message, refused.code))
-            return
-        await _remember_prompt(self.user, content)
 
     @staticmethod
     def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:

@@ -12,15 +12,24 @@ from .models import Conversation, Event, User
 TITLE_LENGTH = 60
 
 
-def _get_conversation_for_user(conversation_id, user) -> Conversation | None:
-    """The conversation if ``user`` (active, signed in) owns it, else None (shown as 404)."""
-    if not getattr(user, "is_authenticated", False) or not user.is_active:
+def _get_conversation_for_user(
+    conversation_id, user, *, active_in_db: bool = False
+) -> Conversation | None:
+    """The conversation if ``user`` (active, signed in) owns it, else None (shown as 404).
+    ``active_in_db``: the account's being active is read from the database, in the same
+    query, instead of from ``user`` (a long-lived connection's user object is stale)."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if not active_in_db and not user.is_active:
         return None
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
         return None
-    return Conversation.objects.filter(id=key, owner=user).first()
+    found = Conversation.objects.filter(id=key, owner_id=user.pk)
+    if active_in_db:
+        found = found.filter(owner__is_active=True)
+    return found.first()
 
 
 def conversations_of(user) -> QuerySet[Conversation]:

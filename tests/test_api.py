@@ -116,7 +116,7 @@ def test_another_users_conversation_is_404_on_every_endpoint(alice, bob):
     response.close()
 
 
-def test_prompt_streams_over_sse_replay_and_live_without_gaps(alice, fresh):
+def test_prompt_streams_over_sse_replay_and_live_without_gaps(alice, fresh, live):
     conversation = new_conversation(alice)
     response, stream = alice.events(conversation)
     assert response.status == 200
@@ -144,6 +144,9 @@ def test_prompt_streams_over_sse_replay_and_live_without_gaps(alice, fresh):
         _, after = alice.events(conversation, **kwargs)
         got = [item[2] for item in read_until(after, is_final) if item[0] == "event"]
         assert got == [e for e in stored if e["seq"] > middle]
+    # API prompts stay out of the page's prompt history (typed prompts go in: test_consumer)
+    code = "from agent.models import User; print(User.objects.get(username='alice').prompt_history)"
+    assert live.manage("shell", "-c", code).strip().splitlines()[-1] == "[]"
 
 
 def test_sse_sends_heartbeats(alice):
