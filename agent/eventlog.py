@@ -80,7 +80,8 @@ def _apply(batch: Batch) -> Conversation | None:
     )
     Conversation.objects.filter(id=batch.conversation_id).update(**changes)
     if "cost_usd" in changes:
-        return Conversation.objects.get(id=batch.conversation_id)
+        # for the meter: the history (the largest field) is never rendered
+        return Conversation.objects.defer("history").get(id=batch.conversation_id)
     return None
 
 
