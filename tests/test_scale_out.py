@@ -107,3 +107,25 @@ def test_a_killed_processs_run_is_recovered_by_the_other(cluster, model):
         assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     finally:
         b.start()
+
+
+def _ends_within(stream, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    # heartbeats every second keep this turning: it stops at the stream's end or the deadline
+    return all(time.monotonic() <= deadline for _ in stream)
+
+
+def test_deactivating_a_user_from_a_third_process_ends_their_streams_on_both(cluster):
+    """The revocation goes from a management process through Redis to both servers (the
+    streams' own re-checks would not notice: their user object is the one they started
+    with)."""
+    a, _, on_a, on_b = cluster
+    conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
+    streams = [api.events(conversation)[1] for api in (on_a, on_b)]
+    set_active = "from agent.models import User; u = User.objects.get(username='olga'); " \
+                 "u.is_active = {}; u.save()"  # fmt: skip
+    a.manage("shell", "-c", set_active.format(False))
+    try:
+        assert [_ends_within(stream, 10) for stream in streams] == [True, True]
+    finally:
+        a.manage("shell", "-c", set_active.format(True))
