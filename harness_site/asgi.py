@@ -31,10 +31,8 @@ application = ProtocolTypeRouter(
 # every socket waits. The longest one in a benchmark server's life (250 streaming
 # sessions) took 88-111 ms before and 17-36 ms after. The SDK is imported now for that
 # reason (and so the first prompt does not pay for the import).
+# (The agent's own modules came in with the routing above.)
 import anthropic  # noqa: E402, F401
-
-import agent.harness  # noqa: E402, F401
-import agent.runs  # noqa: E402, F401
 
 gc.collect()
 gc.freeze()
