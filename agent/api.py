@@ -27,7 +27,7 @@ from .tokens import user_for_token
 from .views import TITLE_MAX, model_choices
 
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
-                  "not_found": 404, "forbidden": 403}  # fmt: skip
+                  "not_found": 404, "forbidden": 403, "storage_full": 507}  # fmt: skip
 
 
 def api_error(status: int, code: str, message: str) -> JsonResponse:

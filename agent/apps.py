@@ -8,3 +8,9 @@ class AgentConfig(AppConfig):
 
     def ready(self) -> None:
         from . import revocation  # noqa: F401 - connects the signal receivers
+        from .storage import check_at_startup
+
+        check_at_startup()  # an impossible HARNESS_WORKSPACE_STORAGE stops start-up
+        from .sandbox import check_at_startup as check_sandbox
+
+        check_sandbox()  # logs what the bash sandbox's limits rest on (cgroups or rlimits)

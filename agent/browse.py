@@ -1,7 +1,10 @@
 """Read-only browsing of a workspace for the page: directory listings and file views.
 
-Everything goes through the same confinement as the agent's tools (``Workspace.open``):
-no path leaves the workspace, symlinks are shown but never followed out of it.
+Everything goes through the same confinement as the agent's tools (``Workspace.open``,
+walked from the root's descriptor) and runs in a file worker as the workspace's owner,
+with a deadline, so a request thread never blocks on the file system for long: no path
+leaves the workspace, symlinks are shown but never followed out of it, and nothing but
+regular files and directories is opened.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from .tools.workspace import PathError, Workspace
+from .tools.fileio import workers
+from .tools.workspace import Workspace
 
 VIEW_CAP = 1_000_000
 MAX_ENTRIES = 2000
@@ -33,65 +37,53 @@ class FileView:
     truncated: bool
 
 
-def normalize(workspace: Workspace, path: str) -> str:
-    real = workspace.resolve(path or ".")
-    rel = workspace.relative(real)
-    return "" if rel == "." else rel
+def browse(workspace: Workspace, path: str) -> tuple[str, list[Entry] | FileView, bool]:
+    """(path relative to the root, entries or the file, whether the listing was cut)."""
+    return workers.call(workspace, _browse, workspace, path or ".")
 
 
-def is_dir(workspace: Workspace, path: str) -> bool:
+def _browse(workspace: Workspace, path: str) -> tuple[str, list[Entry] | FileView, bool]:
+    opened = workspace.open(path, directory=None)
+    rel = "" if opened.rel == "." else opened.rel
     try:
-        fd, _ = workspace.open(path or ".", os.O_RDONLY)
-    except PathError:
-        return False
-    try:
-        return stat.S_ISDIR(os.fstat(fd).st_mode)
+        st = os.fstat(opened.fd)
+        if stat.S_ISDIR(st.st_mode):
+            entries = _list_entries(opened.fd, rel)
+            return rel, entries, len(entries) >= MAX_ENTRIES
+        return rel, _view_file(opened.fd, st, rel), False
     finally:
-        os.close(fd)
+        os.close(opened.fd)
 
 
-def list_entries(workspace: Workspace, path: str) -> tuple[list[Entry], bool]:
-    """(entries, truncated) of a workspace directory, directories first."""
-    rel = normalize(workspace, path)
-    fd, _ = workspace.open(rel or ".", os.O_RDONLY | os.O_DIRECTORY)
+def _list_entries(fd: int, rel: str) -> list[Entry]:
+    """A directory's entries, directories first (never following a symlink to stat it)."""
     entries: list[Entry] = []
-    try:
-        with os.scandir(fd) as it:
-            for item in it:
-                if len(entries) >= MAX_ENTRIES:
-                    break
-                try:
-                    st = item.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISLNK(st.st_mode):
-                    kind = "link"
-                elif stat.S_ISDIR(st.st_mode):
-                    kind = "dir"
-                elif stat.S_ISREG(st.st_mode):
-                    kind = "file"
-                else:
-                    kind = "other"
-                child = f"{rel}/{item.name}" if rel else item.name
-                entries.append(Entry(item.name, child, kind, st.st_size, st.st_mtime))
-    finally:
-        os.close(fd)
+    with os.scandir(fd) as it:  # it reads a duplicate of fd
+        for item in it:
+            if len(entries) >= MAX_ENTRIES:
+                break
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                kind = "link"
+            elif stat.S_ISDIR(st.st_mode):
+                kind = "dir"
+            elif stat.S_ISREG(st.st_mode):
+                kind = "file"
+            else:
+                kind = "other"
+            child = f"{rel}/{item.name}" if rel else item.name
+            entries.append(Entry(item.name, child, kind, st.st_size, st.st_mtime))
     entries.sort(key=lambda e: (e.kind != "dir", e.name.lower()))
-    return entries, len(entries) >= MAX_ENTRIES
+    return entries
 
 
-def view_file(workspace: Workspace, path: str) -> FileView:
-    rel = normalize(workspace, path)
-    fd, _ = workspace.open(rel, os.O_RDONLY)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise PathError("not a regular file")
-        data = os.read(fd, VIEW_CAP + 1) if st.st_size else b""
-        while len(data) <= VIEW_CAP and (chunk := os.read(fd, VIEW_CAP + 1 - len(data))):
-            data += chunk
-    finally:
-        os.close(fd)
+def _view_file(fd: int, st: os.stat_result, rel: str) -> FileView:
+    data = os.read(fd, VIEW_CAP + 1) if st.st_size else b""
+    while len(data) <= VIEW_CAP and (chunk := os.read(fd, VIEW_CAP + 1 - len(data))):
+        data += chunk
     truncated = len(data) > VIEW_CAP
     data = data[:VIEW_CAP]
     if b"\x00" in data[:8192]:

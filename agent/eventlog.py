@@ -11,6 +11,7 @@ alone, so one conversation's bad batch never loses another's.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import weakref
 from collections import Counter
@@ -30,6 +31,31 @@ STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "i
                     "error": "error"}  # fmt: skip
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                 "cache_creation_input_tokens")  # fmt: skip
+
+
+# What a database or file system says when it has no room left: SQLite's SQLITE_FULL (and
+# the I/O error it gives when the WAL cannot grow), PostgreSQL's "could not extend file",
+# the kernel's ENOSPC / EDQUOT.
+_FULL_MESSAGES = ("database or disk is full", "disk i/o error", "no space left on device",
+                  "could not extend file", "disk quota exceeded")  # fmt: skip
+_FULL_SQLSTATES = ("53100",)  # PostgreSQL disk_full
+
+
+def storage_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it wraps: Django wraps the driver's) says the
+    storage is out of space. Such a failure does not pass by itself: retrying a run's
+    writes only piles up unsaved events, so the run is ended instead (agent/runs.py)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+        if state in _FULL_SQLSTATES:
+            return True
+        if any(text in str(exc).lower() for text in _FULL_MESSAGES):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

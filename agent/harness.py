@@ -32,6 +32,7 @@ from .events import (
 from .pricing import cost_usd
 from .stream import TurnAccumulator
 from .tools.base import Tool, ToolResult, fail, tool_spec
+from .tools.workspace import os_error_message
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,10 @@ class Harness:
             raise
         except Exception as exc:
             log.exception("tool %s crashed", use["name"])
-            return fail(f"tool failed: {type(exc).__name__}: {exc}")
+            # An OSError's text names the host path it failed on: the model gets its errno
+            # message only (the log above keeps the whole of it for the operator).
+            detail = os_error_message(exc) if isinstance(exc, OSError) else str(exc)
+            return fail(f"tool failed: {type(exc).__name__}: {detail}")
 
     def _record_result(self, tool_use_id: str, result: ToolResult) -> None:
         self._open_calls.pop(tool_use_id, None)

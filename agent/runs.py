@@ -33,16 +33,18 @@ from . import eventlog
 from .client import make_client
 from .config import Config
 from .conversations import title_from_prompt
+from .events import ErrorEvent, StatusEvent, now_ms
 from .events import Event as CoreEvent
-from .events import now_ms
 from .fragments import FragmentRenderer, sync_marker, title_fragments
 from .harness import Harness
 from .models import Conversation, Event, User
 from .recovery import expired, interrupt
 from .render_pool import prerender
 from .runtime import agent_config
+from .sandbox import sandbox_limits
+from .storage import StorageError
 from .system_prompt import build_system_prompt
-from .tools import build_tools
+from .tools import Workspace, build_tools
 from .workspaces import workspace_for
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,12 @@ def interrupt_and_announce(queryset) -> None:
             async_to_sync(announce_interrupted)(done)
         except Exception:
             log.exception("could not announce interrupted runs")
+
+
+STORAGE_REFUSED = (
+    "The server cannot store this prompt or prepare your workspace right now (its disk is "
+    "full or failing). Nothing was run; try again later."
+)
 
 
 class RunRefused(Exception):
@@ -203,10 +211,28 @@ def _release(conversation_id) -> None:
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def _finish(conversation_id, messages: list[dict[str, Any]], last_seq: int) -> None:
+def _finish(
+    conversation_id, messages: list[dict[str, Any]], last_seq: int, state: str | None = None
+) -> None:
+    """The run's final save; ``state``: set it here too (its status event was not stored)."""
+    changes: dict[str, Any] = {"state": state} if state is not None else {}
     Conversation.objects.filter(id=conversation_id, lease_owner=PROCESS_ID).update(
-        history=messages, last_seq=last_seq, lease_owner="", lease_until=None
+        history=messages, last_seq=last_seq, lease_owner="", lease_until=None, **changes
     )
+
+
+# A run whose events cannot be stored is ended (agent/eventlog.py storage_full): its
+# transcript would silently lose everything from then on.
+STORAGE_FULL_MESSAGE = (
+    "The server's disk is full, so this conversation could not be saved and the prompt was "
+    "stopped. What was saved before is kept; send the prompt again once space is freed."
+)
+STORAGE_ERROR_MESSAGE = (
+    "The server could not save this conversation (its database keeps failing), so the prompt "
+    "was stopped. What was saved before is kept; try again in a moment."
+)
+STORE_ATTEMPTS = 3  # consecutive failed stores (of any other cause) that end a run
+FINISH_RETRIES = (0.0, 1.0, 2.0, 4.0)  # seconds before each try of the final save
 
 
 class _Inbox:
@@ -237,8 +263,15 @@ class _Inbox:
         return self.take_nowait()
 
 
+def _prepare(owner_id: int, identity: str | None) -> tuple[Workspace, str]:
+    """The owner's workspace (made, and on a quota deployment mounted, on first use) and
+    the system prompt with its AGENTS.md. Blocking file system work: run it in a thread."""
+    workspace = workspace_for(owner_id)
+    return workspace, build_system_prompt(workspace, identity)
+
+
 class Run:
-    def __init__(self, setup: _Setup, content: str):
+    def __init__(self, setup: _Setup, content: str, workspace: Workspace, system: str):
         self.conversation = setup.conversation
         self.config = setup.config
         self.announce_title = setup.titled
@@ -247,18 +280,23 @@ class Run:
         self.renderer = FragmentRenderer()
         self.group = group_name(self.conversation.id)
         self.layer = get_channel_layer()
-        workspace = workspace_for(self.conversation.owner_id)
         self.harness = Harness(
             client_for(self.config),
-            build_tools(workspace, setup.bash_mode),
+            build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
             self.config,
             self.inbox.put,
-            system=build_system_prompt(workspace.root, self.config.system_prompt),
+            system=system,
             messages=self.conversation.history,
             next_seq=self.conversation.last_seq + 1,
         )
         self.task: asyncio.Task | None = None
         self._saving: asyncio.Task | None = None  # partial text being stored
+
+    # Set by the writer when the run's events cannot be stored: the page's message (and
+    # its code); the run is then stopped and its end shown, not stored.
+    _storage_failure: tuple[str, str] | None = None
+    _store_failures = 0  # consecutive failed stores
+    _failure_shown = False  # the page got the storage error event
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -272,7 +310,33 @@ class Run:
             self.inbox.close()
             with contextlib.suppress(Exception):
                 await writer
-            await _finish(self.conversation.id, self.harness.messages, self.harness.next_seq - 1)
+            if self._storage_failure is None:
+                await _finish(
+                    self.conversation.id, self.harness.messages, self.harness.next_seq - 1
+                )
+            else:
+                await self._finish_after_storage_failure()
+
+    async def _finish_after_storage_failure(self) -> None:
+        """Leave ``running`` although the status events were not stored: the final save
+        sets the state, retried a few times (space may come back). If the database takes
+        no write at all, the lease (no longer renewed) lapses and the reaper of any process
+        marks the run interrupted once it does."""
+        for delay in FINISH_RETRIES:
+            await asyncio.sleep(delay)
+            try:
+                await _finish(
+                    self.conversation.id, self.harness.messages, self.harness.next_seq - 1,
+                    Conversation.State.ERROR,
+                )  # fmt: skip
+                return
+            except Exception as exc:  # noqa: BLE001 - retried, then left to the reaper
+                log.warning("could not save the end of the run of %s: %s",
+                            self.conversation.id, exc)  # fmt: skip
+        log.error(
+            "run of %s: the database takes no writes; the run is marked interrupted when its "
+            "lease lapses and the database works again", self.conversation.id,
+        )  # fmt: skip
 
     async def _keep_lease(self) -> None:
         while True:
@@ -296,6 +360,11 @@ class Run:
             events, done = await self.inbox.take()
             batch = [event.to_dict() for event in events]
             if not batch:
+                continue
+            if self._storage_failure is not None:
+                # Nothing is stored any more; the stopping harness's last events still go
+                # to the page (its "Cancelled" told as the storage error).
+                await self._send_unstored(batch, conversation)
                 continue
             only_deltas = all(e["type"] == "text_delta" for e in batch)
             if not done and only_deltas:
@@ -322,7 +391,7 @@ class Run:
                     if any(e["type"] in ("status", "text", "tool_result") for e in batch):
                         snapshot = self.harness.messages
                     await self._stored_partial()
-                    fresh = await eventlog.store(self.conversation.id, unsaved + batch, snapshot)
+                    fresh = await self._store(unsaved + batch, snapshot)
                     conversation = fresh or conversation
                     unsaved, last_save = [], time.monotonic()
                     await self._send(batch, conversation)
@@ -332,6 +401,80 @@ class Run:
             # they space out by themselves (fewer, bigger frames: less work per delta).
             last_frame = time.monotonic()
         await self._stored_partial()  # before the run's final save, never after it
+        if self._storage_failure is not None:
+            await self._show_storage_failure(conversation)
+
+    async def _store(
+        self, events: list[dict[str, Any]], snapshot: list[dict[str, Any]] | None
+    ) -> Conversation | None:
+        """Store a batch. A failure that ends the run (``_note_store_failure``) returns
+        None: the batch is still sent, so the page sees what happened up to the end."""
+        if self._storage_failure is not None:
+            return None
+        try:
+            fresh = await eventlog.store(self.conversation.id, events, snapshot)
+        except Exception as exc:
+            if not self._note_store_failure(exc):
+                raise
+            return None
+        self._store_failures = 0
+        return fresh
+
+    def _note_store_failure(self, exc: BaseException) -> bool:
+        """Count a failed store; a full disk, or failures that persist, end the run (the
+        harness is cancelled; ``_send_unstored`` and ``_show_storage_failure`` tell the
+        page why). True when the run is ending for this reason."""
+        self._store_failures += 1
+        if self._storage_failure is not None:
+            return True
+        if eventlog.storage_full(exc):
+            self._storage_failure = (STORAGE_FULL_MESSAGE, "storage_full")
+        elif self._store_failures >= STORE_ATTEMPTS:
+            self._storage_failure = (STORAGE_ERROR_MESSAGE, "storage_error")
+        else:
+            return False
+        log.error("run of %s stopped: its events cannot be stored (%s: %s)",
+                  self.conversation.id, type(exc).__name__, exc)  # fmt: skip
+        self.harness.cancel()
+        return True
+
+    async def _send_unstored(self, batch: list[dict[str, Any]], conversation) -> None:
+        """Send events that cannot be stored, the harness's cancellation becoming the
+        storage error (the same seqs: the page's sequence stays whole)."""
+        message, code = self._storage_failure
+        shown = []
+        for event in batch:
+            if event["type"] == "error" and event["code"] == "cancelled":
+                event = {**event, "message": message, "code": code}
+                self._failure_shown = True
+            elif event["type"] == "status" and event["state"] == "error":
+                event = {**event, "message": "Not saved: the server's storage failed"}
+            shown.append(event)
+        try:
+            await self._send(shown, conversation)
+        except Exception:
+            log.exception("could not deliver events of %s", self.conversation.id)
+
+    async def _show_storage_failure(self, conversation) -> None:
+        """The harness had finished when storing failed (its last batch was not stored):
+        the page still gets the error and an error status, and the log gets them if the
+        database takes them now."""
+        if self._failure_shown:
+            return
+        message, code = self._storage_failure
+        seq = self.harness.next_seq
+        self.harness.next_seq += 2  # the final save's last_seq covers them
+        closing = [
+            ErrorEvent(seq=seq, message=message, code=code).to_dict(),
+            StatusEvent(seq=seq + 1, state="error", message="Not saved").to_dict(),
+        ]
+        self._failure_shown = True
+        try:
+            await self._send(closing, conversation)
+        except Exception:
+            log.exception("could not deliver events of %s", self.conversation.id)
+        with contextlib.suppress(Exception):
+            await eventlog.store(self.conversation.id, closing)
 
     async def _stored_partial(self) -> None:
         """Wait for the partial text being stored: batches reach the log in order."""
@@ -339,8 +482,9 @@ class Run:
             saving, self._saving = self._saving, None
             try:
                 await saving
-            except Exception:  # lost partial text only: the complete text will be stored
+            except Exception as exc:  # lost partial text; the complete text will be stored
                 log.exception("could not store partial text of %s", self.conversation.id)
+                self._note_store_failure(exc)  # unless the disk is full: that ends the run
 
     async def _send(self, batch: list[dict[str, Any]], conversation: Conversation) -> None:
         await prerender([e["content"] for e in batch if e["type"] == "text"])
@@ -423,11 +567,22 @@ class RunManager:
             # Its final status is out, it is only saving: a prompt sent right away waits.
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
-        setup = await _claim(conversation_id, owner_id, content, remember)
         try:
-            run = Run(setup, content)
-        except Exception:
-            await _release(conversation_id)
+            setup = await _claim(conversation_id, owner_id, content, remember)
+        except Exception as exc:
+            if eventlog.storage_full(exc):
+                raise RunRefused("storage_full", STORAGE_REFUSED) from exc
+            raise
+        try:
+            workspace, system = await asyncio.to_thread(
+                _prepare, owner_id, setup.config.system_prompt
+            )
+            run = Run(setup, content, workspace, system)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await _release(conversation_id)
+            if isinstance(exc, StorageError) or eventlog.storage_full(exc):
+                raise RunRefused("storage_full", STORAGE_REFUSED) from exc
             raise
         key = str(conversation_id)
         self._runs[key] = run

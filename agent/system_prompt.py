@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from .tools.fileio import workers
+from .tools.workspace import PathError, Workspace
 
 IDENTITY = (
     "You are Harness, an expert coding agent working in the user's workspace. You help by "
@@ -21,29 +23,40 @@ AGENTS_FILES = ("AGENTS.md", "CLAUDE.md")
 AGENTS_CAP = 32_000
 
 
-def read_agents_file(workspace: str | os.PathLike[str]) -> str | None:
-    root = Path(os.path.realpath(workspace))
+def read_agents_file(workspace: Workspace) -> str | None:
+    """The workspace's AGENTS.md (or CLAUDE.md), opened like any tool's file: walked from
+    the root's descriptor in a file worker, as the owner, so a symlink out of the workspace
+    or a FIFO in its place gives nothing instead of a host file or a hung server.
+    Blocking: call it from a thread."""
     for name in AGENTS_FILES:
-        path = root / name
         try:
-            real = Path(os.path.realpath(path))
-            # A symlink out of the workspace would leak a host file into the prompt.
-            if not real.is_relative_to(root) or not real.is_file():
-                continue
-            text = real.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            data = workers.call(workspace, _read_head, workspace, name)
+        except PathError:
             continue
-        if len(text) > AGENTS_CAP:
+        text = data.decode("utf-8", errors="replace")
+        if len(data) > AGENTS_CAP:
             text = text[:AGENTS_CAP] + "\n[... truncated ...]"
         return f"Project instructions from {name}:\n\n{text}"
     return None
 
 
+def _read_head(workspace: Workspace, name: str) -> bytes:
+    fd = workspace.open(name).fd
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(AGENTS_CAP + 1)
+    finally:
+        os.close(fd)
+
+
 def build_system_prompt(
-    workspace: str | os.PathLike[str] | None, identity: str | None = None
+    workspace: Workspace | str | os.PathLike[str] | None, identity: str | None = None
 ) -> str:
+    """Blocking when ``workspace`` is given (it reads AGENTS.md): call it from a thread."""
     parts = [identity.strip() if identity else IDENTITY, TOOL_NOTES]
     if workspace is not None:
+        if not isinstance(workspace, Workspace):
+            workspace = Workspace(workspace)
         agents = read_agents_file(workspace)
         if agents:
             parts.append(agents)

@@ -157,7 +157,31 @@ if HARNESS_THINKING and not MIN_THINKING_BUDGET <= HARNESS_THINKING < HARNESS_MA
     )
 HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
+# Workspace storage (agent/storage.py): `loop` gives each workspace a size-limited ext4
+# image of HARNESS_WORKSPACE_QUOTA_MB (needs root); `auto` uses it when it can.
+HARNESS_WORKSPACE_STORAGE = env_choice("HARNESS_WORKSPACE_STORAGE", ("auto", "loop", "plain"),
+                                       "auto")  # fmt: skip
+HARNESS_WORKSPACE_QUOTA_MB = env_int("HARNESS_WORKSPACE_QUOTA_MB", 1024, minimum=8)
+# /healthz fails when the database's, var/'s or the workspaces' disk has less free space.
+HARNESS_MIN_FREE_MB = env_int("HARNESS_MIN_FREE_MB", 64, minimum=0)
 HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
+# A root server gives user N's workspace and sandbox the uid BASE + N (its own, so the
+# kernel's per-uid limits and permissions keep users apart). Pick a range no host account
+# or container uses.
+HARNESS_SANDBOX_UID_BASE = env_int("HARNESS_SANDBOX_UID_BASE", 200_000, minimum=1000)
+# What all of one user's sandboxed bash commands may hold at once (agent/tools/cgroups.py):
+# enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
+# `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when
+# delegated, + /harness).
+HARNESS_SANDBOX_PIDS = env_int("HARNESS_SANDBOX_PIDS", 256, minimum=16)
+HARNESS_SANDBOX_MEMORY_MB = env_int("HARNESS_SANDBOX_MEMORY_MB", 2048, minimum=64)
+HARNESS_SANDBOX_CGROUPS = env_choice("HARNESS_SANDBOX_CGROUPS", ("auto", "required", "off"),
+                                     "auto")  # fmt: skip
+HARNESS_CGROUP = env_str("HARNESS_CGROUP", "")
+if HARNESS_CGROUP and not HARNESS_CGROUP.startswith("/"):
+    raise ImproperlyConfigured(
+        f"HARNESS_CGROUP must be a cgroup path starting with '/', not {HARNESS_CGROUP!r}"
+    )
 HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
 # Per-user quotas: prompt size, prompts started per minute, prompts running at once.
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)

@@ -7,6 +7,9 @@ os.environ.setdefault("DJANGO_DEBUG", "1")
 from .settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Plain directories: the suite makes hundreds of users, and a loop mount each would outlive
+# the run. Tests of workspace quotas opt in (settings fixture) and unmount what they mount.
+HARNESS_WORKSPACE_STORAGE = "plain"
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     # A file, not shared-cache memory: runs write from several threads, and only a file

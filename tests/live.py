@@ -34,6 +34,9 @@ class LiveServer:
             "DJANGO_SETTINGS_MODULE": "harness_site.settings",
             "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}",
             "HARNESS_WORKSPACES": str(root / "workspaces"),
+            # No loop mount per user of a throwaway server (they would outlive it); a test
+            # of workspace quotas passes HARNESS_WORKSPACE_STORAGE=loop and unmounts.
+            "HARNESS_WORKSPACE_STORAGE": "plain",
             "PYTHONUNBUFFERED": "1",
             **env,
         })  # fmt: skip

@@ -206,3 +206,23 @@ async def test_ping_only_stream_then_close_is_incomplete(make_harness, model_ser
     harness, events = make_harness()
     model_server.enqueue(Stream([message_start(), PING, PING]))
     assert (await harness.prompt("hi")).code == "incomplete_stream"
+
+
+async def test_a_crashing_tool_never_shows_the_model_a_host_path(make_harness, model_server):
+    """A tool bug that raises an OSError (whose text names the file) gives the model the
+    error's kind and errno message, not the server's path."""
+
+    class Crashing:
+        name = "crash"
+        description = "raises"
+        input_schema = {"type": "object", "properties": {}}
+
+        async def execute(self, params):
+            raise FileNotFoundError(2, "No such file or directory", "/srv/harness/var/secret")
+
+    harness, events = make_harness(tools=[Crashing()])
+    model_server.enqueue(tool_reply(("crash", {})), text_reply("ok"))
+    await harness.prompt("go")
+    result = next(e for e in events if e.type == "tool_result")
+    assert result.isError and "/srv/harness" not in result.result
+    assert "FileNotFoundError" in result.result and "file not found" in result.result

@@ -50,6 +50,8 @@ def test_healthz_checks_postgres_and_redis_on_both_processes(cluster):
                 "status": "ok",
                 "database": "ok",
                 "channel_layer": "ok",
+                "state_dir": "ok",  # PostgreSQL's disk is its server's: no database_disk
+                "workspaces_disk": "ok",
             }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import Tool, ToolResult, tool_spec
 from .bash import MODES as BASH_MODES
 from .bash import BashTool
+from .cgroups import SandboxLimits
 from .files import EditTool, ReadTool, WriteTool
 from .search import GrepTool, ListDirTool
 from .workspace import PathError, Workspace
@@ -15,6 +16,7 @@ __all__ = [
     "BASH_MODES",
     "TOOL_NAMES",
     "PathError",
+    "SandboxLimits",
     "Tool",
     "ToolResult",
     "Workspace",
@@ -32,8 +34,11 @@ def build_tools(
     bash_mode: str = "sandbox",
     names: list[str] | tuple[str, ...] | None = None,
     bash_timeout: float | None = None,
+    sandbox_limits: SandboxLimits | None = None,
 ) -> list[Tool]:
-    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off."""
+    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off.
+    ``sandbox_limits``: processes and memory of the workspace's sandboxes (the defaults of
+    SandboxLimits when None)."""
     if bash_mode not in BASH_MODES:
         raise ValueError(f"bash mode must be one of {', '.join(BASH_MODES)}")
     wanted = list(names) if names is not None else list(TOOL_NAMES)
@@ -48,7 +53,7 @@ def build_tools(
             if bash_mode == "off":
                 continue
             kwargs = {"timeout": bash_timeout} if bash_timeout else {}
-            tools.append(BashTool(workspace, bash_mode, **kwargs))
+            tools.append(BashTool(workspace, bash_mode, limits=sandbox_limits, **kwargs))
         else:
             cls = {"read": ReadTool, "grep": GrepTool, "list_dir": ListDirTool,
                    "write": WriteTool, "edit": EditTool}[name]  # fmt: skip

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import os
-import stat
 from typing import Any
 
 from .base import ParamError, ToolResult, fail, ok, optional_int, require_str
+from .fileio import workers
 from .workspace import PathError, Workspace, os_error_message
 
 READ_CAP = 1_000_000  # bytes a read returns at most (seed 002)
@@ -17,13 +16,17 @@ BINARY_SNIFF = 8192  # a NUL byte in the first 8 KB marks a file as binary
 
 
 class FileTool:
-    """A tool bound to a workspace whose blocking file work runs in a thread."""
+    """A tool bound to a workspace whose blocking file work runs in a file worker, as the
+    workspace's owner (``fileio``)."""
 
     def __init__(self, workspace: Workspace):
         self.workspace = workspace
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        return await asyncio.to_thread(self._execute, params)
+        try:
+            return await workers.run(self.workspace, self._execute, params)
+        except PathError as exc:  # no worker free for this workspace, or a stuck call
+            return fail(str(exc))
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         raise NotImplementedError
@@ -69,12 +72,10 @@ class ReadTool(FileTool):
         if start is not None and end is not None and start > end:
             return fail(f"start_line ({start}) is greater than end_line ({end})")
         try:
-            fd, _ = self.workspace.open(path, os.O_RDONLY)
+            fd = self.workspace.open(path).fd
         except PathError as exc:
             return fail(str(exc))
         try:
-            if _is_dir(fd):
-                return fail("path is a directory")
             with os.fdopen(fd, "rb", closefd=False) as f:
                 if start is None and end is None:
                     return _whole_file(f)
@@ -117,10 +118,6 @@ def _line_range(f, first: int, last: int | None) -> ToolResult:
     return ok(content=content)
 
 
-def _is_dir(fd: int) -> bool:
-    return stat.S_ISDIR(os.fstat(fd).st_mode)
-
-
 class WriteTool(FileTool):
     name = "write"
     description = (
@@ -147,20 +144,16 @@ class WriteTool(FileTool):
         if len(data) > WRITE_CAP:
             return fail("content exceeds 10 MB")
         try:
-            self.workspace.makedirs_for(path)
-            existed = os.path.lexists(self.workspace.resolve(path))
-            fd, real = self.workspace.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            opened = self.workspace.create(path)
         except PathError as exc:
             return fail(str(exc))
         try:
-            if _is_dir(fd):
-                return fail("path is a directory")
-            _write_all(fd, data)
+            _write_all(opened.fd, data)
         except OSError as exc:
-            return fail(f"cannot write file: {exc.strerror}")
+            return fail(f"cannot write file: {os_error_message(exc)}")
         finally:
-            os.close(fd)
-        rel = self.workspace.relative(real)
+            os.close(opened.fd)
+        rel, existed = opened.rel, not opened.created
         verb = "Overwrote" if existed else "Created"
         return ok(
             display={"kind": "write", "path": rel, "bytes": len(data), "created": not existed},
@@ -200,12 +193,11 @@ class EditTool(FileTool):
         except ParamError as exc:
             return fail(str(exc))
         try:
-            fd, real = self.workspace.open(path, os.O_RDWR)
+            opened = self.workspace.open(path, write=True)
         except PathError as exc:
             return fail(str(exc))
+        fd, rel = opened.fd, opened.rel
         try:
-            if _is_dir(fd):
-                return fail("path is a directory")
             data = _read_fd(fd, WRITE_CAP)
             if len(data) > WRITE_CAP:
                 return fail("file exceeds 10 MB")
@@ -227,10 +219,9 @@ class EditTool(FileTool):
             os.ftruncate(fd, 0)
             _write_all(fd, updated.encode("utf-8"))
         except OSError as exc:
-            return fail(f"cannot edit file: {exc.strerror}")
+            return fail(f"cannot edit file: {os_error_message(exc)}")
         finally:
             os.close(fd)
-        rel = self.workspace.relative(real)
         diff = "".join(
             difflib.unified_diff(
                 text.splitlines(keepends=True),

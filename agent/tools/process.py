@@ -83,6 +83,9 @@ async def run_process(
     merge_stderr: bool = False,
     pass_fds: Sequence[int] = (),
     preexec_fn: Callable[[], None] | None = None,
+    user: int | None = None,
+    group: int | None = None,
+    extra_groups: Sequence[int] | None = None,
 ) -> ProcessResult:
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -94,6 +97,9 @@ async def run_process(
         start_new_session=True,  # its own process group, killed as a whole
         pass_fds=tuple(pass_fds),
         preexec_fn=preexec_fn,
+        user=user,
+        group=group,
+        extra_groups=extra_groups,
     )
     out, err = HeadTailBuffer(output_cap), HeadTailBuffer(16384)
     drains = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))

@@ -1,7 +1,10 @@
 """list_dir (raw ``ls -al``) and grep (system grep, BRE), exactly as seed 000 specifies.
 
-Both run the system command on a directory descriptor already checked to be inside the
-workspace (``cwd=/proc/self/fd/N``), never on a path string that could be swapped meanwhile.
+Both run the system command on a descriptor opened by the workspace's walk (``cwd=
+/proc/self/fd/N`` for a directory, standard input for a file), never on a path string that
+could be swapped meanwhile. The path is walked in a file worker, off the event loop, and a
+root server runs the command as the workspace's owner. grep skips devices, FIFOs and
+sockets it meets while recursing (``-D skip``): reading a FIFO would wait for a writer.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import stat
 from typing import Any
 
 from .base import ParamError, ToolResult, fail, ok, require_str
+from .fileio import workers
 from .process import plain_env, run_process
-from .workspace import PathError, Workspace
+from .workspace import Opened, PathError, Workspace
 
 GREP = "/usr/bin/grep" if os.path.exists("/usr/bin/grep") else "/bin/grep"
 LS = "/usr/bin/ls" if os.path.exists("/usr/bin/ls") else "/bin/ls"
@@ -22,6 +26,24 @@ TIMEOUT = 60.0
 
 def _fd_cwd(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
+
+
+async def _open(workspace: Workspace, path: str, directory: bool | None) -> Opened:
+    return await workers.run(
+        workspace,
+        lambda: workspace.open(path, directory=directory),
+        abandon=lambda opened: os.close(opened.fd),
+    )
+
+
+async def _run_as_owner(workspace: Workspace, argv: list[str], **kwargs):
+    """The command as the workspace's owner (when a root server works for a user)."""
+    owner = workspace.owner()
+    if owner is not None:
+        kwargs.update(user=owner[0], group=owner[1], extra_groups=[])
+    return await run_process(
+        argv, env=plain_env(), timeout=TIMEOUT, output_cap=OUTPUT_CAP, **kwargs
+    )
 
 
 class ListDirTool:
@@ -43,18 +65,13 @@ class ListDirTool:
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         try:
             path = require_str(params, "path")
-            fd, _ = self.workspace.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            fd = (await _open(self.workspace, path, True)).fd
         except (ParamError, PathError) as exc:
             message = str(exc)
             return fail("directory not found" if message == "file not found" else message)
         try:
-            result = await run_process(
-                [LS, "-al", "."],
-                env=plain_env(),
-                timeout=TIMEOUT,
-                output_cap=OUTPUT_CAP,
-                cwd=_fd_cwd(fd),
-                pass_fds=[fd],
+            result = await _run_as_owner(
+                self.workspace, [LS, "-al", "."], cwd=_fd_cwd(fd), pass_fds=[fd]
             )
         finally:
             os.close(fd)
@@ -94,38 +111,26 @@ class GrepTool:
         if not isinstance(recursive, bool):
             return fail("'recursive' must be a boolean")
         try:
-            fd, real = self.workspace.open(path, os.O_RDONLY)
+            opened = await _open(self.workspace, path, None)
         except PathError as exc:
             return fail(str(exc))
+        fd = opened.fd
         try:
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 if not recursive:
                     return fail("path is a directory; set recursive to true to search it")
                 # grep -r does not follow symlinks it meets below the start directory.
-                argv = [GREP, "-rn", "-e", pattern, "."]
-                result = await run_process(
-                    argv,
-                    env=plain_env(),
-                    timeout=TIMEOUT,
-                    output_cap=OUTPUT_CAP,
-                    cwd=_fd_cwd(fd),
-                    pass_fds=[fd],
-                )
-                prefix = self.workspace.relative(real)
+                argv = [GREP, "-rn", "-D", "skip", "-e", pattern, "."]
+                result = await _run_as_owner(self.workspace, argv, cwd=_fd_cwd(fd), pass_fds=[fd])
                 matches = result.output
-                if prefix != ".":  # name files as `grep -rn PATTERN dir` would
+                if opened.rel != ".":  # name files as `grep -rn PATTERN dir` would
                     matches = "".join(
-                        prefix + line[1:] if line.startswith("./") else line
+                        opened.rel + line[1:] if line.startswith("./") else line
                         for line in matches.splitlines(keepends=True)
                     )
             else:
-                result = await run_process(
-                    [GREP, "-n", "-e", pattern],
-                    env=plain_env(),
-                    timeout=TIMEOUT,
-                    output_cap=OUTPUT_CAP,
-                    stdin=fd,
-                )
+                argv = [GREP, "-n", "-e", pattern]
+                result = await _run_as_owner(self.workspace, argv, stdin=fd)
                 matches = result.output
         finally:
             os.close(fd)

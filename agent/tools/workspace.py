@@ -1,24 +1,44 @@
-"""Workspace confinement: every file tool opens paths through here.
+"""Workspace confinement that the kernel enforces: every file tool opens paths through here.
 
-Paths are resolved to real paths (symlinks and ``..`` included) and compared as paths, never
-as string prefixes (the MCP filesystem CVE-2025-53110 bug). After opening, the descriptor's
-own location is read back from /proc, so a path swapped for a symlink between the check and
-the open is still caught. Files with more than one hard link are refused: a hard link is
-indistinguishable from the outside file it may point at.
+A path string from the model or the page is never handed to the kernel whole. It is walked
+one component at a time from a descriptor of the workspace root: each step is an
+``openat(parent_fd, name, O_PATH | O_NOFOLLOW)`` on a descriptor already reached from the
+root, so renaming a directory or swapping one for a symlink meanwhile changes only which
+inode inside the workspace the walk lands on, never takes it outside. ``..`` pops the
+walk's own stack (at the root it is refused), and a symlink is read and resolved by the
+same walk: relative ones that stay inside are followed, absolute ones and ones that climb
+above the root are refused. The last component is opened relative to its verified parent
+with ``O_NOFOLLOW | O_NONBLOCK`` and compared (device, inode) with what the walk saw, so
+what is read or written is exactly what was checked, and nothing that is not a regular
+file or a directory (a FIFO, a socket, a device) is ever opened for I/O. Files are created
+with ``O_CREAT | O_EXCL`` and truncated only after these checks (``ftruncate``). Files with
+more than one hard link are refused: a hard link is indistinguishable from the outside
+file it may point at.
+
+The file system calls block, so callers run them in ``fileio``'s worker threads, where a
+root server also takes on the workspace owner's identity (``setfsuid``): the kernel then
+refuses anything the owner could not do, and what is created belongs to the owner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 OUTSIDE = "path is outside the workspace"
+SANDBOX_ROOT = "/workspace"  # where the bash sandbox shows the workspace
+MAX_SYMLINKS = 40  # as the kernel's own limit
+MAX_RETRIES = 8  # a leaf that keeps changing between the check and the open
 
 
 class PathError(Exception):
-    """A path was refused or could not be opened; the message is safe to show the model."""
+    """A path was refused or could not be opened; the message is safe to show the model
+    (it never names a host path)."""
 
 
 _ERRNO_MESSAGES = {
@@ -27,99 +47,295 @@ _ERRNO_MESSAGES = {
     errno.EISDIR: "path is a directory",
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
-    errno.ELOOP: OUTSIDE,  # O_NOFOLLOW met a symlink swapped in after the check
+    errno.ELOOP: "too many levels of symbolic links",
     errno.ENAMETOOLONG: "path is too long",
+    errno.ENOSPC: "no space left in the workspace",
+    errno.EDQUOT: "the workspace's disk quota is exhausted",
+    errno.EROFS: "the workspace is read-only",
+    errno.EFBIG: "file too large",
 }
 
 
 def os_error_message(exc: OSError) -> str:
+    """A message for ``exc`` without its file name: OSError's str() names the host path."""
     return _ERRNO_MESSAGES.get(exc.errno, exc.strerror or "cannot open path")
 
 
+def node_kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """An open descriptor and where it is, relative to the workspace root ("." for it)."""
+
+    fd: int
+    rel: str
+    created: bool = False
+
+
+class _Walk:
+    """The descriptors from the root down to the current directory, with their names."""
+
+    def __init__(self, root_fd: int):
+        self.fds = [root_fd]
+        self.names: list[str] = []
+
+    @property
+    def fd(self) -> int:
+        return self.fds[-1]
+
+    def down(self, fd: int, name: str) -> None:
+        self.fds.append(fd)
+        self.names.append(name)
+
+    def up(self) -> None:
+        if len(self.fds) == 1:
+            raise PathError(OUTSIDE)
+        os.close(self.fds.pop())
+        self.names.pop()
+
+    def rel(self, leaf: str | None = None) -> str:
+        parts = self.names + ([leaf] if leaf else [])
+        return "/".join(parts) or "."
+
+    def close(self, keep: int | None = None) -> None:
+        for fd in self.fds:
+            if fd != keep:
+                os.close(fd)
+        self.fds = []
+
+
 class Workspace:
+    quota_mb: int | None = None  # the size limit the deployment enforces, when it has one
+
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))
-        if not self.root.is_dir():
-            raise ValueError(f"workspace {root} is not a directory")
+        # Opened once, by the server itself: the owner's identity, which file work takes
+        # on, may have no right to pass through the root's ancestors (a 0700 home). The
+        # root's own path is the server's (var/workspaces/<id>, in a directory users cannot
+        # write), so opening it by name is safe; everything below goes by descriptor.
+        try:
+            self._root_fd = os.open(
+                self.root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+        except OSError:
+            raise ValueError(f"workspace {root} is not a directory") from None
 
-    def contains(self, real: str | os.PathLike[str]) -> bool:
-        return Path(real).is_relative_to(self.root)
+    def close(self) -> None:
+        fd, self._root_fd = getattr(self, "_root_fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
 
-    def resolve(self, path: str) -> Path:
-        """The real path for ``path`` (relative to the root, or absolute inside it)."""
+    def __del__(self) -> None:
+        self.close()
+
+    # -- identity --------------------------------------------------------------------
+
+    def owner(self) -> tuple[int, int] | None:
+        """The (uid, gid) file work takes on: the root's owner when a root server works in
+        a workspace that belongs to someone else; None when no identity change is needed
+        (the server is not root, or the workspace is root's own, as in print mode)."""
+        if os.geteuid() != 0:
+            return None
+        st = os.fstat(self._root_fd)
+        return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+
+    # -- paths ------------------------------------------------------------------------
+
+    def relative_parts(self, path: str) -> list[str]:
+        """The components of ``path`` below the root; absolute paths must name the root
+        (as the host or the sandbox sees it). ``..`` is kept: the walk resolves it."""
         if not isinstance(path, str) or path == "":
             raise PathError("path must be a non-empty string")
         if "\x00" in path:
             raise PathError("path contains a NUL byte")
-        candidate = Path(path) if os.path.isabs(path) else self.root / path
+        if path.startswith("/"):
+            for prefix in (str(self.root), SANDBOX_ROOT):
+                if path == prefix or path.startswith(prefix + "/"):
+                    path = path[len(prefix) :]
+                    break
+            else:
+                raise PathError(OUTSIDE)
+        return [p for p in path.split("/") if p not in ("", ".")]
+
+    def _open_root(self) -> int:
         try:
-            real = Path(os.path.realpath(candidate))
-        except (OSError, ValueError) as exc:
-            raise PathError("invalid path") from exc
-        if not self.contains(real):
-            raise PathError(OUTSIDE)
-        return real
+            return os.dup(self._root_fd)
+        except OSError as exc:
+            raise PathError("the workspace is unavailable") from exc
+
+    def _walk(self, path: str, *, make_parents: bool = False) -> tuple[_Walk, str | None]:
+        """Walk ``path`` from the root. Returns the walk, ending in the directory that
+        holds the last component, and that component's name (None when the path names a
+        directory reached by the walk itself, such as "." or "a/.."). Symlinks are
+        resolved by the walk, the last component's too (a dangling one gives the name it
+        points at, to be created)."""
+        parts = self.relative_parts(path)
+        walk = _Walk(self._open_root())
+        links = 0
+        try:
+            while parts:
+                name = parts.pop(0)
+                if name == "..":
+                    walk.up()
+                    continue
+                try:
+                    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walk.fd)
+                except FileNotFoundError:
+                    if not parts:
+                        return walk, name  # a leaf to create
+                    if not make_parents:
+                        raise
+                    self._mkdir(walk.fd, name)
+                    fd = os.open(
+                        name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                        dir_fd=walk.fd,
+                    )  # fmt: skip
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISLNK(mode):
+                    try:
+                        target = os.readlink("", dir_fd=fd)  # the link we hold, not the name
+                    finally:
+                        os.close(fd)
+                    links += 1
+                    if links > MAX_SYMLINKS:
+                        raise PathError(_ERRNO_MESSAGES[errno.ELOOP])
+                    if target.startswith("/"):
+                        raise PathError(OUTSIDE)
+                    parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                    continue
+                if not parts:
+                    os.close(fd)
+                    return walk, name
+                if not stat.S_ISDIR(mode):
+                    os.close(fd)
+                    raise PathError("not a directory")
+                walk.down(fd, name)
+            return walk, None
+        except PathError:
+            walk.close()
+            raise
+        except OSError as exc:
+            walk.close()
+            raise PathError(os_error_message(exc)) from exc
+
+    @staticmethod
+    def _mkdir(dir_fd: int, name: str) -> None:
+        # Made meanwhile is fine: the O_NOFOLLOW | O_DIRECTORY open checks what it is.
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+
+    # -- opening ----------------------------------------------------------------------
+
+    def _retrying(self, attempt: Callable[[], Opened | None]) -> Opened:
+        for _ in range(MAX_RETRIES):
+            opened = attempt()
+            if opened is not None:
+                return opened
+        raise PathError("the path kept changing while it was opened; try again")
+
+    def open(self, path: str, *, write: bool = False, directory: bool | None = False) -> Opened:
+        """Open an existing file (``directory=False``), directory (True) or either (None).
+        Files open read-only, or read-write with ``write``; directories read-only."""
+        return self._retrying(lambda: self._open_once(path, write, directory))
+
+    def _open_once(self, path: str, write: bool, directory: bool | None) -> Opened | None:
+        walk, name = self._walk(path)
+        try:
+            if name is None:  # the walk's own directory
+                if directory is False:
+                    raise PathError("path is a directory")
+                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=walk.fd)
+                return Opened(fd, walk.rel())
+            return self._open_leaf(walk, name, write, directory)
+        finally:
+            walk.close()
+
+    def _open_leaf(
+        self, walk: _Walk, name: str, write: bool, directory: bool | None
+    ) -> Opened | None:
+        try:
+            probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walk.fd)
+        except OSError as exc:
+            raise PathError(os_error_message(exc)) from exc
+        try:
+            seen = os.fstat(probe)
+        finally:
+            os.close(probe)
+        if stat.S_ISLNK(seen.st_mode):
+            return None  # a symlink swapped in after the walk: walk again (it follows it)
+        if stat.S_ISDIR(seen.st_mode):
+            if directory is False:
+                raise PathError("path is a directory")
+            flags = os.O_RDONLY | os.O_DIRECTORY
+        elif directory is True:
+            raise PathError("not a directory")
+        elif stat.S_ISREG(seen.st_mode):
+            flags = os.O_RDWR if write else os.O_RDONLY
+        else:  # never opened for I/O: a FIFO's open blocks, a device's may act
+            raise PathError(f"not a regular file ({node_kind(seen.st_mode)})")
+        try:
+            fd = os.open(
+                name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                dir_fd=walk.fd,
+            )  # fmt: skip
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.ENOENT, errno.ENOTDIR):
+                return None  # swapped since the probe: walk again
+            raise PathError(os_error_message(exc)) from exc
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            os.close(fd)
+            return None
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            os.close(fd)
+            raise PathError("file has several hard links; refusing it")
+        return Opened(fd, walk.rel(name))
+
+    def create(self, path: str, *, make_parents: bool = True) -> Opened:
+        """Open ``path`` for writing, creating it (and its parents) when missing. An
+        existing file is truncated only after it is checked, through its descriptor."""
+        return self._retrying(lambda: self._create_once(path, make_parents))
+
+    def _create_once(self, path: str, make_parents: bool) -> Opened | None:
+        walk, name = self._walk(path, make_parents=make_parents)
+        try:
+            if name is None:
+                raise PathError("path is a directory")
+            try:
+                fd = os.open(
+                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o644, dir_fd=walk.fd,
+                )  # fmt: skip
+                return Opened(fd, walk.rel(name), created=True)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise PathError(os_error_message(exc)) from exc
+            try:
+                opened = self._open_leaf(walk, name, True, False)
+            except PathError as exc:
+                if str(exc) != "file not found":
+                    raise
+                return None  # removed meanwhile: create it
+            if opened is not None:
+                os.ftruncate(opened.fd, 0)
+            return opened
+        finally:
+            walk.close()
 
     def relative(self, real: str | os.PathLike[str]) -> str:
         return os.path.relpath(real, self.root)
-
-    def open(self, path: str, flags: int, mode: int = 0o644) -> tuple[int, Path]:
-        """Open ``path`` confined to the workspace; returns (fd, real path)."""
-        real = self.resolve(path)
-        try:
-            fd = os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        except OSError as exc:
-            raise PathError(os_error_message(exc)) from exc
-        try:
-            self._verify_fd(fd)
-            if flags & os.O_CREAT:
-                self._adopt(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, real
-
-    def _adopt(self, target: int | str) -> None:
-        """Give what a root server creates to the workspace's owner, so the sandbox (which
-        runs as that owner) can change it too."""
-        if os.geteuid() != 0:
-            return
-        st = os.stat(self.root)
-        if st.st_uid == 0:
-            return
-        if isinstance(target, int):
-            os.fchown(target, st.st_uid, st.st_gid)
-        else:
-            os.chown(target, st.st_uid, st.st_gid, follow_symlinks=False)
-
-    def _verify_fd(self, fd: int) -> None:
-        try:
-            actual = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # no /proc: the realpath check above is all we have
-            actual = None
-        if actual is not None and not self.contains(actual):
-            raise PathError(OUTSIDE)
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            raise PathError("file has several hard links; refusing it")
-
-    def makedirs_for(self, path: str) -> None:
-        """Create the parent directories of ``path`` inside the workspace."""
-        real = self.resolve(path)
-        parent = real.parent
-        if not self.contains(parent):
-            raise PathError(OUTSIDE)
-        try:
-            missing = []
-            probe = parent
-            while not probe.exists() and self.contains(probe):
-                missing.append(probe)
-                probe = probe.parent
-            parent.mkdir(parents=True, exist_ok=True)
-            for created in missing:
-                self._adopt(str(created))
-        except OSError as exc:
-            raise PathError(os_error_message(exc)) from exc
-        # mkdir may have followed a symlink planted meanwhile: check where it really went.
-        if not self.contains(os.path.realpath(parent)):
-            raise PathError(OUTSIDE)

@@ -15,6 +15,7 @@ from agent.config import ConfigError
 from agent.events import Event
 from agent.harness import Harness
 from agent.runtime import agent_config, make_client
+from agent.sandbox import sandbox_limits
 from agent.system_prompt import build_system_prompt
 from agent.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
 
@@ -56,10 +57,12 @@ class Command(BaseCommand):
             config = agent_config(**overrides)
             workspace = Workspace(opts["workspace"] or os.getcwd())
             names = [n.strip() for n in opts["tools"].split(",")] if opts["tools"] else None
-            tools = build_tools(workspace, settings.HARNESS_BASH, names)
+            tools = build_tools(
+                workspace, settings.HARNESS_BASH, names, sandbox_limits=sandbox_limits()
+            )
         except (ConfigError, UnknownToolError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        system = build_system_prompt(workspace.root, config.system_prompt)
+        system = build_system_prompt(workspace, config.system_prompt)
         printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
         harness = Harness(make_client(config), tools, config, printer, system=system)
         printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
