@@ -112,17 +112,21 @@ class FileWorkers:
                 self._release(key)
 
         try:
-            return self._pool.submit(call)
+            future = self._pool.submit(call)
         except BaseException:
             self._release(key)
             raise
+        # A call cancelled before it started never runs ``call``: give its place back here.
+        future.add_done_callback(lambda f: f.cancelled() and self._release(key))
+        return future
 
     async def run(self, workspace: Workspace, fn: Callable[..., T], *args,
                   timeout: float = TIMEOUT,
                   abandon: Callable[[T], None] | None = None) -> T:  # fmt: skip
         """``fn(*args)`` in a worker as the workspace's owner; from the event loop. When the
-        caller stops waiting (deadline, cancellation), the call still finishes in its
-        thread, and ``abandon`` gets its result (to close a descriptor nobody will use)."""
+        caller stops waiting (deadline, cancellation), a call still queued never runs; one
+        already running finishes in its thread, and ``abandon`` gets its result (to close a
+        descriptor nobody will use)."""
         future = self.submit(workspace, fn, *args)
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
@@ -135,7 +139,9 @@ class FileWorkers:
 
     @staticmethod
     def _abandon(future: concurrent.futures.Future, abandon: Callable | None) -> None:
-        if abandon is None:
+        # Still queued: it must not run later (a write the model was told failed would
+        # land after all, perhaps over its retry).
+        if future.cancel() or abandon is None:
             return
 
         def done(f: concurrent.futures.Future) -> None:
@@ -147,9 +153,11 @@ class FileWorkers:
     def call(self, workspace: Workspace, fn: Callable[..., T], *args,
              timeout: float = TIMEOUT) -> T:  # fmt: skip
         """The same from a thread (a synchronous view)."""
+        future = self.submit(workspace, fn, *args)
         try:
-            return self.submit(workspace, fn, *args).result(timeout)
+            return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            future.cancel()  # still queued: it must not run later
             raise PathError(f"the file operation did not finish within {timeout:g} s") from None
 
 

@@ -11,6 +11,7 @@ from .fileio import workers
 from .workspace import PathError, Workspace, os_error_message
 
 READ_CAP = 1_000_000  # bytes a read returns at most (seed 002)
+SCAN_CAP = 100_000_000  # bytes a line-range read may pass over to find its lines
 WRITE_CAP = 10_000_000  # bytes write/edit accept
 BINARY_SNIFF = 8192  # a NUL byte in the first 8 KB marks a file as binary
 
@@ -96,13 +97,24 @@ def _whole_file(f) -> ToolResult:
 
 
 def _line_range(f, first: int, last: int | None) -> ToolResult:
-    """Lines first..last (inclusive), streamed so a large file need not fit in memory."""
+    """Lines first..last (inclusive), streamed so a large file need not fit in memory.
+    Every line is read with a bound: a file may be one endless line (a sparse file of
+    zeros costs its owner nothing), and finding the start may not read without end."""
     if b"\x00" in f.peek(BINARY_SNIFF)[:BINARY_SNIFF]:
         return fail("binary file; refusing to read it")
     selected: list[bytes] = []
-    size = count = 0
-    for count, line in enumerate(f, 1):  # noqa: B007 - count is the line total afterwards
+    size = scanned = count = 0
+    while line := f.readline(READ_CAP + 1):
+        if len(line) > READ_CAP:
+            return fail("the file has a line longer than 1 MB; refusing to read it")
+        count += 1
+        scanned += len(line)
         if count < first:
+            if scanned > SCAN_CAP:
+                return fail(
+                    f"line {first} is more than 100 MB into the file; read the part you need "
+                    "with bash (head, tail, sed) instead"
+                )
             continue
         if last is not None and count > last:
             break
@@ -116,6 +128,14 @@ def _line_range(f, first: int, last: int | None) -> ToolResult:
     if last is not None and count > last:
         content = content.removesuffix("\n")
     return ok(content=content)
+
+
+def _encoded(text: str, what: str) -> bytes | ToolResult:
+    """``text`` as UTF-8, or the error for a model's lone surrogate (a half emoji)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return fail(f"{what} is not valid Unicode (it has a lone surrogate); nothing was written")
 
 
 class WriteTool(FileTool):
@@ -140,32 +160,21 @@ class WriteTool(FileTool):
             content = require_str(params, "content", allow_empty=True)
         except ParamError as exc:
             return fail(str(exc))
-        data = content.encode("utf-8")
+        data = _encoded(content, "content")
+        if isinstance(data, ToolResult):
+            return data
         if len(data) > WRITE_CAP:
             return fail("content exceeds 10 MB")
         try:
-            opened = self.workspace.create(path)
+            rel, created = self.workspace.write(path, data)
         except PathError as exc:
             return fail(str(exc))
-        try:
-            _write_all(opened.fd, data)
-        except OSError as exc:
-            return fail(f"cannot write file: {os_error_message(exc)}")
-        finally:
-            os.close(opened.fd)
-        rel, existed = opened.rel, not opened.created
+        existed = not created
         verb = "Overwrote" if existed else "Created"
         return ok(
             display={"kind": "write", "path": rel, "bytes": len(data), "created": not existed},
             result=f"{verb} {rel} ({len(data)} bytes)",
         )
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 class EditTool(FileTool):
@@ -193,35 +202,41 @@ class EditTool(FileTool):
         except ParamError as exc:
             return fail(str(exc))
         try:
-            opened = self.workspace.open(path, write=True)
+            opened = self.workspace.open(path)
         except PathError as exc:
             return fail(str(exc))
-        fd, rel = opened.fd, opened.rel
+        rel = opened.rel
         try:
-            data = _read_fd(fd, WRITE_CAP)
-            if len(data) > WRITE_CAP:
-                return fail("file exceeds 10 MB")
-            if b"\x00" in data[:BINARY_SNIFF]:
-                return fail("binary file; refusing to edit it")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                return fail("file is not valid UTF-8; refusing to edit it")
-            count = text.count(old)
-            if count == 0:
-                return fail("old_str not found in the file")
-            if count > 1:
-                return fail(
-                    f"old_str matches {count} times; include more context to make it unique"
-                )
-            updated = text.replace(old, new, 1)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.ftruncate(fd, 0)
-            _write_all(fd, updated.encode("utf-8"))
+            data = _read_fd(opened.fd, WRITE_CAP)
         except OSError as exc:
             return fail(f"cannot edit file: {os_error_message(exc)}")
         finally:
-            os.close(fd)
+            os.close(opened.fd)
+        if len(data) > WRITE_CAP:
+            return fail("file exceeds 10 MB")
+        if b"\x00" in data[:BINARY_SNIFF]:
+            return fail("binary file; refusing to edit it")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return fail("file is not valid UTF-8; refusing to edit it")
+        count = text.count(old)
+        if count == 0:
+            return fail("old_str not found in the file")
+        if count > 1:
+            return fail(f"old_str matches {count} times; include more context to make it unique")
+        updated = text.replace(old, new, 1)
+        encoded = _encoded(updated, "new_str")
+        if isinstance(encoded, ToolResult):
+            return encoded
+        if len(encoded) > WRITE_CAP:
+            return fail("the edited file would exceed 10 MB")
+        try:
+            # Written to the name the read went to (symlinks already resolved), replaced
+            # whole: a full disk leaves the file as it was.
+            self.workspace.write(rel, encoded, make_parents=False)
+        except PathError as exc:
+            return fail(f"cannot edit file: {exc}")
         diff = "".join(
             difflib.unified_diff(
                 text.splitlines(keepends=True),

@@ -10,6 +10,7 @@ sockets it meets while recursing (``-D skip``): reading a FIFO would wait for a 
 from __future__ import annotations
 
 import os
+import resource
 import stat
 from typing import Any
 
@@ -22,6 +23,7 @@ GREP = "/usr/bin/grep" if os.path.exists("/usr/bin/grep") else "/bin/grep"
 LS = "/usr/bin/ls" if os.path.exists("/usr/bin/ls") else "/bin/ls"
 OUTPUT_CAP = 100_000
 TIMEOUT = 60.0
+HELPER_MEMORY = 1024**3  # address space of grep and ls
 
 
 def _fd_cwd(fd: int) -> str:
@@ -36,14 +38,23 @@ async def _open(workspace: Workspace, path: str, directory: bool | None) -> Open
     )
 
 
+def _helper_limits() -> None:  # in the child, between fork and exec
+    # A workspace file can be one endless line (a sparse file of zeros): grep would
+    # buffer all of it. Memory and CPU are bounded like the timeout bounds wall time.
+    resource.setrlimit(resource.RLIMIT_AS, (HELPER_MEMORY, HELPER_MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (int(TIMEOUT), int(TIMEOUT)))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 async def _run_as_owner(workspace: Workspace, argv: list[str], **kwargs):
     """The command as the workspace's owner (when a root server works for a user)."""
     owner = workspace.owner()
     if owner is not None:
         kwargs.update(user=owner[0], group=owner[1], extra_groups=[])
     return await run_process(
-        argv, env=plain_env(), timeout=TIMEOUT, output_cap=OUTPUT_CAP, **kwargs
-    )
+        argv, env=plain_env(), timeout=TIMEOUT, output_cap=OUTPUT_CAP,
+        preexec_fn=_helper_limits, **kwargs,
+    )  # fmt: skip
 
 
 class ListDirTool:
@@ -76,7 +87,7 @@ class ListDirTool:
         finally:
             os.close(fd)
         if result.returncode != 0:
-            return fail(_first_line(result.stderr) or "ls failed")
+            return fail(_first_line(result.stderr).removeprefix(f"{LS}: ") or "ls failed")
         return ok(entries=result.output)
 
 
@@ -137,7 +148,9 @@ class GrepTool:
         if result.timed_out:
             return fail(f"grep timed out after {int(TIMEOUT)} s")
         if result.returncode == 2 and not matches:
-            message = _first_line(result.stderr).removeprefix("grep: ")
+            # grep names itself by its path ("/usr/bin/grep: x: ..."): not the host's path
+            # to show the model.
+            message = _first_line(result.stderr).removeprefix(f"{GREP}: ").removeprefix("grep: ")
             return fail(message or "grep failed")
         return ok(matches=matches)
 

@@ -9,11 +9,11 @@ walk's own stack (at the root it is refused), and a symlink is read and resolved
 same walk: relative ones that stay inside are followed, absolute ones and ones that climb
 above the root are refused. The last component is opened relative to its verified parent
 with ``O_NOFOLLOW | O_NONBLOCK`` and compared (device, inode) with what the walk saw, so
-what is read or written is exactly what was checked, and nothing that is not a regular
-file or a directory (a FIFO, a socket, a device) is ever opened for I/O. Files are created
-with ``O_CREAT | O_EXCL`` and truncated only after these checks (``ftruncate``). Files with
-more than one hard link are refused: a hard link is indistinguishable from the outside
-file it may point at.
+what is read is exactly what was checked, and nothing that is not a regular file or a
+directory (a FIFO, a socket, a device) is ever opened for I/O. Files with
+more than one hard link are refused for reading: a hard link is indistinguishable from
+the outside file it may point at. Writes never write into an existing file: they replace it
+by a new one renamed over the name, so a failure leaves the old content whole.
 
 The file system calls block, so callers run them in ``fileio``'s worker threads, where a
 root server also takes on the workspace owner's identity (``setfsuid``): the kernel then
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ OUTSIDE = "path is outside the workspace"
 SANDBOX_ROOT = "/workspace"  # where the bash sandbox shows the workspace
 MAX_SYMLINKS = 40  # as the kernel's own limit
 MAX_RETRIES = 8  # a leaf that keeps changing between the check and the open
+MAX_COMPONENTS = 1024  # components one walk may take, those symlinks add included
+_DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class PathError(Exception):
@@ -83,39 +86,50 @@ class Opened:
 
     fd: int
     rel: str
-    created: bool = False
 
 
 class _Walk:
-    """The descriptors from the root down to the current directory, with their names."""
+    """Where the walk is: one descriptor of the current directory and the names that lead
+    to it from the root. Only that one descriptor is held, whatever the depth (a deep
+    path, or symlinks that each lead thousands of levels down, must not use up the
+    process's descriptor table); ``..`` walks the names again from the root rather than
+    asking the kernel for the parent, so a directory moved meanwhile cannot lead above
+    the root."""
 
     def __init__(self, root_fd: int):
-        self.fds = [root_fd]
+        self._root_fd = root_fd  # the workspace's, not owned by the walk
+        self.fd = os.dup(root_fd)
         self.names: list[str] = []
 
-    @property
-    def fd(self) -> int:
-        return self.fds[-1]
-
     def down(self, fd: int, name: str) -> None:
-        self.fds.append(fd)
+        os.close(self.fd)
+        self.fd = fd
         self.names.append(name)
 
     def up(self) -> None:
-        if len(self.fds) == 1:
+        if not self.names:
             raise PathError(OUTSIDE)
-        os.close(self.fds.pop())
         self.names.pop()
+        fd = os.dup(self._root_fd)
+        try:
+            for name in self.names:
+                below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = below
+        except OSError:
+            os.close(fd)
+            raise PathError("the path changed while it was opened; try again") from None
+        os.close(self.fd)
+        self.fd = fd
 
     def rel(self, leaf: str | None = None) -> str:
         parts = self.names + ([leaf] if leaf else [])
         return "/".join(parts) or "."
 
-    def close(self, keep: int | None = None) -> None:
-        for fd in self.fds:
-            if fd != keep:
-                os.close(fd)
-        self.fds = []
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Workspace:
@@ -162,6 +176,10 @@ class Workspace:
             raise PathError("path must be a non-empty string")
         if "\x00" in path:
             raise PathError("path contains a NUL byte")
+        try:
+            path.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800") names no file
+            raise PathError("path is not valid Unicode") from None
         if path.startswith("/"):
             for prefix in (str(self.root), SANDBOX_ROOT):
                 if path == prefix or path.startswith(prefix + "/"):
@@ -171,12 +189,6 @@ class Workspace:
                 raise PathError(OUTSIDE)
         return [p for p in path.split("/") if p not in ("", ".")]
 
-    def _open_root(self) -> int:
-        try:
-            return os.dup(self._root_fd)
-        except OSError as exc:
-            raise PathError("the workspace is unavailable") from exc
-
     def _walk(self, path: str, *, make_parents: bool = False) -> tuple[_Walk, str | None]:
         """Walk ``path`` from the root. Returns the walk, ending in the directory that
         holds the last component, and that component's name (None when the path names a
@@ -184,10 +196,18 @@ class Workspace:
         resolved by the walk, the last component's too (a dangling one gives the name it
         points at, to be created)."""
         parts = self.relative_parts(path)
-        walk = _Walk(self._open_root())
-        links = 0
+        if len(parts) > MAX_COMPONENTS:  # before any directory is made for it
+            raise PathError("path is too deep")
+        try:
+            walk = _Walk(self._root_fd)
+        except OSError as exc:
+            raise PathError("the workspace is unavailable") from exc
+        links = steps = 0
         try:
             while parts:
+                steps += 1
+                if steps > MAX_COMPONENTS:
+                    raise PathError("path is too deep")
                 name = parts.pop(0)
                 if name == "..":
                     walk.up()
@@ -200,10 +220,7 @@ class Workspace:
                     if not make_parents:
                         raise
                     self._mkdir(walk.fd, name)
-                    fd = os.open(
-                        name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
-                        dir_fd=walk.fd,
-                    )  # fmt: skip
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=walk.fd)
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISLNK(mode):
                     try:
@@ -225,12 +242,11 @@ class Workspace:
                     raise PathError("not a directory")
                 walk.down(fd, name)
             return walk, None
-        except PathError:
+        except BaseException as exc:  # every exit but a return gives the descriptor back
             walk.close()
+            if isinstance(exc, OSError):
+                raise PathError(os_error_message(exc)) from exc
             raise
-        except OSError as exc:
-            walk.close()
-            raise PathError(os_error_message(exc)) from exc
 
     @staticmethod
     def _mkdir(dir_fd: int, name: str) -> None:
@@ -305,37 +321,68 @@ class Workspace:
             raise PathError("file has several hard links; refusing it")
         return Opened(fd, walk.rel(name))
 
-    def create(self, path: str, *, make_parents: bool = True) -> Opened:
-        """Open ``path`` for writing, creating it (and its parents) when missing. An
-        existing file is truncated only after it is checked, through its descriptor."""
-        return self._retrying(lambda: self._create_once(path, make_parents))
-
-    def _create_once(self, path: str, make_parents: bool) -> Opened | None:
+    def write(self, path: str, data: bytes, *, make_parents: bool = True) -> tuple[str, bool]:
+        """Replace (or create) the file at ``path`` with ``data``, atomically: the bytes go
+        to a new file beside it, created ``O_EXCL`` in the walk's verified directory and
+        synced, which is then renamed over the name. A failure (a full quota, a crash)
+        leaves the old file whole; a hard link or anything else that stood at the name is
+        replaced, never written through. Returns (path from the root, whether it is new)."""
         walk, name = self._walk(path, make_parents=make_parents)
         try:
             if name is None:
                 raise PathError("path is a directory")
-            try:
-                fd = os.open(
-                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o644, dir_fd=walk.fd,
-                )  # fmt: skip
-                return Opened(fd, walk.rel(name), created=True)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise PathError(os_error_message(exc)) from exc
-            try:
-                opened = self._open_leaf(walk, name, True, False)
-            except PathError as exc:
-                if str(exc) != "file not found":
-                    raise
-                return None  # removed meanwhile: create it
-            if opened is not None:
-                os.ftruncate(opened.fd, 0)
-            return opened
+            existing = self._probe(walk.fd, name)
+            if existing is not None and stat.S_ISDIR(existing.st_mode):
+                raise PathError("path is a directory")
+            if existing is not None and not stat.S_ISREG(existing.st_mode):
+                raise PathError(f"not a regular file ({node_kind(existing.st_mode)})")
+            mode = stat.S_IMODE(existing.st_mode) & 0o777 if existing else 0o644
+            self._replace(walk.fd, name, data, mode)
+            return walk.rel(name), existing is None
         finally:
             walk.close()
+
+    @staticmethod
+    def _probe(dir_fd: int, name: str) -> os.stat_result | None:
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PathError(os_error_message(exc)) from exc
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _replace(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+        temp = f".{name[:200]}.{secrets.token_hex(6)}.harness-tmp"
+        try:
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                mode, dir_fd=dir_fd,
+            )  # fmt: skip
+        except OSError as exc:
+            raise PathError(os_error_message(exc)) from exc
+        try:
+            try:
+                os.fchmod(fd, mode)  # the umask must not narrow an existing file's mode
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            if isinstance(exc, OSError):
+                if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise PathError("path is a directory") from exc
+                raise PathError(os_error_message(exc)) from exc
+            raise
 
     def relative(self, real: str | os.PathLike[str]) -> str:
         return os.path.relpath(real, self.root)
