@@ -10,9 +10,9 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.http import HttpResponse
 from django.template.loader import render_to_string
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from . import tokens
 from .export import conversation_json, conversation_markdown
 from .models import ApiToken, Conversation, Event, User
 from .tokens import digest, new_token_value
@@ -135,7 +135,8 @@ class EventAdmin(admin.ModelAdmin):
 
 @admin.action(description="Revoke selected tokens")
 def revoke_tokens(modeladmin, request, queryset):
-    count = queryset.filter(revoked__isnull=True).update(revoked=timezone.now())
+    # Through the one revocation function: it also ends the tokens' open event streams.
+    count = tokens.revoke_tokens(queryset)
     messages.success(request, f"Revoked {count} token(s).")
 
 

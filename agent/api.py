@@ -4,43 +4,72 @@ Authenticated with ``Authorization: Bearer <token>`` on every request; every ans
 another user's conversation is 404; errors are JSON ``{"error", "message"}``. The event
 stream replays stored events after ``Last-Event-ID`` / ``?since`` and then goes live, with
 no gap and no duplicate (it joins the live group before reading the log, and skips by seq).
+An open stream ends when its token is revoked or its user deactivated: a message through
+the channel layer (agent/revocation.py), and a re-check of the token at every heartbeat and
+at most once a second while events flow. Too many bad tokens from one address, and too
+many new conversations from one user, get 429 ``throttled`` (agent/throttle.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from functools import wraps
+import time
+from functools import partial, wraps
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .conversations import _get_conversation_for_user, conversations_of, new_conversation, snapshot
 from .models import Conversation
-from .revocation import user_group
+from .revocation import token_group, user_group
 from .runs import RunRefused, group_name, runs
-from .tokens import user_for_token
+from .throttle import Throttled, check_new_conversation, token_failed, token_failures_blocked
+from .tokens import token_for_header, token_still_valid
 from .views import TITLE_MAX, model_choices
 
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507}  # fmt: skip
 
 
+# An open stream re-checks its token at most this often (seconds) while events flow.
+RECHECK_INTERVAL = 1.0
+
+
 def api_error(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": code, "message": message}, status=status)
+
+
+def throttled(refusal: Throttled) -> JsonResponse:
+    response = api_error(429, "throttled", refusal.message)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
+
+
+def too_large() -> JsonResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api_error(413, "too_large", f"The request body is over the limit of {limit:,} bytes.")
 
 
 def _check(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | None:
     if request.method not in methods:
         return api_error(405, "method_not_allowed", f"Use {' or '.join(methods)}.")
-    user = user_for_token(request.headers.get("Authorization"))
-    if user is None:
+    # Before the token is looked up: an address guessing tokens is refused without a query.
+    wait = token_failures_blocked(request)
+    if wait is not None:
+        return throttled(Throttled("Too many requests with a bad token from this address; "
+                                   f"try again in {wait} s.", wait))  # fmt: skip
+    token = token_for_header(request.headers.get("Authorization"))
+    if token is None:
+        token_failed(request)
         return api_error(401, "unauthorized", "A valid 'Authorization: Bearer' token is required.")
-    request.api_user = user
+    request.api_user, request.api_token_id = token.user, token.pk
     return None
 
 
@@ -54,13 +83,19 @@ def api_view(*methods: str):
             @wraps(view)
             async def async_wrapper(request, *args, **kwargs):
                 refused = await sync_to_async(_check)(request, methods)
-                return refused or await view(request, *args, **kwargs)
+                try:
+                    return refused or await view(request, *args, **kwargs)
+                except RequestDataTooBig:  # Django's answer is an HTML 400
+                    return too_large()
 
             return csrf_exempt(async_wrapper)
 
         @wraps(view)
         def wrapper(request, *args, **kwargs):
-            return _check(request, methods) or view(request, *args, **kwargs)
+            try:
+                return _check(request, methods) or view(request, *args, **kwargs)
+            except RequestDataTooBig:
+                return too_large()
 
         return csrf_exempt(wrapper)
 
@@ -92,6 +127,10 @@ def conversations(request: HttpRequest) -> JsonResponse:
         return api_error(400, "bad_request", f"'title' must be a string of at most {TITLE_MAX}.")
     if model not in dict(model_choices()):
         return api_error(400, "bad_request", f"Unknown model {str(model)[:100]!r}.")
+    try:
+        check_new_conversation(request.api_user)
+    except Throttled as refusal:
+        return throttled(refusal)
     conversation = new_conversation(request.api_user, model)
     if title.strip():
         conversation.title = " ".join(title.split())
@@ -154,14 +193,18 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
     since = _since(request)
     if since is None:
         return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
-    user = request.api_user
+    user, token_id = request.api_user, request.api_token_id
     await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    groups = [group_name(conversation.id), user_group(user.pk)]
+    # The user's group: deactivation; the token's: its revocation (agent/revocation.py).
+    groups = [group_name(conversation.id), user_group(user.pk), token_group(token_id)]
     for group in groups:  # join before reading the log: nothing can fall in between
         await layer.group_add(group, channel)
     heartbeat = settings.HARNESS_SSE_HEARTBEAT
+    # Token unrevoked, user active, conversation still theirs: one query, off the loop.
+    still_valid = partial(database_sync_to_async(token_still_valid, thread_sensitive=False),
+                          token_id, conversation.id)  # fmt: skip
 
     async def replay(after: int) -> tuple[list[str], int]:
         found = await sync_to_async(snapshot)(conversation.id, user, after)
@@ -174,6 +217,10 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
         # pub/sub layer drop the channel (what arrives meanwhile would be lost).
         receiving = None
+        # While events flow, the token is re-checked beside them (a round trip must not
+        # hold frames up): started at most once a second, its answer read at the next
+        # message or heartbeat, so at most a second's events follow a revocation.
+        checking, checked_at = None, time.monotonic()
         try:
             frames, sent = await replay(since)
             for frame in frames:
@@ -182,20 +229,24 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
             while sent >= 0:
                 receiving = receiving or asyncio.ensure_future(layer.receive(channel))
                 done, _ = await asyncio.wait({receiving}, timeout=heartbeat)
+                if checking is not None and checking.done():
+                    if not checking.result():
+                        return  # revoked, deactivated or deleted since the last check
+                    checking = None
                 if done:
                     message, receiving = receiving.result(), None
                 else:
-                    if (
-                        await sync_to_async(_get_conversation_for_user)(conversation.id, user)
-                        is None
-                    ):
-                        return  # deleted, or the user lost access
+                    checked_at = time.monotonic()
+                    if not await still_valid():
+                        return  # revoked, deactivated, or the conversation deleted
                     yield ": heartbeat\n\n"
                     continue
-                if message.get("type") == "user.revoked":
+                if message.get("type") in ("user.revoked", "token.revoked"):
                     return
                 if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
                     continue
+                if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:
+                    checking, checked_at = asyncio.ensure_future(still_valid()), time.monotonic()
                 if message["seq_from"] > sent + 1:  # messages were dropped: fill from the log
                     frames, upto = await replay(sent)
                     for frame in frames:
@@ -206,8 +257,9 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
                         yield _frame(event)
                         sent = event["seq"]
         finally:
-            if receiving is not None:
-                receiving.cancel()
+            for pending in (receiving, checking):
+                if pending is not None:
+                    pending.cancel()
             for group in groups:
                 await layer.group_discard(group, channel)
 

@@ -8,6 +8,9 @@ class AgentConfig(AppConfig):
 
     def ready(self) -> None:
         from . import revocation  # noqa: F401 - connects the signal receivers
+        from .dbfile import secure_at_startup
+
+        secure_at_startup()  # the SQLite file 0600 before anything connects (agent/dbfile.py)
         from .storage import check_at_startup
 
         check_at_startup()  # an impossible HARNESS_WORKSPACE_STORAGE stops start-up

@@ -4,7 +4,10 @@ python-markdown renders, then bleach keeps only an allowlist: no script, style, 
 form, input, svg, math, base or meta; no id, on*, hx-*, data-* or ws-* attributes (so
 nothing the model writes can drive htmx or the page's scripts); links only to absolute
 http/https/mailto URLs, with rel="noopener noreferrer nofollow"; no images at all (a
-markdown image to another origin is a data-exfiltration channel; CSP blocks them too). Everything
+markdown image to another origin is a data-exfiltration channel; CSP blocks them too); and
+only the classes the renderer itself emits for highlighted code (``codehilite`` on its
+``div``, Pygments' token classes on ``span``), so model text cannot dress itself in the
+page's own classes (a ``help`` overlay drawn as a fake "session expired" dialog). Everything
 else the model or a tool produces reaches templates as text and is escaped there.
 """
 
@@ -18,6 +21,7 @@ from functools import partial
 import bleach
 import markdown
 from bleach.linkifier import LinkifyFilter
+from pygments.token import STANDARD_TYPES
 
 ALLOWED_TAGS = frozenset({
     "p", "br", "hr", "strong", "b", "em", "i", "del", "s", "code", "pre", "kbd", "samp",
@@ -28,13 +32,17 @@ ALLOWED_ATTRIBUTES = {
     "a": ["href", "title"],
     "span": ["class"],  # pygments token classes
     "div": ["class"],  # codehilite wrapper
-    "code": ["class"],
     "th": ["align"],
     "td": ["align"],
     "ol": ["start"],
 }
+# Exact class names, per tag: what codehilite and Pygments' HtmlFormatter emit (and
+# static/pygments.css styles, under .codehilite only). Never one of the app's own classes
+# (tests/test_rendering_classes.py checks every class the app's CSS and templates use).
+HIGHLIGHT_WRAPPER = "codehilite"
+TOKEN_CLASSES = frozenset(name for name in STANDARD_TYPES.values() if name) | {"hll"}
+ALLOWED_CLASSES = {"div": frozenset({HIGHLIGHT_WRAPPER}), "span": TOKEN_CLASSES}
 ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
-_CLASS_RE = re.compile(r"^[A-Za-z0-9_ -]{0,64}$")
 MAX_MARKDOWN = 400_000  # characters rendered as markdown; beyond that, plain text
 
 
@@ -58,7 +66,8 @@ def _attribute_filter(tag: str, name: str, value: str) -> bool:
         # the scheme is checked here too; relative links have no target here and go as well.
         return url_scheme(value) in ALLOWED_PROTOCOLS
     if name == "class":
-        return bool(_CLASS_RE.match(value))
+        names = value.split()
+        return bool(names) and all(n in ALLOWED_CLASSES.get(tag, ()) for n in names)
     if name == "start":
         return value.isdigit()
     if name == "align":

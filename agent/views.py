@@ -28,6 +28,7 @@ from .models import Conversation
 from .recovery import expired
 from .runs import cancel_from_sync, interrupt_and_announce
 from .runtime import agent_config
+from .throttle import Throttled, check_new_conversation
 from .tools import PathError
 from .transcript import build_parts, status_text
 from .workspaces import workspace_for
@@ -49,10 +50,20 @@ def model_choices() -> list[tuple[str, str]]:
     return choices
 
 
+def _throttled_page(request: HttpRequest, refusal: Throttled) -> HttpResponse:
+    response = render(request, "agent/throttled.html", {"message": refusal.message}, status=429)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
+
+
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     conversation = conversations_of(request.user).first()
     if conversation is None:
+        try:  # counted too: deleting every conversation must not get around the limit
+            check_new_conversation(request.user)
+        except Throttled as refusal:
+            return _throttled_page(request, refusal)
         conversation = new_conversation(request.user, settings.HARNESS_MODEL)
     return redirect("conversation", conversation_id=conversation.id)
 
@@ -91,6 +102,10 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
 @login_required
 @require_POST
 def create_conversation(request: HttpRequest) -> HttpResponse:
+    try:
+        check_new_conversation(request.user)  # per user and hour (agent/throttle.py)
+    except Throttled as refusal:
+        return _throttled_page(request, refusal)
     conversation = new_conversation(request.user, settings.HARNESS_MODEL)
     return redirect("conversation", conversation_id=conversation.id)
 

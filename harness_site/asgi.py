@@ -10,8 +10,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from agent.origin import SameOriginValidator  # noqa: E402
 from agent.routing import websocket_urlpatterns  # noqa: E402
 from agent.staticfiles import StaticFilesApp  # noqa: E402
 
@@ -20,9 +20,9 @@ application = ProtocolTypeRouter(
         # Static files are served by the same process, compressed and cached (a proxy
         # may take this over).
         "http": StaticFilesApp(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # The page's whole origin (scheme, host, port) must be this server's
+        # (agent/origin.py): host names alone let another port or scheme in.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -6,6 +6,7 @@ without it, an explicit secret key and allowed hosts are required.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -46,6 +47,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "agent",
+    "axes",  # login throttling (below); last, as its documentation asks
 ]
 
 MIDDLEWARE = [
@@ -58,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns django-axes' lockout of a login into its page (agent/throttle.py).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "harness_site.urls"
@@ -118,7 +122,26 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "agent.layers.LocalChannelLayer"}}
 
+# The cache holds the rate-limit counters (agent/throttle.py): with REDIS_URL every process
+# counts against the same limits; without, each process keeps its own.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "harness",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 AUTH_USER_MODEL = "agent.User"
+# django-axes' backend first: it refuses a locked-out username+address before the password
+# is checked, for every caller of authenticate() (the sign-in page and the admin's).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -187,6 +210,22 @@ HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
 HARNESS_RUNS_PER_MINUTE = env_int("HARNESS_RUNS_PER_MINUTE", 10, minimum=1)
 HARNESS_CONCURRENT_RUNS = env_int("HARNESS_CONCURRENT_RUNS", 2, minimum=1)
+# Rate limits (agent/throttle.py). Sign-in: a username is locked out from one address
+# after this many failures in a row, for the cool-off (django-axes, in the database, so it
+# holds across processes; admins see and reset lockouts in /admin/). The API: an address
+# that sent this many bad bearer tokens in a minute gets 429 for the rest of it. New
+# conversations per user and hour (the page and the API).
+HARNESS_LOGIN_FAILURES = env_int("HARNESS_LOGIN_FAILURES", 5, minimum=1)
+HARNESS_LOGIN_COOLOFF_MINUTES = env_int("HARNESS_LOGIN_COOLOFF_MINUTES", 15, minimum=1)
+HARNESS_API_TOKEN_FAILURES = env_int("HARNESS_API_TOKEN_FAILURES", 20, minimum=1)
+HARNESS_CONVERSATIONS_PER_HOUR = env_int("HARNESS_CONVERSATIONS_PER_HOUR", 100, minimum=1)
+AXES_FAILURE_LIMIT = HARNESS_LOGIN_FAILURES
+AXES_COOLOFF_TIME = timedelta(minutes=HARNESS_LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # the pair, not either alone
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "agent.throttle.client_ip"
+AXES_LOCKOUT_CALLABLE = "agent.throttle.login_locked_out"
+AXES_VERBOSE = False  # no start-up banner from every process and management command
 # Seconds a run's lease lasts; its process renews it every third of that.
 HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)
 

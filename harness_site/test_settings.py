@@ -10,6 +10,11 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Plain directories: the suite makes hundreds of users, and a loop mount each would outlive
 # the run. Tests of workspace quotas opt in (settings fixture) and unmount what they mount.
 HARNESS_WORKSPACE_STORAGE = "plain"
+# Rate-limit counters live in the process's cache, which outlives each test's database (and
+# user ids come back): high here; the tests of the limits set their own and clear the cache
+# (tests/test_throttling.py).
+HARNESS_CONVERSATIONS_PER_HOUR = 1_000_000
+HARNESS_API_TOKEN_FAILURES = 1_000_000
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     # A file, not shared-cache memory: runs write from several threads, and only a file
