@@ -49,6 +49,14 @@ def require_bwrap() -> str:
     return path
 
 
+@pytest.fixture(scope="module")
+def model():
+    """One test model server for a module's live server (module-scoped, like it)."""
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def model_server():
     server = ModelServer().start()

@@ -9,14 +9,7 @@ import pytest
 
 from tests.api_client import Api, read_until
 from tests.live import LiveServer
-from tests.model_server import ModelServer, echo_fallback, text_reply, tool_reply
-
-
-@pytest.fixture(scope="module")
-def model():
-    server = ModelServer().start()
-    yield server
-    server.stop()
+from tests.model_server import echo_fallback, text_reply, tool_reply
 
 
 @pytest.fixture(scope="module")

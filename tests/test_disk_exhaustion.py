@@ -37,7 +37,7 @@ from agent import storage
 from tests.api_client import Api, read_until
 from tests.conftest import require_bwrap, require_service
 from tests.live import LiveServer
-from tests.model_server import ModelServer, text_reply, tool_reply
+from tests.model_server import text_reply, tool_reply
 
 QUOTA_MB = 8
 
@@ -110,13 +110,6 @@ def run_prompt(api: Api, content: str, conversation: str | None = None) -> tuple
                             {"content": content})  # fmt: skip
     assert status == 202, body
     return conversation, events_of(read_until(stream, is_final, timeout=60))
-
-
-@pytest.fixture(scope="module")
-def model():
-    server = ModelServer().start()
-    yield server
-    server.stop()
 
 
 # -- workspaces on the database's disk ---------------------------------------------------

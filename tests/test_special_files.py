@@ -26,7 +26,7 @@ from agent.tools.search import GrepTool, ListDirTool
 from agent.tools.workspace import PathError, Workspace
 from tests.api_client import Api, read_until
 from tests.live import LiveServer
-from tests.model_server import ModelServer, text_reply, tool_reply
+from tests.model_server import text_reply, tool_reply
 
 CALL_DEADLINE = 5.0  # far above "milliseconds", far below "forever"
 
@@ -139,13 +139,6 @@ def test_a_slow_workspace_cannot_take_every_file_worker(tmp_path):
         assert json.loads(result.content) == {"content": "fine\n"}
     finally:
         release.set()
-
-
-@pytest.fixture(scope="module")
-def model():
-    server = ModelServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
