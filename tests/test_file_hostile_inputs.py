@@ -22,6 +22,23 @@ from tests.conftest import REPO
 from tests.helpers import run
 
 
+def _tools_in_a_child(root, limit: str, calls: str) -> list[dict]:
+    """Run tool calls (a Python tuple of (tool class, params)) in a child process under a
+    resource limit (``limit``, a statement); their results, parsed."""
+    code = (
+        "import asyncio, resource, signal, sys\n"
+        f"{limit}\n"
+        "from agent.tools.files import EditTool, ReadTool, WriteTool\n"
+        "from agent.tools.workspace import Workspace\n"
+        "ws = Workspace(sys.argv[1])\n"
+        f"for tool, params in ({calls},):\n"
+        "    print(asyncio.run(tool(ws).execute(params)).content)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(root)], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, check=True).stdout  # fmt: skip
+    return [json.loads(line) for line in out.splitlines()]
+
+
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -51,18 +68,9 @@ def test_a_walk_holds_one_descriptor_whatever_the_depth(tmp_path):
     deep.mkdir(parents=True)
     (deep / "f.txt").write_text("found\n")
     os.symlink("a/" * 600 + "f.txt", root / "link")
-    code = (
-        "import asyncio, json, resource, sys\n"
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
-        "from agent.tools.files import ReadTool\n"
-        "from agent.tools.workspace import Workspace\n"
-        "tool = ReadTool(Workspace(sys.argv[1]))\n"
-        "for path in ('a/' * 600 + 'f.txt', 'link'):\n"
-        "    print(asyncio.run(tool.execute({'path': path})).content)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(root)], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, check=True).stdout  # fmt: skip
-    assert [json.loads(line) for line in out.splitlines()] == [{"content": "found\n"}] * 2
+    limit = "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))"
+    calls = "(ReadTool, {'path': 'a/' * 600 + 'f.txt'}), (ReadTool, {'path': 'link'})"
+    assert _tools_in_a_child(root, limit, calls) == [{"content": "found\n"}] * 2
 
 
 def test_a_path_of_endless_components_is_refused(workspace):
@@ -107,21 +115,15 @@ def test_a_write_or_edit_that_runs_out_of_room_leaves_the_old_file_whole(tmp_pat
     root.mkdir()
     old = "x = 1\n" * 100
     (root / "f.py").write_text(old)
-    code = (
-        "import asyncio, json, resource, signal, sys\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
-        "from agent.tools.files import EditTool, WriteTool\n"
-        "from agent.tools.workspace import Workspace\n"
-        "ws = Workspace(sys.argv[1])\n"
-        "for tool, params in ((WriteTool, {'path': 'f.py', 'content': 'y' * 5000}),\n"
-        "                     (EditTool, {'path': 'f.py', 'old_str': 'x = 1\\n' * 100,\n"
-        "                                 'new_str': 'z' * 5000})):\n"
-        "    print(asyncio.run(tool(ws).execute(params)).content)\n"
+    limit = (
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(root)], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, check=True).stdout  # fmt: skip
-    errors = [json.loads(line)["error"] for line in out.splitlines()]
+    calls = (
+        "(WriteTool, {'path': 'f.py', 'content': 'y' * 5000}), "
+        "(EditTool, {'path': 'f.py', 'old_str': 'x = 1\\n' * 100, 'new_str': 'z' * 5000})"
+    )
+    errors = [result["error"] for result in _tools_in_a_child(root, limit, calls)]
     assert errors == ["file too large", "cannot edit file: file too large"]
     assert (root / "f.py").read_text() == old
     assert sorted(p.name for p in root.iterdir()) == ["f.py"]
