@@ -263,12 +263,12 @@ class Workspace:
                 return opened
         raise PathError("the path kept changing while it was opened; try again")
 
-    def open(self, path: str, *, write: bool = False, directory: bool | None = False) -> Opened:
-        """Open an existing file (``directory=False``), directory (True) or either (None).
-        Files open read-only, or read-write with ``write``; directories read-only."""
-        return self._retrying(lambda: self._open_once(path, write, directory))
+    def open(self, path: str, *, directory: bool | None = False) -> Opened:
+        """Open an existing file (``directory=False``), directory (True) or either (None),
+        read-only (writes go through ``write``, which never opens the old file)."""
+        return self._retrying(lambda: self._open_once(path, directory))
 
-    def _open_once(self, path: str, write: bool, directory: bool | None) -> Opened | None:
+    def _open_once(self, path: str, directory: bool | None) -> Opened | None:
         walk, name = self._walk(path)
         try:
             if name is None:  # the walk's own directory
@@ -276,13 +276,11 @@ class Workspace:
                     raise PathError("path is a directory")
                 fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=walk.fd)
                 return Opened(fd, walk.rel())
-            return self._open_leaf(walk, name, write, directory)
+            return self._open_leaf(walk, name, directory)
         finally:
             walk.close()
 
-    def _open_leaf(
-        self, walk: _Walk, name: str, write: bool, directory: bool | None
-    ) -> Opened | None:
+    def _open_leaf(self, walk: _Walk, name: str, directory: bool | None) -> Opened | None:
         try:
             probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walk.fd)
         except OSError as exc:
@@ -300,7 +298,7 @@ class Workspace:
         elif directory is True:
             raise PathError("not a directory")
         elif stat.S_ISREG(seen.st_mode):
-            flags = os.O_RDWR if write else os.O_RDONLY
+            flags = os.O_RDONLY
         else:  # never opened for I/O: a FIFO's open blocks, a device's may act
             raise PathError(f"not a regular file ({node_kind(seen.st_mode)})")
         try:
@@ -383,6 +381,3 @@ class Workspace:
                     raise PathError("path is a directory") from exc
                 raise PathError(os_error_message(exc)) from exc
             raise
-
-    def relative(self, real: str | os.PathLike[str]) -> str:
-        return os.path.relpath(real, self.root)
