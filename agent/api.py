@@ -222,6 +222,9 @@ async def events(request: HttpRequest, conversation_id) -> HttpResponse:
         # message or heartbeat, so at most a second's events follow a revocation.
         checking, checked_at = None, time.monotonic()
         try:
+            # Daphne sends the response's headers with its first bytes: without this, a
+            # client of a quiet conversation would wait a whole heartbeat to see the 200.
+            yield ": connected\n\n"
             frames, sent = await replay(since)
             for frame in frames:
                 yield frame
