@@ -191,15 +191,11 @@ class BashTool:
         workspace: Workspace,
         mode: str = "sandbox",
         timeout: float = TIMEOUT,
-        quota_mb: int | None = None,
         limits: SandboxLimits | None = None,
     ):
         if mode not in ("sandbox", "unsafe"):
             raise ValueError(f"bash mode must be sandbox or unsafe, not {mode!r}")
         self.workspace = workspace
-        # The workspace's size limit, named when a command fails on a full workspace; the
-        # server's workspaces carry it (agent/workspaces.py), a CLI workspace has none.
-        self.quota_mb = quota_mb if quota_mb is not None else getattr(workspace, "quota_mb", None)
         self.mode = mode
         self.timeout = timeout
         # Processes and memory of all this workspace's sandboxed calls together: cgroups
@@ -300,7 +296,9 @@ class BashTool:
                 display, output=result.output,
             )  # fmt: skip
         if result.returncode != 0:
-            full = await asyncio.to_thread(disk_full_note, root, self.quota_mb)
+            # The workspace's size limit (the server's workspaces carry it, agent/
+            # workspaces.py; a CLI workspace has none) is named in the error.
+            full = await asyncio.to_thread(disk_full_note, root, self.workspace.quota_mb)
             return fail(
                 f"command exited with status {result.returncode}{full}{self._pids_note(stats)}",
                 display, exit_code=result.returncode, output=result.output,
