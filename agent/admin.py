@@ -12,11 +12,12 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
-from . import tokens
-from .export import conversation_json, conversation_markdown
-from .models import ApiToken, Conversation, Event, User
-from .tokens import digest, new_token_value
-from .transcript import build_parts
+from agent.models import ApiToken, Conversation, Event, User
+from agent.runs.eventlog import from_stored
+from agent.ui.export import conversation_json, conversation_markdown
+from agent.ui.transcript import build_parts
+from agent.web import api_tokens as tokens
+from agent.web.api_tokens import digest, new_token_value
 
 
 @admin.register(User)
@@ -51,6 +52,7 @@ def _meta(conversation: Conversation) -> dict:
 
 
 def _events(conversation: Conversation) -> list[dict]:
+    """The stored events' wire JSON (what the JSON export holds)."""
     return list(conversation.events.order_by("seq").values_list("payload", flat=True))
 
 
@@ -103,7 +105,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
     @admin.display(description="Transcript")
     def transcript(self, conversation: Conversation):
-        parts = build_parts(_events(conversation))
+        parts = build_parts(from_stored(_events(conversation)))
         return render_to_string("admin/agent/transcript.html", {"parts": parts})
 
 

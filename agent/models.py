@@ -43,7 +43,7 @@ class Conversation(models.Model):
     # The API message history the agent continues from (the event log is what people see).
     history = models.JSONField(default=list, blank=True)
     # The process running the prompt renews this lease; when it lapses the process is
-    # presumed dead and the run is marked interrupted (agent/recovery.py).
+    # presumed dead and the run is marked interrupted (agent/runs/recovery.py).
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     input_tokens = models.PositiveBigIntegerField(default=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 
-from agent import events as events_
+from agent.core import events as events_
 from agent.models import Conversation, Event, User
 
 MODEL = "claude-haiku-4-5"

@@ -72,10 +72,10 @@ class _Seen:
 async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) -> Sample:
     """The physical limit: the same streams read directly by ``AsyncAnthropic``, built as
     the product builds it (same HTTP transport), iterated as the SDK's own event objects
-    (the product reads the body itself, more cheaply: agent/wire.py); started over
+    (the product reads the body itself, more cheaply: agent/core/model/wire.py); started over
     ``spread`` seconds."""
-    from agent.client import make_client
-    from agent.config import Config
+    from agent.core.config import Config
+    from agent.core.model.client import make_client
 
     sample = Sample(expected=sessions * tokens)
     client = make_client(Config(api_key="bench", base_url=base_url))

@@ -18,11 +18,11 @@ FRAMES_PER_SAVE = 20  # the writer stores partial text once a second: 20 frames
 
 
 class _Writer:
-    """The per-frame work of ``agent.runs.Run._write``, without the database and sockets,
+    """The per-frame work of ``agent.runs.manager.Run._write``, without the database and sockets,
     timed with this thread's CPU clock at each 1,000-delta mark."""
 
     def __init__(self) -> None:
-        from agent.fragments import FragmentRenderer
+        from agent.ui.fragments import FragmentRenderer
 
         self.renderer = FragmentRenderer()
         self.pending: list[Any] = []
@@ -47,7 +47,7 @@ class _Writer:
             self.final_s = time.thread_time() - started
 
     def flush(self) -> None:
-        from agent.eventlog import stored_form
+        from agent.runs.eventlog import stored_form
 
         started = time.thread_time()
         batch = [event.to_dict() for event in self.pending]
@@ -66,14 +66,14 @@ class _Writer:
 
 
 async def _stream_once(base_url: str, tokens: int) -> _Writer:
-    from agent.client import make_client
-    from agent.config import Config
-    from agent.harness import Harness
+    from agent.core.config import Config
+    from agent.core.loop import AgentLoop
+    from agent.core.model.client import make_client
 
     config = Config(api_key="bench", base_url=base_url, max_turns=1)
     writer = _Writer()
     client = make_client(config)
-    harness = Harness(client, [], config, writer.emit)
+    harness = AgentLoop(client, [], config, writer.emit)
     await harness.prompt("bench: a long answer")
     await client.close()
     if writer.deltas != tokens:

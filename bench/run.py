@@ -181,8 +181,8 @@ def _ratio(a, b):
 async def warm_up(cluster: Cluster) -> None:
     """A prompt first: each server imports the SDK and fills its caches on first use (and
     so does this process, which reads the baseline streams)."""
-    from agent.client import make_client
-    from agent.config import Config
+    from agent.core.config import Config
+    from agent.core.model.client import make_client
 
     await make_client(Config(api_key="bench", base_url=cluster.url)).close()
     warm = cluster.fixture(f"sessions({2 * len(cluster.servers)}, 'warm')")

@@ -11,9 +11,9 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from agent.origin import SameOriginValidator  # noqa: E402
-from agent.routing import websocket_urlpatterns  # noqa: E402
-from agent.staticfiles import StaticFilesApp  # noqa: E402
+from agent.server.origin import SameOriginValidator  # noqa: E402
+from agent.server.staticfiles import StaticFilesApp  # noqa: E402
+from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -21,7 +21,7 @@ application = ProtocolTypeRouter(
         # may take this over).
         "http": StaticFilesApp(django_asgi_app),
         # The page's whole origin (scheme, host, port) must be this server's
-        # (agent/origin.py): host names alone let another port or scheme in.
+        # (agent/server/origin.py): host names alone let another port or scheme in.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

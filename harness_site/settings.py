@@ -12,8 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from agent.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
-from agent.tools import BASH_MODES
+from agent.core.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
+from agent.core.tools import BASH_MODES
 
 from .env import env_bool, env_choice, env_int, env_list, env_str
 
@@ -51,16 +51,16 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "agent.middleware.CompressionMiddleware",
+    "agent.server.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "agent.middleware.SecurityHeadersMiddleware",
+    "agent.server.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last: turns django-axes' lockout of a login into its page (agent/throttle.py).
+    # Last: turns django-axes' lockout of a login into its page (agent/web/throttle.py).
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -104,8 +104,8 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            # channels-redis's pub/sub layer, local first (agent/layers.py explains why).
-            "BACKEND": "agent.layers.RedisLayer",
+            # channels-redis's pub/sub layer, local first (agent/server/layers.py explains why).
+            "BACKEND": "agent.server.layers.RedisLayer",
             # redis-py 8 defaults to a 5 s socket timeout and to a small connection pool
             # that raises when exhausted.
             "CONFIG": {
@@ -120,9 +120,9 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "agent.layers.LocalChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "agent.server.layers.LocalChannelLayer"}}
 
-# The cache holds the rate-limit counters (agent/throttle.py): with REDIS_URL every process
+# The cache holds the rate-limit counters (agent/web/throttle.py): with REDIS_URL every process
 # counts against the same limits; without, each process keeps its own.
 if REDIS_URL:
     CACHES = {
@@ -159,10 +159,10 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 # Served by the ASGI process from the finders, gzipped, with content-hashed URLs cached for
-# a year (agent/staticfiles.py); a proxy in front may take /static/ over (docs/DEPLOY.md).
+# a year (agent/server/staticfiles.py); a proxy in front may take /static/ over (docs/DEPLOY.md).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "agent.staticfiles.VersionedStaticStorage"},
+    "staticfiles": {"BACKEND": "agent.server.staticfiles.VersionedStaticStorage"},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -180,7 +180,7 @@ if HARNESS_THINKING and not MIN_THINKING_BUDGET <= HARNESS_THINKING < HARNESS_MA
     )
 HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
-# Workspace storage (agent/storage.py): `loop` gives each workspace a size-limited ext4
+# Workspace storage (agent/server/storage.py): `loop` gives each workspace a size-limited ext4
 # image of HARNESS_WORKSPACE_QUOTA_MB (needs root); `auto` uses it when it can.
 HARNESS_WORKSPACE_STORAGE = env_choice("HARNESS_WORKSPACE_STORAGE", ("auto", "loop", "plain"),
                                        "auto")  # fmt: skip
@@ -192,7 +192,7 @@ HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
 # kernel's per-uid limits and permissions keep users apart). Pick a range no host account
 # or container uses.
 HARNESS_SANDBOX_UID_BASE = env_int("HARNESS_SANDBOX_UID_BASE", 200_000, minimum=1000)
-# What all of one user's sandboxed bash commands may hold at once (agent/tools/cgroups.py):
+# What all of one user's sandboxed bash commands may hold at once (agent/core/tools/cgroups.py):
 # enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
 # `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when
 # delegated, + /harness).
@@ -210,7 +210,7 @@ HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
 HARNESS_RUNS_PER_MINUTE = env_int("HARNESS_RUNS_PER_MINUTE", 10, minimum=1)
 HARNESS_CONCURRENT_RUNS = env_int("HARNESS_CONCURRENT_RUNS", 2, minimum=1)
-# Rate limits (agent/throttle.py). Sign-in: a username is locked out from one address
+# Rate limits (agent/web/throttle.py). Sign-in: a username is locked out from one address
 # after this many failures in a row, for the cool-off (django-axes, in the database, so it
 # holds across processes; admins see and reset lockouts in /admin/). The API: an address
 # that sent this many bad bearer tokens in a minute gets 429 for the rest of it. New
@@ -223,8 +223,8 @@ AXES_FAILURE_LIMIT = HARNESS_LOGIN_FAILURES
 AXES_COOLOFF_TIME = timedelta(minutes=HARNESS_LOGIN_COOLOFF_MINUTES)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # the pair, not either alone
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "agent.throttle.client_ip"
-AXES_LOCKOUT_CALLABLE = "agent.throttle.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "agent.web.throttle.client_ip"
+AXES_LOCKOUT_CALLABLE = "agent.web.throttle.login_locked_out"
 AXES_VERBOSE = False  # no start-up banner from every process and management command
 # Seconds a run's lease lasts; its process renews it every third of that.
 HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from agent import api, views
+from agent.web import api, health, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,7 +16,7 @@ urlpatterns = [
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
     path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

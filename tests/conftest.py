@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import Config
-from agent.harness import Harness
-from agent.tools import Workspace, build_tools
+from agent.core.config import Config
+from agent.core.loop import AgentLoop
+from agent.core.tools import Workspace, build_tools
 from tests.model_server import ModelServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,8 +68,8 @@ def model_server():
 async def sdk_client(model_server):
     # The product's own client (the SDK on its aiohttp transport), so every failure case
     # runs through what production runs. Short retry waits: the tests set retry-after-ms.
-    from agent.client import make_client
-    from agent.config import Config
+    from agent.core.config import Config
+    from agent.core.model.client import make_client
 
     client = make_client(Config(api_key="test-key", base_url=model_server.url))
     yield client
@@ -91,7 +91,7 @@ def make_harness(sdk_client, workspace):
         events = [] if events is None else events
         config.setdefault("api_key", "test-key")
         tools = build_tools(workspace, "sandbox") if tools is None else tools
-        harness = Harness(sdk_client, tools, Config(**config), events.append)
+        harness = AgentLoop(sdk_client, tools, Config(**config), events.append)
         return harness, events
 
     return build

@@ -32,7 +32,7 @@ def run_unprivileged(tool_factory, root: Path, params: dict) -> tuple[dict, bool
                 os.setgroups([])
                 os.setgid(NOBODY)
                 os.setuid(NOBODY)
-            from agent.tools import Workspace
+            from agent.core.tools import Workspace
 
             result = asyncio.run(tool_factory(Workspace(root)).execute(params))
             os.write(write_end, json.dumps([result.content, result.is_error]).encode())

@@ -105,7 +105,7 @@ def test_event_log_is_read_only_in_the_admin(client, staff, chat):
 
 def test_admin_creates_a_token_shown_once_and_stored_hashed(client, staff, chat):
     from agent.models import ApiToken
-    from agent.tokens import digest, user_for_token
+    from agent.web.api_tokens import digest, user_for_token
 
     response = client.post("/admin/agent/apitoken/add/", {"user": chat.owner.id, "name": "laptop"},
                            follow=True)  # fmt: skip
@@ -120,7 +120,7 @@ def test_admin_creates_a_token_shown_once_and_stored_hashed(client, staff, chat)
 
 
 def test_admin_revokes_tokens(client, staff, chat):
-    from agent.tokens import create_token, user_for_token
+    from agent.web.api_tokens import create_token, user_for_token
 
     record, token = create_token(chat.owner, "old")
     client.post("/admin/agent/apitoken/", {"action": "revoke_tokens",

@@ -12,10 +12,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from agent.tools import Workspace
-from agent.tools.bash import BashTool
-from agent.tools.files import EditTool, ReadTool, WriteTool
-from agent.tools.search import GrepTool, ListDirTool
+from agent.core.tools import Workspace
+from agent.core.tools.bash import BashTool
+from agent.core.tools.files import EditTool, ReadTool, WriteTool
+from agent.core.tools.search import GrepTool, ListDirTool
 from tests.conftest import require_bwrap, shared_path
 
 CANARY = "CANARY-OUTSIDE-THE-WORKSPACE"

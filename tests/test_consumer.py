@@ -12,9 +12,9 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-import agent.runs as runs_module
+import agent.runs.run as runs_module
 from agent.models import Conversation, Event
-from agent.runs import runs
+from agent.runs.manager import runs
 from harness_site.asgi import application
 from tests.model_server import text_reply, tool_reply
 
@@ -442,13 +442,13 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
 ):
     user, conversation = alice
     rendered = []
-    from agent.rendering import render_markdown as real
+    from agent.ui.markdown import render_markdown as real
 
     def counting(text):
         rendered.append(len(text))
         return real(text)
 
-    monkeypatch.setattr("agent.transcript.render_markdown", counting)
+    monkeypatch.setattr("agent.ui.transcript.render_markdown", counting)
     sent_at = []  # when the writer broadcast each frame (what the interval bounds)
     real_broadcast = runs_module.broadcast
 
@@ -471,7 +471,7 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     await runs.wait(conversation.id)
     delta_frames = [(t, m) for t, m in frames if "live-text" in m and 'data-part="user"' not in m]
     assert len(delta_frames) < deltas / 3  # coalesced: many deltas per frame
-    delta_sends = [t for t, events in sent_at if all(e["type"] == "text_delta" for e in events)]
+    delta_sends = [t for t, events in sent_at if all(e.type == "text_delta" for e in events)]
     assert len(delta_sends) >= 3
     gaps = [b - a for a, b in zip(delta_sends, delta_sends[1:], strict=False)]
     assert min(gaps) >= runs_module.FRAME_INTERVAL * 0.9  # at most one frame per interval

@@ -41,7 +41,7 @@ def test_an_existing_world_readable_database_is_narrowed_at_start_up(tmp_path):
 
 
 def test_the_projects_var_directory_is_private(tmp_path, settings):
-    from agent.dbfile import secure
+    from agent.server.dbfile import secure
 
     settings.VAR_DIR = tmp_path / "var"
     secure(tmp_path / "var" / "db.sqlite3")  # var/ missing: made 0700, the file 0600

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 
-from agent.config import Config
-from agent.demo import DemoClient, plan
-from agent.harness import Harness
-from agent.tools import build_tools
+from agent.core.config import Config
+from agent.core.loop import AgentLoop
+from agent.core.model.demo import DemoClient, plan
+from agent.core.tools import build_tools
 from tests.history_check import assert_valid_history
 
 
 async def run_demo(workspace, prompt, bash_mode="off"):
     events = []
-    harness = Harness(DemoClient(delay=0), build_tools(workspace, bash_mode), Config(),
+    harness = AgentLoop(DemoClient(delay=0), build_tools(workspace, bash_mode), Config(),
                       events.append)  # fmt: skip
     result = await harness.prompt(prompt)
     return result, events, harness

@@ -2,7 +2,7 @@
 database on one file system, ``cat /dev/zero > fill`` made every user's requests fail with
 "database or disk is full", left the run stuck in running, and /healthz still said ok).
 
-- Workspaces get a kernel-enforced quota (a loop-mounted ext4 image each, agent/storage.py):
+- Workspaces get a kernel-enforced quota (a loop-mounted ext4 image each, agent/server/storage.py):
   a user who fills theirs gets a clear error; other users and the database go on.
 - A run whose events cannot be stored (its database's disk is full) ends with an error and
   leaves ``running``.
@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent import storage
+from agent.server import storage
 from tests.api_client import Api, read_until
 from tests.conftest import require_bwrap, require_service
 from tests.live import LiveServer
@@ -254,9 +254,9 @@ async def test_a_run_that_cannot_store_its_events_ends_in_error_at_once(
     the run is stopped with the storage error and its conversation leaves running."""
     from django.db.utils import OperationalError
 
-    from agent import eventlog
     from agent.models import Conversation, Event, User
-    from agent.runs import runs
+    from agent.runs import eventlog
+    from agent.runs.manager import runs
 
     settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "k", model_server.url
     settings.HARNESS_WORKSPACES, settings.HARNESS_BASH = tmp_path, "off"
@@ -288,7 +288,7 @@ async def test_a_run_that_cannot_store_its_events_ends_in_error_at_once(
 def test_storage_full_recognises_the_drivers_errors():
     from django.db.utils import OperationalError
 
-    from agent.eventlog import storage_full
+    from agent.runs.eventlog import storage_full
 
     try:
         try:
@@ -336,7 +336,7 @@ def loop_workspaces(settings):
 def test_workspaces_are_mounted_once_by_concurrent_callers_and_again_after_a_reboot(
     loop_workspaces,
 ):
-    from agent.workspaces import sandbox_ids, workspace_for, workspace_path
+    from agent.runs.workspaces import sandbox_ids, workspace_for, workspace_path
 
     results, errors = [], []
 
@@ -371,7 +371,7 @@ def test_workspaces_are_mounted_once_by_concurrent_callers_and_again_after_a_reb
 def test_an_older_plain_workspace_is_moved_into_its_image_with_nothing_lost(
     loop_workspaces, settings
 ):
-    from agent.workspaces import sandbox_ids, workspace_for, workspace_path
+    from agent.runs.workspaces import sandbox_ids, workspace_for, workspace_path
 
     settings.HARNESS_WORKSPACE_STORAGE = "plain"
     path = workspace_for(42).root
@@ -399,8 +399,8 @@ def test_an_older_plain_workspace_is_moved_into_its_image_with_nothing_lost(
 
 
 def test_a_workspace_too_big_for_the_quota_is_left_as_it_was(loop_workspaces, settings):
-    from agent.storage import StorageError
-    from agent.workspaces import workspace_for
+    from agent.runs.workspaces import workspace_for
+    from agent.server.storage import StorageError
 
     settings.HARNESS_WORKSPACE_STORAGE = "plain"
     path = workspace_for(43).root

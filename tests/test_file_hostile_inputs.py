@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from agent.tools.fileio import FileWorkers
-from agent.tools.files import EditTool, ReadTool, WriteTool
-from agent.tools.search import GrepTool, ListDirTool
-from agent.tools.workspace import PathError, Workspace
+from agent.core.tools.fileio import FileWorkers
+from agent.core.tools.files import EditTool, ReadTool, WriteTool
+from agent.core.tools.search import GrepTool, ListDirTool
+from agent.core.tools.workspace import PathError, Workspace
 from tests.conftest import REPO
 from tests.helpers import run
 
@@ -28,8 +28,8 @@ def _tools_in_a_child(root, limit: str, calls: str) -> list[dict]:
     code = (
         "import asyncio, resource, signal, sys\n"
         f"{limit}\n"
-        "from agent.tools.files import EditTool, ReadTool, WriteTool\n"
-        "from agent.tools.workspace import Workspace\n"
+        "from agent.core.tools.files import EditTool, ReadTool, WriteTool\n"
+        "from agent.core.tools.workspace import Workspace\n"
         "ws = Workspace(sys.argv[1])\n"
         f"for tool, params in ({calls},):\n"
         "    print(asyncio.run(tool(ws).execute(params)).content)\n"

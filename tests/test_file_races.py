@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import browse
-from agent.tools.files import EditTool, ReadTool, WriteTool
-from agent.tools.search import GrepTool, ListDirTool
-from agent.tools.workspace import PathError, Workspace
+from agent.core.tools.files import EditTool, ReadTool, WriteTool
+from agent.core.tools.search import GrepTool, ListDirTool
+from agent.core.tools.workspace import PathError, Workspace
+from agent.ui import browse
 
 RACE_SECONDS = 3.0
 CANARY = "CANARY: a root-owned file outside the workspace\n"

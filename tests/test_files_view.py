@@ -7,7 +7,7 @@ import os
 import pytest
 
 from agent.models import User
-from agent.workspaces import workspace_path
+from agent.runs.workspaces import workspace_path
 
 pytestmark = pytest.mark.django_db
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agent.config import Config
-from agent.harness import Harness, PromptAlreadyRunning
-from agent.system_prompt import build_system_prompt
-from agent.tools import build_tools
+from agent.core.config import Config
+from agent.core.loop import AgentLoop, PromptAlreadyRunning
+from agent.core.system_prompt import build_system_prompt
+from agent.core.tools import build_tools
 from tests.conftest import types
 from tests.history_check import assert_valid_history
 from tests.model_server import (
@@ -179,7 +179,7 @@ async def test_cancel_during_a_tool_stops_it_and_closes_the_tool_call(
 
 
 async def test_nil_event_handler_is_valid(sdk_client, workspace, model_server):
-    harness = Harness(sdk_client, build_tools(workspace, "off"), Config(api_key="k"), None)
+    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"), None)
     model_server.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("silent"))
     assert (await harness.prompt("quietly")).state == "idle"
     assert len(harness.messages) == 4
@@ -189,7 +189,7 @@ async def test_a_failing_event_handler_does_not_break_the_run(sdk_client, worksp
     def broken(event):
         raise RuntimeError("handler bug")
 
-    harness = Harness(sdk_client, [], Config(api_key="k"), broken)
+    harness = AgentLoop(sdk_client, [], Config(api_key="k"), broken)
     model_server.enqueue(text_reply("still fine"))
     assert (await harness.prompt("hi")).state == "idle"
 
@@ -223,7 +223,7 @@ async def test_seq_numbers_are_consecutive_and_continue_across_prompts(
     sdk_client, workspace, model_server
 ):
     events = []
-    harness = Harness(sdk_client, [], Config(api_key="k"), events.append, next_seq=41)
+    harness = AgentLoop(sdk_client, [], Config(api_key="k"), events.append, next_seq=41)
     model_server.enqueue(text_reply("one"), text_reply("two"))
     await harness.prompt("a")
     await harness.prompt("b")
@@ -295,7 +295,7 @@ async def test_tool_with_empty_partial_json_gets_empty_input(make_harness, model
 async def test_system_prompt_carries_identity_and_agents_md(sdk_client, workspace, model_server):
     (workspace.root / "AGENTS.md").write_text("Always answer in haiku.")
     system = build_system_prompt(workspace.root, None)
-    harness = Harness(sdk_client, [], Config(api_key="k"), None, system=system)
+    harness = AgentLoop(sdk_client, [], Config(api_key="k"), None, system=system)
     model_server.enqueue(text_reply("ok"))
     await harness.prompt("hi")
     sent = model_server.bodies[0]["system"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent import history
+from agent.core import history
 from tests.history_check import assert_valid_history
 
 

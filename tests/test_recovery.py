@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agent.models import Conversation, Event, User
-from agent.recovery import expired, interrupt
+from agent.runs.recovery import expired, interrupt
 from tests.history_check import assert_valid_history
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +85,7 @@ def test_opening_the_page_of_a_dead_run_shows_it_ended(client, owner):
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_run_that_loses_its_lease_stops(settings, model_server, tmp_path):
-    from agent.runs import runs
+    from agent.runs.manager import runs
     from tests.model_server import text_reply
 
     settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "k", model_server.url

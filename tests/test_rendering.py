@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from agent.rendering import ALLOWED_TAGS, render_markdown, url_scheme
+from agent.ui.markdown import ALLOWED_TAGS, render_markdown, url_scheme
 from tests.xss_corpus import xss_payloads
 
 SAFE_ATTRIBUTES = {"href", "title", "class", "align", "start", "rel", "target"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.rendering import ALLOWED_CLASSES, render_uncached
+from agent.ui.markdown import ALLOWED_CLASSES, render_uncached
 
 REPO = Path(__file__).resolve().parent.parent
 STATIC = REPO / "static"

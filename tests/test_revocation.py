@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agent.models import ApiToken, Conversation, User
-from agent.runs import runs
+from agent.runs.manager import runs
 from harness_site.asgi import application
 from tests import test_consumer
 from tests.model_server import text_reply
@@ -189,7 +189,7 @@ def _scope(origin: str, host: str = "example.com", scheme: str = "ws", **headers
 
 
 def test_the_origin_must_match_the_scheme_the_server_sees(settings):
-    from agent.origin import origin_allowed
+    from agent.server.origin import origin_allowed
 
     settings.ALLOWED_HOSTS = ["example.com"]
     assert origin_allowed(_scope("https://example.com", scheme="wss"))
@@ -203,7 +203,7 @@ def test_the_origin_must_match_the_scheme_the_server_sees(settings):
 def test_behind_a_tls_proxy_the_forwarded_scheme_counts(settings):
     """DJANGO_BEHIND_TLS_PROXY=1 sets SECURE_PROXY_SSL_HEADER: the proxy's word is the
     scheme, as for request.is_secure(); without that setting the header is ignored."""
-    from agent.origin import origin_allowed
+    from agent.server.origin import origin_allowed
 
     settings.ALLOWED_HOSTS = ["example.com"]
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -215,7 +215,7 @@ def test_behind_a_tls_proxy_the_forwarded_scheme_counts(settings):
 
 
 def test_csrf_trusted_origins_are_accepted_exactly(settings):
-    from agent.origin import origin_allowed
+    from agent.server.origin import origin_allowed
 
     settings.ALLOWED_HOSTS = ["example.com"]
     settings.CSRF_TRUSTED_ORIGINS = ["https://app.example.com", "https://*.corp.example"]
@@ -263,7 +263,7 @@ async def ends_within(stream: ApplicationCommunicator, seconds: float) -> bool:
 def api_user(agent_settings):  # noqa: F811
     # A heartbeat far beyond the deadline: only the revocation message can end the stream.
     agent_settings.HARNESS_SSE_HEARTBEAT = 60
-    from agent.tokens import create_token
+    from agent.web.api_tokens import create_token
 
     user = make_user("tokenuser")
     conversation = Conversation.objects.create(owner=user, model="claude-haiku-4-5")
@@ -300,7 +300,7 @@ async def test_deleting_a_token_ends_its_open_event_stream(api_user):
 
 
 async def test_revoking_another_token_leaves_a_stream_open(api_user):
-    from agent.tokens import create_token, revoke_token
+    from agent.web.api_tokens import create_token, revoke_token
 
     record, token, conversation = api_user
     stream = await open_stream(token, conversation.id)

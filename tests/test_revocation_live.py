@@ -66,8 +66,9 @@ def test_a_token_revoked_in_another_process_ends_its_open_stream(live):
     response, stream = api.events(created["id"], timeout=CLOSE_WITHIN * 2)
     assert response.status == 200
     read_until(stream, is_final)
-    live.manage("shell", "-c", "from agent.models import ApiToken; from agent.tokens import "
-                "revoke_tokens; revoke_tokens(ApiToken.objects.filter(name='doomed'))")  # fmt: skip
+    live.manage("shell", "-c", "from agent.models import ApiToken; "
+                "from agent.web.api_tokens import revoke_tokens; "
+                "revoke_tokens(ApiToken.objects.filter(name='doomed'))")  # fmt: skip
     assert stream_ends_within(stream, CLOSE_WITHIN)
     assert api.call("GET", "/api/conversations")[0] == 401
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tools import Workspace
-from agent.tools.bash import BashTool
-from agent.tools.cgroups import (
+from agent.core.tools import Workspace
+from agent.core.tools.bash import BashTool
+from agent.core.tools.cgroups import (
     SandboxCgroups,
     SandboxLimits,
     make_plan,
@@ -66,7 +66,7 @@ def workspace(tmp_path: Path, name: str, uid: int) -> Workspace:
     root = tmp_path / name
     root.mkdir()
     tmp_path.chmod(0o711)  # the sandbox's uid passes through to its own directory only
-    os.chown(root, uid, uid)  # what agent/workspaces.py does for a user's workspace
+    os.chown(root, uid, uid)  # what agent/runs/workspaces.py does for a user's workspace
     return Workspace(root)
 
 
@@ -267,7 +267,7 @@ def test_a_command_that_cannot_join_its_cgroup_does_not_run(tmp_path, limits, mo
     def refuse(self):
         raise OSError(errno.EACCES, "refused")
 
-    monkeypatch.setattr("agent.tools.cgroups.RunCgroup.join", refuse)
+    monkeypatch.setattr("agent.core.tools.cgroups.RunCgroup.join", refuse)
     tool = BashTool(ws, "sandbox", timeout=10, limits=lim)
     result, is_error = asyncio.run(call(tool, "touch ran.txt"))
     assert is_error and "could not be started" in result["error"]
@@ -359,7 +359,7 @@ def test_v2_setup_moves_the_servers_processes_into_a_leaf_when_the_kernel_asks(
     paths = {"mountinfo": tmp_path / "mountinfo", "cgroup": tmp_path / "self-cgroup"}
     paths["mountinfo"].write_text(mountinfo)
     paths["cgroup"].write_text(cgroup)
-    monkeypatch.setattr("agent.tools.cgroups._delegated", lambda directory: True)
+    monkeypatch.setattr("agent.core.tools.cgroups._delegated", lambda directory: True)
     writes: list[tuple[str, str]] = []
     busy = threading.Event()
 
@@ -370,7 +370,7 @@ def test_v2_setup_moves_the_servers_processes_into_a_leaf_when_the_kernel_asks(
             raise OSError(errno.EBUSY, "Device or resource busy")
         path.write_text(value)
 
-    monkeypatch.setattr("agent.tools.cgroups._write", write)
+    monkeypatch.setattr("agent.core.tools.cgroups._write", write)
     manager = SandboxCgroups(SandboxLimits(), str(paths["mountinfo"]), str(paths["cgroup"]))
     assert manager.enforced() == {"pids", "memory"}
     assert writes == [

@@ -55,7 +55,7 @@ def test_postgres_stores_a_group_of_partial_texts(pg_database):
         "import django; django.setup()\n"
         "from django.core.management import call_command\n"
         "call_command('migrate', verbosity=0)\n"
-        "from agent import eventlog\n"
+        "from agent.runs import eventlog\n"
         "from agent.models import Conversation, Event, User\n"
         "u = User.objects.create_user('pg-writer', password='x')\n"
         "cs = [Conversation.objects.create(owner=u, model='m') for _ in range(3)]\n"
@@ -70,7 +70,7 @@ def test_postgres_stores_a_group_of_partial_texts(pg_database):
 
 
 def _redis_layer():
-    from agent.layers import RedisLayer
+    from agent.server.layers import RedisLayer
 
     return RedisLayer(hosts=[{"address": REDIS_URL, "socket_timeout": 30}])
 
@@ -114,7 +114,7 @@ async def test_redis_url_selects_the_redis_layer_and_delivers_messages():
         "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])",
         REDIS_URL=REDIS_URL,
     )
-    assert proc.stdout.strip() == "agent.layers.RedisLayer", proc.stderr
+    assert proc.stdout.strip() == "agent.server.layers.RedisLayer", proc.stderr
 
 
 async def test_redis_layer_group_send_within_one_process_makes_no_redis_call():

@@ -19,11 +19,11 @@ import urllib.request
 
 import pytest
 
-from agent import browse
-from agent.tools.fileio import workers
-from agent.tools.files import EditTool, ReadTool, WriteTool
-from agent.tools.search import GrepTool, ListDirTool
-from agent.tools.workspace import PathError, Workspace
+from agent.core.tools.fileio import workers
+from agent.core.tools.files import EditTool, ReadTool, WriteTool
+from agent.core.tools.search import GrepTool, ListDirTool
+from agent.core.tools.workspace import PathError, Workspace
+from agent.ui import browse
 from tests.api_client import Api, read_until
 from tests.live import LiveServer
 from tests.model_server import text_reply, tool_reply

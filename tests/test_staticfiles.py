@@ -9,7 +9,7 @@ import re
 import pytest
 from django.templatetags.static import static
 
-from agent.staticfiles import StaticFilesApp
+from agent.server.staticfiles import StaticFilesApp
 from tests.conftest import REPO
 
 
@@ -101,7 +101,7 @@ def test_pages_are_gzipped(client, django_user_model):
 def test_event_streams_are_never_compressed(rf):
     from django.http import StreamingHttpResponse
 
-    from agent.middleware import CompressionMiddleware
+    from agent.server.middleware import CompressionMiddleware
 
     def view(request):
         return StreamingHttpResponse(iter([b"id: 1\ndata: {}\n\n"] * 50),
@@ -113,7 +113,7 @@ def test_event_streams_are_never_compressed(rf):
 
 
 def test_production_serves_from_memory_without_looking_files_up(settings, monkeypatch):
-    from agent import staticfiles
+    from agent.server import staticfiles
 
     settings.DEBUG = False
     first = staticfiles.load("harness.js")

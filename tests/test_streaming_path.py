@@ -11,10 +11,16 @@ import sys
 import pytest
 from channels.exceptions import ChannelFull
 
-import agent.eventlog as eventlog
-from agent.layers import LocalChannelLayer
+import agent.runs.eventlog as eventlog
+from agent.core.events import from_dict
 from agent.models import Conversation, Event, User
+from agent.server.layers import LocalChannelLayer
 from tests.conftest import REPO
+
+
+def typed(events: list[dict]) -> list:
+    """Events as the run layer hands them to the event log (typed; stored as their JSON)."""
+    return [from_dict(event) for event in events]
 
 
 def _delta(seq: int, text: str = "x") -> dict:
@@ -38,7 +44,7 @@ async def test_concurrent_batches_are_stored_in_few_transactions(conversations, 
 
     monkeypatch.setattr(eventlog, "_store_all", recording)
     await asyncio.gather(*(
-        eventlog.store(c.id, [_delta(1), _delta(2), _delta(3)]) for c in conversations
+        eventlog.store(c.id, typed([_delta(1), _delta(2), _delta(3)])) for c in conversations
     ))  # fmt: skip
     assert sum(groups) == len(conversations)
     assert len(groups) < len(conversations)  # batches waiting together commit together
@@ -99,11 +105,13 @@ def test_a_conversation_with_two_batches_in_a_group_keeps_their_order(conversati
 @pytest.mark.django_db(transaction=True)
 async def test_a_failing_batch_fails_alone_and_its_group_is_still_stored(conversations):
     bad, *good = conversations[:4]
-    await eventlog.store(bad.id, [{"type": "user", "seq": 1, "timestamp": 1, "content": "a"}])
+    await eventlog.store(
+        bad.id, typed([{"type": "user", "seq": 1, "timestamp": 1, "content": "a"}])
+    )
     results = await asyncio.gather(
         # seq 1 again: the unique (conversation, seq) constraint refuses it
-        eventlog.store(bad.id, [{"type": "user", "seq": 1, "timestamp": 1, "content": "b"}]),
-        *(eventlog.store(c.id, [_delta(1)]) for c in good),
+        eventlog.store(bad.id, typed([{"type": "user", "seq": 1, "timestamp": 1, "content": "b"}])),
+        *(eventlog.store(c.id, typed([_delta(1)])) for c in good),
         return_exceptions=True,
     )
     assert isinstance(results[0], Exception)
@@ -118,9 +126,9 @@ async def test_usage_batch_returns_the_updated_totals(conversations):
         "type": "usage", "seq": 1, "timestamp": 1, "input_tokens": 10, "output_tokens": 5,
         "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "cost_usd": 0.5,
     }  # fmt: skip
-    fresh = await eventlog.store(conversations[0].id, [usage])
+    fresh = await eventlog.store(conversations[0].id, typed([usage]))
     assert fresh.input_tokens == 10 and fresh.output_tokens == 5
-    assert await eventlog.store(conversations[0].id, [_delta(2)]) is None  # no re-read
+    assert await eventlog.store(conversations[0].id, typed([_delta(2)])) is None  # no re-read
 
 
 async def test_group_send_reaches_every_member_without_sweeping_each_time(monkeypatch):
@@ -178,11 +186,12 @@ async def test_full_channel_refuses_sends_and_group_sends_skip_it():
 
 
 def test_the_embedded_default_layer_is_the_local_one(settings):
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "agent.layers.LocalChannelLayer"
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "agent.server.layers.LocalChannelLayer"
 
 
 async def test_long_answers_are_rendered_by_the_worker_and_cached(monkeypatch):
-    from agent import render_pool, rendering
+    from agent.ui import markdown as rendering
+    from agent.ui import render_pool
 
     text = "## Result\n\n" + "\n".join(f"- item **{i}** <script>x</script>" for i in range(300))
     expected = rendering.render_uncached(text)
@@ -197,7 +206,8 @@ async def test_long_answers_are_rendered_by_the_worker_and_cached(monkeypatch):
 
 
 async def test_a_broken_worker_falls_back_to_rendering_in_place(monkeypatch):
-    from agent import render_pool, rendering
+    from agent.ui import markdown as rendering
+    from agent.ui import render_pool
 
     def broken():
         raise OSError("no process for you")

@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agent.models import Conversation, User
-from agent.tokens import create_token
+from agent.web.api_tokens import create_token
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from agent.tools import build_tools
-from agent.tools.bash import BashTool
+from agent.core.tools import build_tools
+from agent.core.tools.bash import BashTool
 from tests.conftest import require_bwrap
 from tests.helpers import NOBODY, open_workspace, run
 
@@ -103,7 +103,7 @@ def test_bash_fork_bomb_is_contained():
     with open_workspace() as root:
         if os.geteuid() == 0:
             os.chown(root, NOBODY, NOBODY)  # a root server runs the sandbox as the owner
-        from agent.tools import Workspace
+        from agent.core.tools import Workspace
 
         tool = BashTool(Workspace(root), "sandbox", timeout=5)
         bomb = "bomb() { bomb | bomb & }; bomb; sleep 1; echo survived"
@@ -136,7 +136,7 @@ def test_bash_cancel_kills_the_process_group(sandbox, workspace):
 
 
 def test_bash_without_bwrap_says_so_instead_of_running_unsandboxed(workspace, monkeypatch):
-    monkeypatch.setattr("agent.tools.bash.bwrap_path", lambda: None)
+    monkeypatch.setattr("agent.core.tools.bash.bwrap_path", lambda: None)
     result, is_error = run(BashTool(workspace, "sandbox"), command="touch ran.txt")
     assert is_error and "bubblewrap" in result["error"]
     assert not (workspace.root / "ran.txt").exists()
@@ -166,7 +166,7 @@ def test_bash_result_carries_display_data(sandbox):
 @pytest.mark.skipif(os.geteuid() != 0, reason="the privileged bwrap mode is for root servers")
 def test_root_server_runs_the_command_as_the_workspace_owner_behind_private_dirs(tmp_path):
     require_bwrap()
-    from agent.tools import Workspace
+    from agent.core.tools import Workspace
 
     hidden = tmp_path / "private"
     hidden.mkdir(mode=0o700)  # the sandbox user could not walk this path itself
@@ -185,7 +185,7 @@ def test_root_server_runs_the_command_as_the_workspace_owner_behind_private_dirs
 
 def test_bash_cannot_reach_other_workspaces_or_the_database(tmp_path):
     require_bwrap()
-    from agent.tools import Workspace
+    from agent.core.tools import Workspace
 
     workspaces = tmp_path / "workspaces"
     mine, theirs = workspaces / "1", workspaces / "2"

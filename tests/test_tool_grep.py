@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agent.tools.search import GrepTool
+from agent.core.tools.search import GrepTool
 from tests.helpers import run
 
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from agent.tools.search import ListDirTool
+from agent.core.tools.search import ListDirTool
 from tests.helpers import open_workspace, run, run_unprivileged
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agent.tools.files import ReadTool
+from agent.core.tools.files import ReadTool
 from tests.helpers import open_workspace, run, run_unprivileged
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agent.tools.files import EditTool, WriteTool
+from agent.core.tools.files import EditTool, WriteTool
 from tests.helpers import run
 
 
@@ -117,7 +117,7 @@ def test_edit_outside_workspace_is_refused(edit):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root server hands files to the owner")
 def test_root_server_gives_new_files_to_the_workspace_owner(tmp_path):
-    from agent.tools import Workspace
+    from agent.core.tools import Workspace
 
     root = tmp_path / "owned"
     root.mkdir()

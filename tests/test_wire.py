@@ -1,4 +1,4 @@
-"""Reading the model's stream off the wire (agent/wire.py): the same events the SDK's own
+"""Reading the model's stream off the wire (agent/core/model/wire.py): the same events the SDK's own
 decoder finds, however the body is cut into chunks, and the SDK's errors."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agent.wire import SSEParser
+from agent.core.model.wire import SSEParser
 from tests.conftest import SHARED, shared_path
 from tests.model_server import Raw, encode_event, message_end, message_start, text_block
 

@@ -11,13 +11,14 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from agent.config import ConfigError
-from agent.events import Event
-from agent.harness import Harness
-from agent.runtime import agent_config, make_client
-from agent.sandbox import sandbox_limits
-from agent.system_prompt import build_system_prompt
-from agent.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
+from agent.core.config import ConfigError
+from agent.core.events import Event
+from agent.core.loop import AgentLoop
+from agent.core.model.client import make_client
+from agent.core.system_prompt import build_system_prompt
+from agent.core.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
+from agent.runs.config import agent_config
+from agent.runs.sandbox import sandbox_limits
 
 
 class Command(BaseCommand):
@@ -64,7 +65,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         system = build_system_prompt(workspace, config.system_prompt)
         printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
-        harness = Harness(make_client(config), tools, config, printer, system=system)
+        harness = AgentLoop(make_client(config), tools, config, printer, system=system)
         printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
         result = asyncio.run(_run(harness, prompt))
         if printer.closed:
@@ -75,7 +76,7 @@ class Command(BaseCommand):
             sys.exit(1)
 
 
-async def _run(harness: Harness, prompt: str):
+async def _run(harness: AgentLoop, prompt: str):
     loop = asyncio.get_running_loop()
     interrupts = 0
 

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agent.models import User
-from agent.tokens import create_token
+from agent.web.api_tokens import create_token
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand
 
 from agent.models import Conversation
-from agent.recovery import expired, interrupt
+from agent.runs.recovery import expired, interrupt
 
 
 class Command(BaseCommand):

@@ -1,0 +1,144 @@
+"""The closed set of events an agent run emits (interfaces §6).
+
+Every event carries ``seq`` (1, 2, 3… per conversation, assigned by the harness) and
+``timestamp`` (Unix milliseconds). Events stay these typed objects through the core and
+the run layer; only at an edge (the CLI's JSON lines, the event log, the channel layer, the
+SSE stream) does ``to_dict`` give the wire JSON, and ``from_dict`` reads it back. One
+serialisation for all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+StatusState = Literal["thinking", "running_tool", "idle", "error"]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    type: ClassVar[str] = "event"
+    seq: int = 0
+    timestamp: int = field(default_factory=now_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"type": self.type}
+        for name in _field_names(type(self)):
+            data[name] = getattr(self, name)
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserEvent(Event):
+    type: ClassVar[str] = "user"
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDeltaEvent(Event):
+    type: ClassVar[str] = "text_delta"
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextEvent(Event):
+    type: ClassVar[str] = "text"
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningEvent(Event):
+    type: ClassVar[str] = "reasoning"
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallEvent(Event):
+    type: ClassVar[str] = "tool_call"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultEvent(Event):
+    type: ClassVar[str] = "tool_result"
+    id: str
+    result: str
+    isError: bool  # noqa: N815 - the wire name of the seed protocol
+    # Structured data for the UI only (a diff, an exit code…); never sent to the model.
+    display: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusEvent(Event):
+    type: ClassVar[str] = "status"
+    state: StatusState
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = Event.to_dict(self)
+        if self.message is None:
+            del data["message"]
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageEvent(Event):
+    type: ClassVar[str] = "usage"
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent(Event):
+    type: ClassVar[str] = "error"
+    message: str
+    code: str
+
+
+# The token counts of a usage event, summed into a conversation's totals.
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens")  # fmt: skip
+
+
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    # Computed once per class: serialising is on the streaming path (every delta).
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        UserEvent,
+        TextDeltaEvent,
+        TextEvent,
+        ReasoningEvent,
+        ToolCallEvent,
+        ToolResultEvent,
+        StatusEvent,
+        UsageEvent,
+        ErrorEvent,
+    )
+}
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its wire JSON (the event log stores exactly ``to_dict``).
+    Fields it does not know are left out; one it lacks takes its default."""
+    cls = TYPES[data["type"]]
+    return cls(**{name: data[name] for name in _field_names(cls) if name in data})

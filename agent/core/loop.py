@@ -1,0 +1,324 @@
+"""The agent loop (seed 001) as an asyncio library.
+
+``AgentLoop.prompt`` streams a response, runs the tools it asks for one by one (fail-fast),
+sends the results back and repeats until the model stops calling tools, ``max_turns`` is
+reached, the run is cancelled or an error occurs. Everything is reported through ``emit``
+as events; a run ends with exactly one ``status`` of state idle or error, never with an
+exception (except a cancellation that came from outside the harness, which propagates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent.core import history
+from agent.core.config import Config
+from agent.core.errors import classify
+from agent.core.events import (
+    ErrorEvent,
+    Event,
+    StatusEvent,
+    TextEvent,
+    ToolResultEvent,
+    UsageEvent,
+    UserEvent,
+)
+from agent.core.model import wire
+from agent.core.model.accumulator import TurnAccumulator
+from agent.core.pricing import cost_usd
+from agent.core.tools.base import Tool, ToolResult, fail, tool_spec
+from agent.core.tools.workspace import os_error_message
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Event], None]
+
+
+class PromptAlreadyRunning(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__("a prompt is already running; wait for it or cancel it")
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    state: Literal["idle", "error"]
+    message: str | None = None
+    code: str | None = None
+
+
+class _RunFailed(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        client: Any,
+        tools: list[Tool],
+        config: Config,
+        emit: Emit | None = None,
+        *,
+        system: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        next_seq: int = 1,
+    ):
+        self.client = client
+        self.tools = {tool.name: tool for tool in tools}
+        self._tool_specs = [tool_spec(tool) for tool in tools]
+        self.config = config
+        self.system = system
+        self._emit_fn = emit
+        self._messages: list[dict[str, Any]] = history.repair(list(messages or []))
+        self.next_seq = next_seq
+        self._task: asyncio.Task | None = None
+        self._cancel_requested = False
+        # State of the turn in progress, so an abnormal end can keep what was produced.
+        self._acc: TurnAccumulator | None = None
+        self._open_calls: dict[str, str] = {}  # tool_use id -> name, emitted without result
+        self._results: list[dict[str, Any]] = []
+
+    # -- public API ------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation history as sent to the API (a copy)."""
+        return list(self._messages)
+
+    def cancel(self) -> bool:
+        """Cancel the running prompt; a no-op (False) when idle."""
+        if self._task is None or self._task.done():
+            return False
+        self._cancel_requested = True
+        self._task.cancel()
+        return True
+
+    async def prompt(self, content: str) -> RunResult:
+        if self._task is not None:
+            raise PromptAlreadyRunning()
+        self._task = asyncio.current_task()
+        self._cancel_requested = False
+        try:
+            return await self._run(content)
+        finally:
+            self._task = None
+            self._acc = None
+            self._open_calls.clear()
+            self._results = []
+
+    # -- the loop --------------------------------------------------------------------
+    def _emit(self, event: Event) -> Event:
+        event = dataclasses.replace(event, seq=self.next_seq)
+        self.next_seq += 1
+        if self._emit_fn is not None:
+            try:
+                self._emit_fn(event)
+            except Exception:  # a broken handler must not break the run
+                log.exception("event handler failed on %s", event.type)
+        return event
+
+    async def _run(self, content: str) -> RunResult:
+        self._emit(UserEvent(content=content))
+        prompt_index = len(self._messages)
+        history.append_user_blocks(self._messages, [{"type": "text", "text": content}])
+        try:
+            result = await self._loop(prompt_index)
+        except asyncio.CancelledError:
+            self._close_turn("cancelled by the user before it ran")
+            self._emit(ErrorEvent(message="Cancelled", code="cancelled"))
+            self._emit(StatusEvent(state="error", message="Cancelled"))
+            task = asyncio.current_task()
+            if not self._cancel_requested and task is not None:
+                raise  # cancelled from outside (shutdown): let it propagate
+            if task is not None:
+                task.uncancel()
+            return RunResult("error", "Cancelled", "cancelled")
+        except _RunFailed as failure:
+            self._close_turn(f"not run: {failure.message}")
+            self._drop_unanswered_prompt(prompt_index)
+            self._emit(ErrorEvent(message=failure.message, code=failure.code))
+            self._emit(StatusEvent(state="error", message=failure.message))
+            return RunResult("error", failure.message, failure.code)
+        self._emit(StatusEvent(state="idle"))
+        return result
+
+    async def _loop(self, prompt_index: int) -> RunResult:
+        turns = 0
+        while True:
+            if turns >= self.config.max_turns:
+                self._emit(ErrorEvent(
+                    message=f"Stopped after {turns} turns (max_turns). Send another prompt "
+                    "to let the agent continue.", code="max_turns",
+                ))  # fmt: skip
+                return RunResult("idle", "max_turns reached", "max_turns")
+            turns += 1
+            self._emit(StatusEvent(state="thinking"))
+            acc = await self._stream_turn()
+            stop = acc.stop_reason
+            if stop == "refusal":
+                self._acc = None
+                self._open_calls.clear()  # a refused turn is not kept, nor are its tools
+                self._drop_unanswered_prompt(prompt_index)
+                self._emit(ErrorEvent(
+                    message="The model declined to answer (refusal). Rephrase the request.",
+                    code="refusal",
+                ))  # fmt: skip
+                return RunResult("idle", "refusal", "refusal")
+            content = acc.content()
+            if content:
+                self._messages.append({"role": "assistant", "content": content})
+            self._acc = None
+            if stop == "max_tokens":
+                cut = acc.unfinished_tool_names() + [t.name for t in acc.invalid_tool_inputs]
+                extra = f" The call to {', '.join(cut)} was cut off and not run." if cut else ""
+                self._emit(ErrorEvent(
+                    message=f"The response reached max_tokens ({self.config.max_tokens}) "
+                    f"and is incomplete.{extra}", code="max_tokens",
+                ))  # fmt: skip
+            elif acc.invalid_tool_inputs:
+                names = ", ".join(t.name for t in acc.invalid_tool_inputs)
+                self._emit(ErrorEvent(
+                    message=f"Ignored a tool call with malformed input ({names}).",
+                    code="invalid_tool_input",
+                ))  # fmt: skip
+            if stop == "pause_turn":
+                continue  # the API resumes the paused turn from the assistant message
+            tool_uses = acc.tool_uses()
+            if not tool_uses:
+                return RunResult("idle")
+            await self._run_tools(tool_uses)
+
+    async def _stream_turn(self) -> TurnAccumulator:
+        request: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "messages": history.trim(self._messages, self.config.history_budget_chars),
+            "stream": True,
+        }
+        if self.system:
+            request["system"] = self.system
+        if self._tool_specs:
+            request["tools"] = self._tool_specs
+            request["tool_choice"] = {"type": "auto"}
+        if self.config.thinking_budget:
+            request["thinking"] = {
+                "type": "enabled",
+                "budget_tokens": self.config.thinking_budget,
+            }
+        acc = self._acc = TurnAccumulator()
+        stream = None
+        try:
+            stream = await self.client.messages.create(**request)
+            async for raw in wire.events(stream):
+                for event in acc.feed(raw):
+                    event = self._emit(event)
+                    if event.type == "tool_call":
+                        self._open_calls[event.id] = event.name
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # API, connection and stream errors end the run as events
+            code, message = classify(exc)
+            raise _RunFailed(code, message) from exc
+        finally:
+            if stream is not None and hasattr(stream, "close"):
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(stream.close())
+            self._report_usage(acc)
+        if acc.stop_reason is None:
+            # No message_delta: the connection dropped. A stream that lost only its final
+            # message_stop still told us how it ended, so that one is complete.
+            raise _RunFailed(
+                "incomplete_stream", "The response stream ended before the message was complete."
+            )
+        return acc
+
+    def _report_usage(self, acc: TurnAccumulator) -> None:
+        u = acc.usage
+        if not (u.input_tokens or u.output_tokens):
+            return
+        self._emit(UsageEvent(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_input_tokens=u.cache_read_input_tokens,
+            cache_creation_input_tokens=u.cache_creation_input_tokens,
+            cost_usd=cost_usd(acc.model or self.config.model, u.input_tokens, u.output_tokens,
+                              u.cache_read_input_tokens, u.cache_creation_input_tokens),
+        ))  # fmt: skip
+
+    async def _run_tools(self, tool_uses: list[dict[str, Any]]) -> None:
+        """Run tools in order; after the first error the rest are skipped (fail-fast), but
+        each still gets a tool_result, as the API requires."""
+        self._results = []
+        failed = False
+        for use in tool_uses:
+            if failed:
+                result = fail("skipped: an earlier tool call in this turn failed")
+            else:
+                self._emit(StatusEvent(state="running_tool", message=use["name"]))
+                result = await self._execute(use)
+                failed = result.is_error
+            self._record_result(use["id"], result)
+        history.append_user_blocks(self._messages, self._results)
+        self._results = []
+
+    async def _execute(self, use: dict[str, Any]) -> ToolResult:
+        tool = self.tools.get(use["name"])
+        if tool is None:
+            return fail(f"unknown tool: {use['name']}")
+        try:
+            return await tool.execute(use["input"])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("tool %s crashed", use["name"])
+            # An OSError's text names the host path it failed on: the model gets its errno
+            # message only (the log above keeps the whole of it for the operator).
+            detail = os_error_message(exc) if isinstance(exc, OSError) else str(exc)
+            return fail(f"tool failed: {type(exc).__name__}: {detail}")
+
+    def _record_result(self, tool_use_id: str, result: ToolResult) -> None:
+        self._open_calls.pop(tool_use_id, None)
+        self._results.append({
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": result.content,
+            "is_error": result.is_error,
+        })  # fmt: skip
+        self._emit(ToolResultEvent(
+            id=tool_use_id, result=result.content, isError=result.is_error, display=result.display,
+        ))  # fmt: skip
+
+    # -- abnormal ends -----------------------------------------------------------------
+    def _close_turn(self, reason: str) -> None:
+        """Keep what a cut-short turn produced and leave a valid history behind."""
+        acc, self._acc = self._acc, None
+        if acc is not None:  # cut off while streaming
+            content = acc.content()
+            partial = acc.unfinished_text()
+            if partial:
+                self._emit(TextEvent(content=partial))
+                content.append({"type": "text", "text": partial})
+            if content:
+                self._messages.append({"role": "assistant", "content": content})
+        for tool_use_id in list(self._open_calls):
+            self._record_result(tool_use_id, fail(reason))
+        if self._results:
+            history.append_user_blocks(self._messages, self._results)
+            self._results = []
+        self._messages[:] = history.repair(self._messages, reason)
+
+    def _drop_unanswered_prompt(self, prompt_index: int) -> None:
+        """A prompt that got no answer at all is taken out of the history (it stays in the
+        event log): the next prompt, or a retry, must not be doubled with it."""
+        if len(self._messages) == prompt_index + 1 and self._messages[-1]["role"] == "user":
+            self._messages.pop()

@@ -1,0 +1,28 @@
+"""The model client: the real AsyncAnthropic, or the offline demo model without a key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.core.config import Config
+from agent.core.model.demo import DemoClient
+
+
+def make_client(config: Config) -> Any:
+    if config.offline:
+        return DemoClient()
+    import anthropic  # here, not at import time: the SDK takes a second to import
+
+    kwargs: dict[str, Any] = {
+        "api_key": config.api_key,
+        "max_retries": 2,
+        # The SDK's aiohttp transport: reading a streamed delta costs about half the CPU
+        # of the default httpx one (the benchmark measured 85 vs 178 µs per delta at 100
+        # paced streams), and CPU per delta is what caps the sessions a process serves.
+        "http_client": anthropic.DefaultAioHttpClient(),
+    }
+    if config.base_url:
+        kwargs["base_url"] = config.base_url
+    # 429 and 5xx before the stream starts are retried by the SDK (with retry-after);
+    # an error event mid-stream is never retried (the answer may have had side effects).
+    return anthropic.AsyncAnthropic(**kwargs)

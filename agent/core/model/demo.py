@@ -1,0 +1,195 @@
+"""The offline demo model: used when no ANTHROPIC_API_KEY is set.
+
+It answers through the very same loop as Claude: ``messages.create(stream=True)`` yields
+the Messages API's raw stream events (as dicts), with live text deltas, markdown and real
+tool calls into the workspace, so the whole product can be tried and tested without a key.
+Every answer says it is the offline demo. It understands a few requests:
+"list files", "read PATH", "grep PATTERN", "write PATH", "run COMMAND", "think …".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import shlex
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agent.core.config import DEMO_MODEL
+
+_ids = itertools.count(1)
+
+BANNER = "*Offline demo model: no `ANTHROPIC_API_KEY` is set, so answers are scripted.*"
+
+HELP = """{banner}
+
+I can still show you how Harness works. Try one of these:
+
+| Prompt | What happens |
+|---|---|
+| `list files` | a `list_dir` tool call on the workspace |
+| `read README.md` | a `read` tool call |
+| `grep TODO` | a recursive `grep` |
+| `write hello.py` | a `write` tool call that creates a small script |
+| `edit hello.py` | an `edit` tool call with a diff |
+| `run ls -la` | a `bash` tool call in the sandbox |
+
+Markdown renders on the server: **bold**, *italic*, `inline code`, [links](https://example.com),
+and code blocks:
+
+```python
+def greet(name: str) -> str:
+    return f"Hello, {{name}}!"
+```
+
+Set `ANTHROPIC_API_KEY` to talk to Claude."""
+
+HELLO_PY = (
+    'def main() -> None:\n    print("Hello from Harness")\n\n\n'
+    'if __name__ == "__main__":\n    main()\n'
+)
+
+
+def _last_user(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """(text of the last user turn, its tool_result blocks)."""
+    if not messages:
+        return "", []
+    content = messages[-1].get("content")
+    if isinstance(content, str):
+        return content, []
+    texts = [b.get("text", "") for b in content if b.get("type") == "text"]
+    results = [b for b in content if b.get("type") == "tool_result"]
+    return "\n".join(texts), results
+
+
+def _tool_names(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    uses = {}
+    for message in messages:
+        if message["role"] == "assistant" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block.get("type") == "tool_use":
+                    uses[block["id"]] = block
+    return uses
+
+
+def plan(prompt: str, tools: set[str]) -> tuple[str, tuple[str, dict[str, Any]] | None]:
+    """What to say and which tool to call for a fresh prompt."""
+    text = prompt.strip()
+    lowered = text.lower()
+    words = text.split(maxsplit=1)
+    verb = words[0].lower() if words else ""
+    arg = words[1].strip() if len(words) > 1 else ""
+    if verb in ("run", "bash", "$") and arg and "bash" in tools:
+        return f"{BANNER}\n\nRunning `{arg}` in the workspace:", ("bash", {"command": arg})
+    if verb == "read" and arg and "read" in tools:
+        return f"{BANNER}\n\nReading `{arg}`:", ("read", {"path": _first_token(arg)})
+    if verb in ("grep", "search", "find") and arg and "grep" in tools:
+        call = {"pattern": arg, "path": ".", "recursive": True}
+        return f"{BANNER}\n\nSearching the workspace for `{arg}`:", ("grep", call)
+    if verb in ("write", "create") and arg and "write" in tools:
+        path = _first_token(arg)
+        return f"{BANNER}\n\nCreating `{path}`:", ("write", {"path": path, "content": HELLO_PY})
+    if verb == "edit" and arg and "edit" in tools:
+        call = {"path": _first_token(arg), "old_str": "Hello from Harness",
+                "new_str": "Hello again from Harness"}  # fmt: skip
+        return f"{BANNER}\n\nEditing `{call['path']}`:", ("edit", call)
+    if re.search(r"\b(list|ls|files|directory)\b", lowered) and "list_dir" in tools:
+        return f"{BANNER}\n\nLet me list the workspace.", ("list_dir", {"path": "."})
+    return HELP.format(banner=BANNER), None
+
+
+def _first_token(arg: str) -> str:
+    try:
+        return shlex.split(arg)[0]
+    except (ValueError, IndexError):
+        return arg.split()[0]
+
+
+def summarize(results: list[dict[str, Any]], uses: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for result in results:
+        use = uses.get(result.get("tool_use_id"), {})
+        name = use.get("name", "tool")
+        try:
+            payload = json.loads(result.get("content") or "{}")
+        except (TypeError, json.JSONDecodeError):
+            payload = {"content": result.get("content")}
+        if result.get("is_error") or "error" in payload:
+            parts.append(f"`{name}` reported an error: **{payload.get('error', 'unknown')}**")
+            continue
+        body = next((payload[k] for k in ("content", "entries", "matches", "output")
+                     if isinstance(payload.get(k), str)), payload.get("result", ""))  # fmt: skip
+        if name in ("write", "edit"):
+            parts.append(f"Done: {body}.")
+        elif not body.strip():
+            parts.append(f"`{name}` found nothing.")
+        else:
+            lines = body.splitlines()
+            shown = "\n".join(lines[:40]) + ("\n…" if len(lines) > 40 else "")
+            count = f"{len(lines)} line" + ("" if len(lines) == 1 else "s")
+            parts.append(f"Here is what `{name}` returned ({count}):\n\n{fenced(shown)}")
+    return "\n\n".join(parts) or "Nothing to report."
+
+
+def fenced(body: str) -> str:
+    """A code block that the body's own backticks cannot close early."""
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{body}\n{fence}"
+
+
+class _Messages:
+    def __init__(self, delay: float):
+        self.delay = delay
+
+    async def create(self, **request: Any) -> AsyncIterator[dict[str, Any]]:
+        messages = request.get("messages", [])
+        tools = {t["name"] for t in request.get("tools", [])}
+        prompt, results = _last_user(messages)
+        if results:
+            text, call = summarize(results, _tool_names(messages)), None
+        else:
+            text, call = plan(prompt, tools)
+        input_tokens = len(json.dumps(request, default=str)) // 4
+        return self._stream(text, call, input_tokens)
+
+    async def _stream(
+        self, text: str, call: tuple[str, dict[str, Any]] | None, input_tokens: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "message_start", "message": {
+            "id": f"msg_demo_{next(_ids)}", "type": "message", "role": "assistant",
+            "model": DEMO_MODEL, "content": [],
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        }}  # fmt: skip
+        yield {"type": "content_block_start", "index": 0,
+               "content_block": {"type": "text", "text": ""}}  # fmt: skip
+        for piece in re.findall(r"\S+\s*|\s+", text):
+            yield {"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": piece}}  # fmt: skip
+            if self.delay:
+                await asyncio.sleep(self.delay)
+        yield {"type": "content_block_stop", "index": 0}
+        if call is not None:
+            name, params = call
+            yield {"type": "content_block_start", "index": 1, "content_block": {
+                "type": "tool_use", "id": f"toolu_demo_{next(_ids)}", "name": name, "input": {},
+            }}  # fmt: skip
+            yield {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps(params)},
+            }
+            yield {"type": "content_block_stop", "index": 1}
+        yield {"type": "message_delta",
+               "delta": {"stop_reason": "tool_use" if call else "end_turn"},
+               "usage": {"output_tokens": max(1, len(text) // 4)}}  # fmt: skip
+        yield {"type": "message_stop"}
+
+
+class DemoClient:
+    """Duck-types ``AsyncAnthropic`` for the one call the harness makes."""
+
+    def __init__(self, delay: float = 0.02):
+        self.messages = _Messages(delay)

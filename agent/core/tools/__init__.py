@@ -1,0 +1,61 @@
+"""The agent's tools, each bound to one workspace."""
+
+from __future__ import annotations
+
+from agent.core.tools.base import Tool, ToolResult, tool_spec
+from agent.core.tools.bash import MODES as BASH_MODES
+from agent.core.tools.bash import BashTool
+from agent.core.tools.cgroups import SandboxLimits
+from agent.core.tools.files import EditTool, ReadTool, WriteTool
+from agent.core.tools.search import GrepTool, ListDirTool
+from agent.core.tools.workspace import PathError, Workspace
+
+TOOL_NAMES = ("read", "grep", "list_dir", "write", "edit", "bash")
+
+__all__ = [
+    "BASH_MODES",
+    "TOOL_NAMES",
+    "PathError",
+    "SandboxLimits",
+    "Tool",
+    "ToolResult",
+    "Workspace",
+    "build_tools",
+    "tool_spec",
+]
+
+
+class UnknownToolError(ValueError):
+    pass
+
+
+def build_tools(
+    workspace: Workspace,
+    bash_mode: str = "sandbox",
+    names: list[str] | tuple[str, ...] | None = None,
+    bash_timeout: float | None = None,
+    sandbox_limits: SandboxLimits | None = None,
+) -> list[Tool]:
+    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off.
+    ``sandbox_limits``: processes and memory of the workspace's sandboxes (the defaults of
+    SandboxLimits when None)."""
+    if bash_mode not in BASH_MODES:
+        raise ValueError(f"bash mode must be one of {', '.join(BASH_MODES)}")
+    wanted = list(names) if names is not None else list(TOOL_NAMES)
+    unknown = [n for n in wanted if n not in TOOL_NAMES]
+    if unknown:
+        raise UnknownToolError(f"unknown tool(s): {', '.join(unknown)}")
+    tools: list[Tool] = []
+    for name in TOOL_NAMES:
+        if name not in wanted:
+            continue
+        if name == "bash":
+            if bash_mode == "off":
+                continue
+            kwargs = {"timeout": bash_timeout} if bash_timeout else {}
+            tools.append(BashTool(workspace, bash_mode, limits=sandbox_limits, **kwargs))
+        else:
+            cls = {"read": ReadTool, "grep": GrepTool, "list_dir": ListDirTool,
+                   "write": WriteTool, "edit": EditTool}[name]  # fmt: skip
+            tools.append(cls(workspace))
+    return tools

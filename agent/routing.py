@@ -1,7 +1,0 @@
-from django.urls import path
-
-from .consumers import ConversationConsumer
-
-websocket_urlpatterns = [
-    path("ws/c/<uuid:conversation_id>/", ConversationConsumer.as_asgi()),
-]

@@ -1,0 +1,146 @@
+"""Taking and giving back a conversation for one prompt: the claim (state ``running``, the
+lock that allows one prompt per conversation across processes), the quotas checked under
+it, the lease that tells other processes this one is alive, and the final save."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agent.access import owned_by
+from agent.core.config import Config
+from agent.core.events import UserEvent, now_ms
+from agent.models import Conversation, Event, User
+from agent.runs.config import agent_config
+
+PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+TITLE_LENGTH = 60
+
+STORAGE_REFUSED = (
+    "The server cannot store this prompt or prepare your workspace right now (its disk is "
+    "full or failing). Nothing was run; try again later."
+)
+
+
+class RunRefused(Exception):
+    """A prompt that is not run: ``code`` for programs, ``message`` for people."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass
+class Setup:
+    conversation: Conversation
+    config: Config
+    titled: bool = False  # the prompt just gave the conversation its title
+    bash_mode: str = "off"
+
+
+def title_from_prompt(prompt: str) -> str:
+    first = " ".join(prompt.strip().split())
+    return first if len(first) <= TITLE_LENGTH else first[: TITLE_LENGTH - 1] + "…"
+
+
+def _lease_deadline():
+    return timezone.now() + timedelta(seconds=settings.HARNESS_RUN_LEASE)
+
+
+# Database calls of runs and sockets are not thread-sensitive: they go to a pool of
+# threads, each with its own connection, instead of queueing on the one thread that every
+# request shares (under load a socket's connect would outwait Daphne's accept timeout).
+@partial(database_sync_to_async, thread_sensitive=False)
+def renew_lease(conversation_id) -> bool:
+    """Extend this process's lease; False when the run is no longer ours (it was presumed
+    dead and interrupted), in which case it must stop."""
+    return bool(
+        Conversation.objects.filter(
+            id=conversation_id, lease_owner=PROCESS_ID, state=Conversation.State.RUNNING
+        ).update(lease_until=_lease_deadline())
+    )
+
+
+def _check_quotas(owner_id: int) -> None:
+    running = owned_by(owner_id).filter(state=Conversation.State.RUNNING)
+    if running.count() >= settings.HARNESS_CONCURRENT_RUNS:
+        raise RunRefused(
+            "quota_concurrent",
+            f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
+            "one to finish or cancel it.",
+        )
+    minute_ago = now_ms() - 60_000
+    recent = Event.objects.filter(
+        conversation__owner_id=owner_id, type=UserEvent.type, payload__timestamp__gte=minute_ago
+    ).count()
+    if recent >= settings.HARNESS_RUNS_PER_MINUTE:
+        raise RunRefused(
+            "quota_rate",
+            f"You have sent {recent} prompts in the last minute (the limit is "
+            f"{settings.HARNESS_RUNS_PER_MINUTE}); wait a moment and send it again.",
+        )
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Setup:
+    """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
+    in the page also joins the user's prompt history. One transaction, few queries: a
+    prompt's start is the largest fixed cost of a run (the benchmark's profile)."""
+    with transaction.atomic():
+        conversation = owned_by(owner_id).select_related("owner").filter(id=conversation_id).first()
+        if conversation is None:
+            raise RunRefused("not_found", "Conversation not found.")
+        owner = conversation.owner
+        if not owner.is_active:
+            raise RunRefused("forbidden", "This account cannot run prompts.")
+        _check_quotas(owner_id)
+        changes = {
+            "state": Conversation.State.RUNNING,
+            "lease_owner": PROCESS_ID,
+            "lease_until": _lease_deadline(),
+        }
+        titled = not conversation.title
+        if titled:
+            changes["title"] = title_from_prompt(prompt)
+        claimed = (
+            Conversation.objects.filter(id=conversation_id)
+            .exclude(state=Conversation.State.RUNNING)
+            .update(**changes)
+        )
+        if not claimed:  # running, here or in another process
+            raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+        for name, value in changes.items():
+            setattr(conversation, name, value)
+        if remember:
+            owner.remember_prompt(prompt)
+            User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
+    bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
+    return Setup(conversation, agent_config(model=conversation.model), titled, bash_mode)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def release(conversation_id) -> None:
+    Conversation.objects.filter(id=conversation_id).update(
+        state=Conversation.State.IDLE, lease_owner="", lease_until=None
+    )
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def finish(
+    conversation_id, messages: list[dict[str, Any]], last_seq: int, state: str | None = None
+) -> None:
+    """The run's final save; ``state``: set it here too (its status event was not stored)."""
+    changes: dict[str, Any] = {"state": state} if state is not None else {}
+    Conversation.objects.filter(id=conversation_id, lease_owner=PROCESS_ID).update(
+        history=messages, last_seq=last_seq, lease_owner="", lease_until=None, **changes
+    )

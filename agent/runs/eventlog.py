@@ -1,0 +1,237 @@
+"""The event log's writer: batches of every run in the process, stored by group commit.
+
+Each run hands its batches here and awaits them; one database call at a time stores all
+that are pending, in one transaction. At 250 streaming sessions that is a few
+transactions a second instead of hundreds, each paying one BEGIN/COMMIT and one trip to a
+worker thread (the profile of the one-transaction-per-batch version showed the database
+calls, not the streaming, taking most of the server's CPU). A batch that fails is retried
+alone, so one conversation's bad batch never loses another's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import connections, transaction
+from django.db.models import F
+
+from agent.core.events import (
+    USAGE_FIELDS,
+    StatusEvent,
+    TextDeltaEvent,
+    TextEvent,
+    UsageEvent,
+    from_dict,
+)
+from agent.core.events import Event as CoreEvent
+from agent.models import Conversation, Event
+
+log = logging.getLogger(__name__)
+
+STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
+                    "error": "error"}  # fmt: skip
+DELTA, TEXT = TextDeltaEvent.type, TextEvent.type
+
+
+# What a database or file system says when it has no room left: SQLite's SQLITE_FULL (and
+# the I/O error it gives when the WAL cannot grow), PostgreSQL's "could not extend file",
+# the kernel's ENOSPC / EDQUOT.
+_FULL_MESSAGES = ("database or disk is full", "disk i/o error", "no space left on device",
+                  "could not extend file", "disk quota exceeded")  # fmt: skip
+_FULL_SQLSTATES = ("53100",)  # PostgreSQL disk_full
+
+
+def storage_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it wraps: Django wraps the driver's) says the
+    storage is out of space. Such a failure does not pass by itself: retrying a run's
+    writes only piles up unsaved events, so the run is ended instead (agent/runs/manager.py)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+        if state in _FULL_SQLSTATES:
+            return True
+        if any(text in str(exc).lower() for text in _FULL_MESSAGES):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def from_stored(payloads) -> list[CoreEvent]:
+    """Stored rows' payloads back as typed events (the read side of this edge)."""
+    return [from_dict(payload) for payload in payloads]
+
+
+def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a batch adds to the event log. Consecutive text deltas become one row (seq
+    = the last seq it covers, content joined): the partial text of a block is stored with
+    every frame, cheaply, so catch-up and crash recovery lose none of it. The rows go when
+    the block's complete ``text`` event is stored."""
+    rows: list[dict[str, Any]] = []
+    for event in events:
+        if event["type"] == DELTA and rows and rows[-1]["type"] == DELTA:
+            rows[-1] = {**event, "content": rows[-1]["content"] + event["content"]}
+        else:
+            rows.append(event)
+    return rows
+
+
+@dataclass
+class Batch:
+    conversation_id: Any
+    events: list[dict[str, Any]]
+    history: list[dict[str, Any]] | None = None  # the run's messages, when they changed
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def _apply(batch: Batch) -> Conversation | None:
+    """Store one batch and fold it into its conversation's row (inside the caller's
+    transaction), so the database always sits at a frame boundary: catch-up relies on it.
+    Returns the row re-read when the batch changed the token totals (the meter shows them)."""
+    rows = stored_form(batch.events)
+    changes: dict[str, Any] = {"last_seq": batch.events[-1]["seq"]}
+    if batch.history is not None:
+        changes["history"] = batch.history  # so a crash loses none of the conversation
+    for event in rows:
+        if event["type"] == StatusEvent.type:
+            changes["state"] = STATE_FOR_STATUS[event["state"]]
+        elif event["type"] == UsageEvent.type:
+            for name in USAGE_FIELDS:
+                changes[name] = F(name) + event[name]
+            changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
+    texts = [e["seq"] for e in rows if e["type"] == TEXT]
+    if texts:
+        # The block is complete: its partial-text rows give way to the whole text.
+        Event.objects.filter(conversation_id=batch.conversation_id, type=DELTA).delete()
+        rows = [e for e in rows if e["type"] != DELTA or e["seq"] > max(texts)]
+    Event.objects.bulk_create(
+        Event(conversation_id=batch.conversation_id, seq=e["seq"], type=e["type"], payload=e)
+        for e in rows
+    )
+    Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    if "cost_usd" in changes:
+        # for the meter: the history (the largest field) is never rendered
+        return Conversation.objects.defer("history").get(id=batch.conversation_id)
+    return None
+
+
+def _is_partial_text(batch: Batch) -> bool:
+    return batch.history is None and all(e["type"] == DELTA for e in batch.events)
+
+
+def _apply_partial_texts(batches: list[Batch]) -> None:
+    """Many conversations' partial text at once: one INSERT and one UPDATE statement (in
+    executemany form) for the lot. At 250 streaming sessions these are 250 batches a
+    second, and the ORM's per-statement cost of two statements each was the largest
+    item of the server's profile after the SDK. ``last_seq`` only ever moves forward."""
+    Event.objects.bulk_create(
+        Event(conversation_id=batch.conversation_id, seq=e["seq"], type=e["type"], payload=e)
+        for batch in batches
+        for e in stored_form(batch.events)
+    )
+    connection = connections[Conversation.objects.db]
+    id_field = Conversation._meta.pk
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    last_seq = connection.ops.quote_name("last_seq")
+    pk = connection.ops.quote_name(id_field.column)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET {last_seq} = %s WHERE {pk} = %s AND {last_seq} < %s",
+            [
+                (seq, id_field.get_db_prep_value(batch.conversation_id, connection), seq)
+                for batch in batches
+                for seq in [batch.events[-1]["seq"]]
+            ],
+        )
+
+
+def _apply_group(batches: list[Batch]) -> list[Conversation | None]:
+    """Apply a group in one transaction: the partial text of conversations that have
+    nothing else in the group together, everything else batch by batch, in order."""
+    counts = Counter(batch.conversation_id for batch in batches)
+    together = [b for b in batches if counts[b.conversation_id] == 1 and _is_partial_text(b)]
+    if together:
+        _apply_partial_texts(together)
+    grouped = {id(b) for b in together}
+    return [None if id(b) in grouped else _apply(b) for b in batches]
+
+
+def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException]:
+    """One transaction for all; if it fails, each batch alone (a failure is its own)."""
+    try:
+        with transaction.atomic():
+            return _apply_group(batches)
+    except Exception:
+        if len(batches) == 1:
+            raise
+        log.warning("a group commit of %d batches failed; storing them one by one", len(batches))
+    results: list[Conversation | None | BaseException] = []
+    for batch in batches:
+        try:
+            with transaction.atomic():
+                results.append(_apply(batch))
+        except Exception as exc:  # noqa: BLE001 - handed to the batch's own run
+            results.append(exc)
+    return results
+
+
+class GroupCommitter:
+    """Per event loop: batches wait while one database call stores the previous group."""
+
+    def __init__(self) -> None:
+        self._pending: list[Batch] = []
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._commit_forever())
+
+    async def store(self, batch: Batch) -> Conversation | None:
+        self._pending.append(batch)
+        self._wake.set()
+        return await batch.done
+
+    async def _commit_forever(self) -> None:
+        store_all = database_sync_to_async(_store_all, thread_sensitive=False)
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batches, self._pending = self._pending, []
+            if not batches:
+                continue
+            try:
+                results = await store_all(batches)
+            except Exception as exc:  # noqa: BLE001 - every batch of the group learns it
+                results = [exc] * len(batches)
+            for batch, result in zip(batches, results, strict=True):
+                if batch.done.done():
+                    continue  # its run was cancelled while waiting
+                if isinstance(result, BaseException):
+                    batch.done.set_exception(result)
+                else:
+                    batch.done.set_result(result)
+
+
+_committers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommitter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def store(
+    conversation_id, events: list[CoreEvent], history: list[dict[str, Any]] | None = None
+) -> Conversation | None:
+    """Store a batch (with the group pending in this process) and return when committed.
+    The events become their wire JSON here: the event log stores exactly that."""
+    loop = asyncio.get_running_loop()
+    committer = _committers.get(loop)
+    if committer is None or committer._task.done():
+        committer = _committers[loop] = GroupCommitter()
+    return await committer.store(
+        Batch(conversation_id, [event.to_dict() for event in events], history)
+    )

@@ -1,0 +1,177 @@
+"""The runs of a server process: one asyncio task per running conversation.
+
+``runs.start`` claims the conversation, prepares the owner's workspace and starts a
+``Run``; ``runs.cancel`` reaches a run in whichever process has it. Each process listens
+on a channel of its own and joins a control group per running conversation, and reaps the
+runs (of any process) whose lease lapsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from agent.core.system_prompt import build_system_prompt
+from agent.core.tools import Workspace
+from agent.runs import eventlog
+from agent.runs.broadcast import announce_interrupted
+from agent.runs.claim import STORAGE_REFUSED, RunRefused, claim, release
+from agent.runs.groups import control_group
+from agent.runs.recovery import expired, interrupt
+from agent.runs.run import Run
+from agent.runs.workspaces import workspace_for
+from agent.server.storage import StorageError
+
+log = logging.getLogger(__name__)
+
+
+def _prepare(owner_id: int, identity: str | None) -> tuple[Workspace, str]:
+    """The owner's workspace (made, and on a quota deployment mounted, on first use) and
+    the system prompt with its AGENTS.md. Blocking file system work: run it in a thread."""
+    workspace = workspace_for(owner_id)
+    return workspace, build_system_prompt(workspace, identity)
+
+
+def _cancel_message(conversation_id) -> dict:
+    return {"type": "run.cancel", "conversation": str(conversation_id)}
+
+
+class RunManager:
+    """The runs of this process. Each process listens on a channel of its own and joins a
+    control group per running conversation, so a cancel sent from any process (another
+    server, the API, an admin action) reaches the run wherever it is."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Run] = {}
+        self._channel: str | None = None
+        self._listener: asyncio.Task | None = None
+        self._reaper: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _ensure_listener(self) -> str:
+        loop = asyncio.get_running_loop()
+        if self._channel is None or self._loop is not loop or self._listener.done():
+            layer = get_channel_layer()
+            # The default prefix, always: channels_redis pops one key per prefix under one
+            # lock per process, so a channel with another prefix starves every socket.
+            self._channel = await layer.new_channel()
+            self._loop = loop
+            fresh = contextvars.Context  # not the request's context (see start())
+            self._listener = loop.create_task(self._listen(layer, self._channel), context=fresh())
+            self._reaper = loop.create_task(self._reap(), context=fresh())
+        return self._channel
+
+    async def _reap(self) -> None:
+        """Interrupt runs (of any process) whose lease lapsed: their process is gone."""
+        while True:
+            try:
+                done = await database_sync_to_async(
+                    lambda: interrupt(expired()), thread_sensitive=False
+                )()
+                await announce_interrupted(done)
+            except Exception:
+                log.exception("reaping expired runs failed")
+            await asyncio.sleep(max(1.0, settings.HARNESS_RUN_LEASE / 3))
+
+    async def start_background(self) -> None:
+        """Start this process's control listener and reaper (idempotent, per event loop)."""
+        await self._ensure_listener()
+
+    async def _listen(self, layer, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a broken layer connection: retry shortly
+                log.exception("run control channel failed")
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") == "run.cancel":
+                self.cancel_local(message.get("conversation"))
+
+    async def start(
+        self, conversation_id, owner_id: int, content: str, *, remember: bool = False
+    ) -> Run:
+        """Start a prompt; ``remember`` also saves it in the user's prompt history (the
+        page's prompts; not the API's)."""
+        existing = self._runs.get(str(conversation_id))
+        if existing is not None:
+            if existing.harness.running:
+                raise RunRefused(
+                    "prompt_running", "A prompt is already running; wait or cancel it."
+                )
+            # Its final status is out, it is only saving: a prompt sent right away waits.
+            await asyncio.shield(existing.task)
+        channel = await self._ensure_listener()
+        try:
+            setup = await claim(conversation_id, owner_id, content, remember)
+        except Exception as exc:
+            if eventlog.storage_full(exc):
+                raise RunRefused("storage_full", STORAGE_REFUSED) from exc
+            raise
+        try:
+            workspace, system = await asyncio.to_thread(
+                _prepare, owner_id, setup.config.system_prompt
+            )
+            run = Run(setup, content, workspace, system)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await release(conversation_id)
+            if isinstance(exc, StorageError) or eventlog.storage_full(exc):
+                raise RunRefused("storage_full", STORAGE_REFUSED) from exc
+            raise
+        key = str(conversation_id)
+        self._runs[key] = run
+        layer = get_channel_layer()
+        await layer.group_add(control_group(conversation_id), channel)
+
+        async def main() -> None:
+            try:
+                await run.main()
+            finally:
+                self._runs.pop(key, None)
+                with contextlib.suppress(Exception):
+                    await layer.group_discard(control_group(conversation_id), channel)
+
+        # A fresh context: the run must not inherit the request's (asgiref binds thread-
+        # sensitive database calls to an executor that dies with the request or socket).
+        run.task = asyncio.create_task(main(), name=f"run-{key}", context=contextvars.Context())
+        return run
+
+    def cancel_local(self, conversation_id) -> bool:
+        run = self._runs.get(str(conversation_id))
+        return run.harness.cancel() if run is not None else False
+
+    async def cancel(self, conversation_id) -> bool:
+        """Cancel the conversation's run in whichever process runs it. True when this
+        process had it; a run elsewhere is told through the channel layer."""
+        if self.cancel_local(conversation_id):
+            return True
+        await get_channel_layer().group_send(
+            control_group(conversation_id), _cancel_message(conversation_id)
+        )
+        return False
+
+    async def wait(self, conversation_id) -> None:
+        run = self._runs.get(str(conversation_id))
+        if run is not None and run.task is not None:
+            await asyncio.shield(run.task)
+
+
+runs = RunManager()
+
+
+def cancel_from_sync(conversation_id) -> None:
+    """Cancel a run from synchronous code (a view, a signal): through the channel layer,
+    which reaches the run's event loop safely, in this process or another."""
+    async_to_sync(get_channel_layer().group_send)(
+        control_group(conversation_id), _cancel_message(conversation_id)
+    )

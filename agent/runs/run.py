@@ -1,0 +1,282 @@
+"""One prompt's run in the server process: the agent loop, and the writer that stores its
+events (batched) and broadcasts them, rendered, to the conversation's viewers.
+
+A run belongs to the process, not to a browser connection: sockets come and go, the run
+goes on. Events stay typed here; the event log and the broadcast turn them into JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+
+from django.conf import settings
+
+from agent.core.events import (
+    ErrorEvent,
+    Event,
+    StatusEvent,
+    TextDeltaEvent,
+    TextEvent,
+    ToolResultEvent,
+)
+from agent.core.loop import AgentLoop
+from agent.core.tools import Workspace, build_tools
+from agent.models import Conversation
+from agent.runs import eventlog
+from agent.runs.broadcast import broadcast
+from agent.runs.claim import Setup, finish, renew_lease
+from agent.runs.clients import client_for
+from agent.runs.inbox import Inbox
+from agent.runs.sandbox import sandbox_limits
+from agent.ui.fragments import FragmentRenderer, title_fragments
+from agent.ui.render_pool import prerender
+
+log = logging.getLogger(__name__)
+
+FRAME_INTERVAL = 0.05  # at most one frame of text deltas per 50 ms per conversation
+# Frames of text deltas alone are broadcast at once and stored at most this often, in the
+# background (everything else is stored before it is sent): a crash loses under a second
+# of partial text, and a stream costs one write a second instead of twenty.
+PARTIAL_SAVE_INTERVAL = 1.0
+
+# A run whose events cannot be stored is ended (agent/runs/eventlog.py storage_full): its
+# transcript would silently lose everything from then on.
+STORAGE_FULL_MESSAGE = (
+    "The server's disk is full, so this conversation could not be saved and the prompt was "
+    "stopped. What was saved before is kept; send the prompt again once space is freed."
+)
+STORAGE_ERROR_MESSAGE = (
+    "The server could not save this conversation (its database keeps failing), so the prompt "
+    "was stopped. What was saved before is kept; try again in a moment."
+)
+STORE_ATTEMPTS = 3  # consecutive failed stores (of any other cause) that end a run
+FINISH_RETRIES = (0.0, 1.0, 2.0, 4.0)  # seconds before each try of the final save
+# Events after which the run's history changed: stored with them, so a crash loses none
+# of the conversation.
+HISTORY_CHANGES = (StatusEvent, TextEvent, ToolResultEvent)
+
+
+def _only_deltas(batch: list[Event]) -> bool:
+    return all(isinstance(event, TextDeltaEvent) for event in batch)
+
+
+class Run:
+    def __init__(self, setup: Setup, content: str, workspace: Workspace, system: str):
+        self.conversation = setup.conversation
+        self.config = setup.config
+        self.announce_title = setup.titled
+        self.content = content
+        self.inbox = Inbox()
+        self.renderer = FragmentRenderer()
+        self.harness = AgentLoop(
+            client_for(self.config),
+            build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
+            self.config,
+            self.inbox.put,
+            system=system,
+            messages=self.conversation.history,
+            next_seq=self.conversation.last_seq + 1,
+        )
+        self.task: asyncio.Task | None = None
+        self._saving: asyncio.Task | None = None  # partial text being stored
+
+    # Set by the writer when the run's events cannot be stored: the page's message (and
+    # its code); the run is then stopped and its end shown, not stored.
+    _storage_failure: tuple[str, str] | None = None
+    _store_failures = 0  # consecutive failed stores
+    _failure_shown = False  # the page got the storage error event
+
+    async def main(self) -> None:
+        writer = asyncio.create_task(self._write())
+        lease = asyncio.create_task(self._keep_lease())
+        try:
+            await self.harness.prompt(self.content)
+        except Exception:  # the loop ends runs as events; this is a bug guard
+            log.exception("run of %s crashed", self.conversation.id)
+        finally:
+            lease.cancel()
+            self.inbox.close()
+            with contextlib.suppress(Exception):
+                await writer
+            if self._storage_failure is None:
+                await finish(self.conversation.id, self.harness.messages, self.harness.next_seq - 1)
+            else:
+                await self._finish_after_storage_failure()
+
+    async def _finish_after_storage_failure(self) -> None:
+        """Leave ``running`` although the status events were not stored: the final save
+        sets the state, retried a few times (space may come back). If the database takes
+        no write at all, the lease (no longer renewed) lapses and the reaper of any process
+        marks the run interrupted once it does."""
+        for delay in FINISH_RETRIES:
+            await asyncio.sleep(delay)
+            try:
+                await finish(
+                    self.conversation.id, self.harness.messages, self.harness.next_seq - 1,
+                    Conversation.State.ERROR,
+                )  # fmt: skip
+                return
+            except Exception as exc:  # noqa: BLE001 - retried, then left to the reaper
+                log.warning("could not save the end of the run of %s: %s",
+                            self.conversation.id, exc)  # fmt: skip
+        log.error(
+            "run of %s: the database takes no writes; the run is marked interrupted when its "
+            "lease lapses and the database works again", self.conversation.id,
+        )  # fmt: skip
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(settings.HARNESS_RUN_LEASE / 3)
+            try:
+                ours = await renew_lease(self.conversation.id)
+            except Exception:
+                log.exception("could not renew the lease of %s", self.conversation.id)
+                continue
+            if not ours:
+                log.warning("run of %s lost its lease; stopping it", self.conversation.id)
+                self.harness.cancel()
+                return
+
+    async def _write(self) -> None:
+        last_frame = last_save = 0.0
+        unsaved: list[Event] = []  # delta frames sent but not stored yet
+        conversation = self.conversation
+        done = False
+        while not done:
+            batch, done = await self.inbox.take()
+            if not batch:
+                continue
+            if self._storage_failure is not None:
+                # Nothing is stored any more; the stopping loop's last events still go to
+                # the page (its "Cancelled" told as the storage error).
+                await self._send_unstored(batch, conversation)
+                continue
+            only_deltas = _only_deltas(batch)
+            if not done and only_deltas:
+                # Only deltas: wait out the frame interval and take what arrived meanwhile.
+                wait = last_frame + FRAME_INTERVAL - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    more, done = self.inbox.take_nowait()
+                    batch += more
+                    only_deltas = _only_deltas(batch)
+            try:
+                if only_deltas and not done:
+                    # Sent first, stored later (at most once a second, off the hot path).
+                    unsaved += batch
+                    await self._send(batch, conversation)
+                    if time.monotonic() - last_save >= PARTIAL_SAVE_INTERVAL:
+                        await self._stored_partial()
+                        self._saving = asyncio.create_task(eventlog.store(self.conversation.id,
+                                                                          unsaved))  # fmt: skip
+                        unsaved, last_save = [], time.monotonic()
+                else:
+                    # Stored before it is sent: a page never shows what a reload would lose.
+                    history = None
+                    if any(isinstance(e, HISTORY_CHANGES) for e in batch):
+                        history = self.harness.messages
+                    await self._stored_partial()
+                    fresh = await self._store(unsaved + batch, history)
+                    conversation = fresh or conversation
+                    unsaved, last_save = [], time.monotonic()
+                    await self._send(batch, conversation)
+            except Exception:
+                log.exception("could not deliver events of %s", self.conversation.id)
+            # From the end of this frame: when the process is busy and frames take long,
+            # they space out by themselves (fewer, bigger frames: less work per delta).
+            last_frame = time.monotonic()
+        await self._stored_partial()  # before the run's final save, never after it
+        if self._storage_failure is not None:
+            await self._show_storage_failure(conversation)
+
+    async def _store(self, events: list[Event], history: list | None) -> Conversation | None:
+        """Store a batch. A failure that ends the run (``_note_store_failure``) returns
+        None: the batch is still sent, so the page sees what happened up to the end."""
+        if self._storage_failure is not None:
+            return None
+        try:
+            fresh = await eventlog.store(self.conversation.id, events, history)
+        except Exception as exc:
+            if not self._note_store_failure(exc):
+                raise
+            return None
+        self._store_failures = 0
+        return fresh
+
+    def _note_store_failure(self, exc: BaseException) -> bool:
+        """Count a failed store; a full disk, or failures that persist, end the run (the
+        loop is cancelled; ``_send_unstored`` and ``_show_storage_failure`` tell the page
+        why). True when the run is ending for this reason."""
+        self._store_failures += 1
+        if self._storage_failure is not None:
+            return True
+        if eventlog.storage_full(exc):
+            self._storage_failure = (STORAGE_FULL_MESSAGE, "storage_full")
+        elif self._store_failures >= STORE_ATTEMPTS:
+            self._storage_failure = (STORAGE_ERROR_MESSAGE, "storage_error")
+        else:
+            return False
+        log.error("run of %s stopped: its events cannot be stored (%s: %s)",
+                  self.conversation.id, type(exc).__name__, exc)  # fmt: skip
+        self.harness.cancel()
+        return True
+
+    async def _send_unstored(self, batch: list[Event], conversation) -> None:
+        """Send events that cannot be stored, the loop's cancellation becoming the storage
+        error (the same seqs: the page's sequence stays whole)."""
+        message, code = self._storage_failure
+        shown = []
+        for event in batch:
+            if isinstance(event, ErrorEvent) and event.code == "cancelled":
+                event = dataclasses.replace(event, message=message, code=code)
+                self._failure_shown = True
+            elif isinstance(event, StatusEvent) and event.state == "error":
+                event = dataclasses.replace(event, message="Not saved: the server's storage failed")
+            shown.append(event)
+        try:
+            await self._send(shown, conversation)
+        except Exception:
+            log.exception("could not deliver events of %s", self.conversation.id)
+
+    async def _show_storage_failure(self, conversation) -> None:
+        """The loop had finished when storing failed (its last batch was not stored): the
+        page still gets the error and an error status, and the log gets them if the
+        database takes them now."""
+        if self._failure_shown:
+            return
+        message, code = self._storage_failure
+        seq = self.harness.next_seq
+        self.harness.next_seq += 2  # the final save's last_seq covers them
+        closing: list[Event] = [
+            ErrorEvent(seq=seq, message=message, code=code),
+            StatusEvent(seq=seq + 1, state="error", message="Not saved"),
+        ]
+        self._failure_shown = True
+        try:
+            await self._send(closing, conversation)
+        except Exception:
+            log.exception("could not deliver events of %s", self.conversation.id)
+        with contextlib.suppress(Exception):
+            await eventlog.store(self.conversation.id, closing)
+
+    async def _stored_partial(self) -> None:
+        """Wait for the partial text being stored: batches reach the log in order."""
+        if self._saving is not None:
+            saving, self._saving = self._saving, None
+            try:
+                await saving
+            except Exception as exc:  # lost partial text; the complete text will be stored
+                log.exception("could not store partial text of %s", self.conversation.id)
+                self._note_store_failure(exc)  # unless the disk is full: that ends the run
+
+    async def _send(self, batch: list[Event], conversation: Conversation) -> None:
+        await prerender([e.content for e in batch if isinstance(e, TextEvent)])
+        html = self.renderer.render(batch, conversation)
+        if self.announce_title:
+            html = title_fragments(conversation) + html
+            self.announce_title = False
+        await broadcast(self.conversation.id, batch, html)

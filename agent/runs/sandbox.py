@@ -1,0 +1,50 @@
+"""The bash sandbox's limits from Django settings, and the start-up report of what binds."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from agent.core.tools import SandboxLimits
+from agent.core.tools.cgroups import sandbox_cgroups
+
+log = logging.getLogger(__name__)
+
+
+def sandbox_limits() -> SandboxLimits:
+    return SandboxLimits(
+        pids=settings.HARNESS_SANDBOX_PIDS,
+        memory_mb=settings.HARNESS_SANDBOX_MEMORY_MB,
+        cgroups=settings.HARNESS_SANDBOX_CGROUPS,
+        cgroup_path=settings.HARNESS_CGROUP or "",
+    )
+
+
+def check_at_startup() -> None:
+    """Say, once, what the sandbox's limits rest on. Read-only: the cgroups are made when the
+    first command runs (a `migrate` must not move the server's processes), and that logs
+    again if it then fails."""
+    if settings.HARNESS_BASH != "sandbox":
+        return
+    manager = sandbox_cgroups(sandbox_limits())
+    complete, text = manager.describe()
+    if settings.HARNESS_SANDBOX_CGROUPS == "required" and not complete:
+        raise ImproperlyConfigured(f"HARNESS_SANDBOX_CGROUPS=required, but {text}")
+    manager.log_status(verified=False)  # a warning naming what only rlimits bind; once
+    if os.geteuid() != 0:
+        uid = os.geteuid()
+        shared = (
+            "each user's processes are counted per workspace by cgroups"
+            if "pids" in manager.plan().controllers
+            else "RLIMIT_NPROC counts them all together, so one user's processes eat into "
+            "every other user's limit"
+        )
+        log.warning(
+            "bash sandbox: the server is not root, so every user's sandbox runs as its own "
+            "uid %s (not a uid per user): %s. Run the server as root for per-user uids.",
+            uid,
+            shared,
+        )

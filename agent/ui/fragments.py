@@ -1,0 +1,156 @@
+"""Render a run's events as htmx out-of-band fragments for the WebSocket.
+
+Rendered once per batch in the process that runs the prompt and broadcast to every socket
+on the conversation, so a second tab costs a send, not a render. Consecutive text deltas
+become one fragment of escaped text appended to the live block; when the block completes,
+the live block is removed and the markdown part (rendered once) is appended in its place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from agent.core.events import (
+    Event,
+    StatusEvent,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    UsageEvent,
+)
+from agent.ui.transcript import Part, Transcript, status_text
+
+
+def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
+    """First element of every batch: the seq range it carries. The page applies a batch
+    only when it continues exactly where the page is, and asks for a sync otherwise."""
+    template = (
+        '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" data-sync="1" hidden>'
+        "</div>"
+        if reply
+        else '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" hidden></div>'
+    )
+    return format_html(template, seq_from, seq_to)
+
+
+def ws_error(message: str, code: str = "bad_frame") -> str:
+    return render_to_string("agent/_ws_error.html", {"message": message, "code": code})
+
+
+def status_fragment(state: str, message: str | None) -> str:
+    return render_to_string(
+        "agent/_status.html",
+        {"status_state": state, "status_text": status_text(state, message), "oob": True},
+    )
+
+
+def title_fragments(conversation: Any) -> str:
+    """The header title and the sidebar entry, after the first prompt named the chat."""
+    title = render_to_string("agent/_title.html", {"conversation": conversation, "oob": True})
+    link = format_html(
+        '<a href="/c/{}/" class="conv-link current" id="conv-link-{}" aria-current="page" '
+        'hx-swap-oob="true">{}</a>',
+        conversation.id, conversation.id, conversation.display_title,
+    )  # fmt: skip
+    return title + link
+
+
+DELETE_LIVE = '<div hx-swap-oob="delete:#live-text"></div>'
+
+
+def _live_block(seq: int, text: str) -> str:
+    """A new live text block, appended to the messages."""
+    live = render_to_string("agent/_live_text.html", {"seq": seq, "content": text})
+    return format_html('<div hx-swap-oob="beforeend:#messages">{}</div>', live)
+
+
+class FragmentRenderer:
+    """Per run (or per catch-up): folds its events into a ``Transcript`` and turns what
+    each changes into fragments. ``live``: whether the page has a live text block open."""
+
+    def __init__(self, transcript: Transcript | None = None, *, live: bool = False) -> None:
+        self.transcript = transcript or Transcript()
+        self.live = live
+
+    def render(self, events: list[Event], conversation: Any) -> str:
+        out: list[str] = []
+        parts: list[Part] = []
+        deltas: list[str] = []
+        first_delta_seq = 0
+
+        def flush_parts() -> None:
+            if parts:
+                out.append(render_to_string("agent/_oob_append.html", {"parts": list(parts)}))
+                parts.clear()
+
+        def flush_deltas() -> None:
+            if not deltas:
+                return
+            text = "".join(deltas)
+            deltas.clear()
+            if self.live:
+                out.append(
+                    format_html('<div hx-swap-oob="beforeend:#live-text-body">{}</div>', text)
+                )
+            else:
+                self.live = True
+                out.append(_live_block(first_delta_seq, text))
+
+        for event in events:
+            if isinstance(event, TextDeltaEvent):
+                flush_parts()
+                if not deltas:
+                    first_delta_seq = event.seq
+                deltas.append(event.content)
+                self.transcript.add(event)
+                continue
+            flush_deltas()
+            if isinstance(event, TextEvent) and self.live:
+                flush_parts()
+                out.append(DELETE_LIVE)
+                self.live = False
+            part = self.transcript.add(event)
+            if isinstance(event, ToolResultEvent):
+                flush_parts()
+                if part is not None:
+                    context = {"part": part, "oob": True}
+                    out.append(render_to_string("agent/_tool_card.html", context))
+            elif isinstance(event, StatusEvent):
+                flush_parts()
+                if self.live and event.state in ("idle", "error"):
+                    # The prompt ended with a block still open (its text was lost with a
+                    # crashed process): the live block must not linger.
+                    out.append(DELETE_LIVE)
+                    self.live = False
+                out.append(status_fragment(event.state, event.message))
+            elif isinstance(event, UsageEvent):
+                flush_parts()
+                context = {"conversation": conversation, "oob": True}
+                out.append(render_to_string("agent/_meter.html", context))
+            elif part is not None:
+                parts.append(part)
+        flush_deltas()
+        flush_parts()
+        return "".join(out)
+
+
+def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
+    """What a page that has everything up to ``after`` is missing: the stored events in
+    between and, when a text block is streaming, that block whole (the page's own live
+    block, if any, is replaced, so this is safe to apply at any point)."""
+    transcript = Transcript()
+    for event in events:  # the calls whose results are missing (their cards get them)
+        if isinstance(event, ToolCallEvent) and event.seq <= after:
+            transcript.add(event)
+    # The page may hold a live block: a completed text removes it.
+    renderer = FragmentRenderer(transcript, live=True)
+    missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]
+    html = renderer.render(missing, conversation) if missing else ""
+    live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
+    if live is not None and live.last_seq > after:
+        html += DELETE_LIVE + _live_block(live.seq, live.content)
+    return sync_marker(after + 1, conversation.last_seq, reply=True) + html

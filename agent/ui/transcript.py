@@ -1,0 +1,189 @@
+"""Parts (seed 000's user / text / tool / reasoning, plus error) built from stored events.
+
+The same part objects feed the page and the live WebSocket fragments, so a reload shows
+exactly what streamed. Tool output is shown as text (templates escape it); only model text
+goes through the markdown seam.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.core.events import (
+    ErrorEvent,
+    Event,
+    ReasoningEvent,
+    StatusEvent,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    UserEvent,
+)
+from agent.ui.markdown import render_markdown
+
+# Errors that say nothing about the prompt itself (the API was down, the stream broke, the
+# server stopped): offer to send the same prompt again.
+NOT_RETRYABLE = {"cancelled", "max_turns", "max_tokens", "refusal", "invalid_tool_input"}
+RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
+STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
+               "error": "Error: {message}", "idle": ""}  # fmt: skip
+
+
+@dataclass
+class Part:
+    kind: str  # user | text | tool | reasoning | error
+    seq: int
+    content: str = ""
+    html: str = ""  # sanitized markdown (text parts only)
+    code: str = ""  # error parts
+    retry: str = ""  # error parts: the prompt a Retry button sends again
+    tool: ToolView | None = None
+
+
+@dataclass
+class ToolView:
+    id: str
+    name: str
+    input_json: str
+    status: str = "running"  # running | ok | error
+    head: str = ""
+    rest: str = ""
+    more_lines: int = 0
+    error: str = ""
+    diff: list[tuple[str, str]] = field(default_factory=list)  # (css class, line)
+    exit_code: int | None = None
+
+
+def status_text(state: str, message: str | None) -> str:
+    return STATUS_TEXT.get(state, "").format(message=message or "")
+
+
+def tool_view(call: ToolCallEvent) -> ToolView:
+    return ToolView(
+        id=call.id,
+        name=call.name,
+        input_json=json.dumps(call.input, indent=2, ensure_ascii=False),
+    )
+
+
+def _main_text(payload: Any, raw: str) -> str:
+    if not isinstance(payload, dict):
+        return raw
+    for key in ("content", "entries", "matches", "output", "result"):
+        if isinstance(payload.get(key), str):
+            return payload[key]
+    return raw
+
+
+def apply_result(view: ToolView, result: ToolResultEvent) -> None:
+    raw = str(result.result)
+    try:
+        payload = json.loads(raw)
+    except (TypeError, ValueError):
+        payload = None
+    view.status = "error" if result.isError else "ok"
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        view.error = payload["error"]
+        text = payload.get("output") if isinstance(payload.get("output"), str) else ""
+    else:
+        text = _main_text(payload, raw)
+    if isinstance(payload, dict) and isinstance(payload.get("exit_code"), int):
+        view.exit_code = payload["exit_code"]
+    lines = text.splitlines(keepends=True)
+    view.head = "".join(lines[:RESULT_LINES])
+    view.rest = "".join(lines[RESULT_LINES:])
+    view.more_lines = max(0, len(lines) - RESULT_LINES)
+    display = result.display or {}
+    if display.get("kind") == "diff" and isinstance(display.get("diff"), str):
+        view.diff = [(_diff_class(line), line) for line in display["diff"].splitlines()]
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "diff-file"
+    if line.startswith("@@"):
+        return "diff-hunk"
+    if line.startswith("+"):
+        return "diff-add"
+    if line.startswith("-"):
+        return "diff-del"
+    return "diff-ctx"
+
+
+@dataclass
+class LiveText:
+    """A text block still streaming: its deltas so far."""
+
+    seq: int  # of its first delta
+    last_seq: int
+    content: str
+
+
+class Transcript:
+    """The one fold from events to page parts, for the first page load, a socket's
+    catch-up and live frames alike: tool results join their call's card, an error offers
+    to retry the prompt it answered, deltas build the block still streaming."""
+
+    def __init__(self) -> None:
+        self.parts: list[Part] = []
+        self.tools: dict[str, Part] = {}  # by tool call id
+        self.last_prompt = ""  # the prompt the events since answer (an error retries it)
+        self.live: LiveText | None = None
+        self.status: StatusEvent | None = None  # the last one
+
+    def add(self, event: Event) -> Part | None:
+        """Fold one event in; returns the part it added or changed (a tool result changes
+        its call's part; an unknown call's result changes nothing)."""
+        if isinstance(event, TextDeltaEvent):
+            if self.live is None:
+                self.live = LiveText(event.seq, event.seq, event.content)
+            else:
+                self.live.last_seq, self.live.content = event.seq, self.live.content + event.content
+            return None
+        if isinstance(event, ToolResultEvent):
+            part = self.tools.get(event.id)
+            if part is not None and part.tool is not None:
+                apply_result(part.tool, event)
+            return part
+        if isinstance(event, StatusEvent):
+            self.status = event
+            if event.state in ("idle", "error"):
+                self.live = None  # the prompt ended: no block is streaming any more
+            return None
+        part = self._part_for(event)
+        if part is not None:
+            self.parts.append(part)
+        return part
+
+    def _part_for(self, event: Event) -> Part | None:
+        if isinstance(event, UserEvent):
+            self.last_prompt = event.content
+            return Part("user", event.seq, content=event.content)
+        if isinstance(event, TextEvent):
+            self.live = None  # the block is complete
+            html = render_markdown(event.content)
+            return Part("text", event.seq, content=event.content, html=html)
+        if isinstance(event, ToolCallEvent):
+            part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
+            return part
+        if isinstance(event, ReasoningEvent):
+            return Part("reasoning", event.seq, content=event.content)
+        if isinstance(event, ErrorEvent):
+            retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""
+            return Part("error", event.seq, content=event.message, code=event.code, retry=retry)
+        return None  # usage: shown by the meter, from the conversation's totals
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> Transcript:
+        transcript = cls()
+        for event in events:
+            transcript.add(event)
+        return transcript
+
+
+def build_parts(events: Iterable[Event]) -> list[Part]:
+    return Transcript.of(events).parts

@@ -1,0 +1,279 @@
+"""The HTTP + SSE API (interfaces §5): the seed protocol, per conversation.
+
+Authenticated with ``Authorization: Bearer <token>`` on every request; every answer about
+another user's conversation is 404; errors are JSON ``{"error", "message"}``. The event
+stream replays stored events after ``Last-Event-ID`` / ``?since`` and then goes live, with
+no gap and no duplicate (it joins the live group before reading the log, and skips by seq).
+An open stream ends when its token is revoked or its user deactivated: a message through
+the channel layer (agent/web/revocation.py), and a re-check of the token at every heartbeat and
+at most once a second while events flow. Too many bad tokens from one address, and too
+many new conversations from one user, get 429 ``throttled`` (agent/web/throttle.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from functools import partial, wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from agent.access import conversation_for, conversations_of, new_conversation
+from agent.models import Conversation
+from agent.runs.claim import RunRefused
+from agent.runs.groups import group_name
+from agent.runs.manager import runs
+from agent.runs.snapshot import snapshot
+from agent.web.api_tokens import token_for_header, token_still_valid
+from agent.web.prompts import accept_prompt
+from agent.web.revocation import token_group, user_group
+from agent.web.throttle import (
+    Throttled,
+    check_new_conversation,
+    token_failed,
+    token_failures_blocked,
+)
+from agent.web.views import TITLE_MAX, model_choices
+
+REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
+                  "not_found": 404, "forbidden": 403, "storage_full": 507,
+                  "prompt_too_large": 400}  # fmt: skip
+
+
+# An open stream re-checks its token at most this often (seconds) while events flow.
+RECHECK_INTERVAL = 1.0
+
+
+def api_error(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"error": code, "message": message}, status=status)
+
+
+def throttled(refusal: Throttled) -> JsonResponse:
+    response = api_error(429, "throttled", refusal.message)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
+
+
+def too_large() -> JsonResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api_error(413, "too_large", f"The request body is over the limit of {limit:,} bytes.")
+
+
+def _check(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | None:
+    if request.method not in methods:
+        return api_error(405, "method_not_allowed", f"Use {' or '.join(methods)}.")
+    # Before the token is looked up: an address guessing tokens is refused without a query.
+    wait = token_failures_blocked(request)
+    if wait is not None:
+        return throttled(Throttled("Too many requests with a bad token from this address; "
+                                   f"try again in {wait} s.", wait))  # fmt: skip
+    token = token_for_header(request.headers.get("Authorization"))
+    if token is None:
+        token_failed(request)
+        return api_error(401, "unauthorized", "A valid 'Authorization: Bearer' token is required.")
+    request.api_user, request.api_token_id = token.user, token.pk
+    return None
+
+
+def api_view(*methods: str):
+    """Check the method and the bearer token (``request.api_user``) for a sync or async
+    view; tokens, not cookies, so no CSRF."""
+
+    def decorate(view):
+        if asyncio.iscoroutinefunction(view):
+
+            @wraps(view)
+            async def async_wrapper(request, *args, **kwargs):
+                refused = await sync_to_async(_check)(request, methods)
+                try:
+                    return refused or await view(request, *args, **kwargs)
+                except RequestDataTooBig:  # Django's answer is an HTML 400
+                    return too_large()
+
+            return csrf_exempt(async_wrapper)
+
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            try:
+                return _check(request, methods) or view(request, *args, **kwargs)
+            except RequestDataTooBig:
+                return too_large()
+
+        return csrf_exempt(wrapper)
+
+    return decorate
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any] | None:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _conversation_json(c: Conversation) -> dict[str, Any]:
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+
+
+@api_view("GET", "POST")
+def conversations(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        items = [_conversation_json(c) for c in conversations_of(request.api_user)[:1000]]
+        return JsonResponse({"conversations": items})
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", "The body must be a JSON object.")
+    title, model = body.get("title", ""), body.get("model", settings.HARNESS_MODEL)
+    if not isinstance(title, str) or len(title) > TITLE_MAX:
+        return api_error(400, "bad_request", f"'title' must be a string of at most {TITLE_MAX}.")
+    if model not in dict(model_choices()):
+        return api_error(400, "bad_request", f"Unknown model {str(model)[:100]!r}.")
+    try:
+        check_new_conversation(request.api_user)
+    except Throttled as refusal:
+        return throttled(refusal)
+    conversation = new_conversation(request.api_user, model)
+    if title.strip():
+        conversation.title = " ".join(title.split())
+        conversation.save(update_fields=["title"])
+    return JsonResponse({"id": str(conversation.id)}, status=201)
+
+
+async def _owned(request: HttpRequest, conversation_id) -> Conversation | None:
+    return await sync_to_async(conversation_for)(request.api_user, conversation_id)
+
+
+@api_view("POST")
+async def prompt(request: HttpRequest, conversation_id) -> JsonResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    body = _json_body(request)
+    content = body.get("content") if body is not None else None
+    try:
+        await accept_prompt(conversation.id, request.api_user, content)
+    except RunRefused as refused:
+        if refused.code == "empty_prompt":  # here: a body without a prompt's text
+            return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"accepted": True}, status=202)
+
+
+@api_view("POST")
+async def cancel(request: HttpRequest, conversation_id) -> JsonResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    if conversation.state != Conversation.State.RUNNING:
+        return JsonResponse({"cancelled": False})
+    await runs.cancel(conversation.id)  # here or, through the channel layer, elsewhere
+    return JsonResponse({"cancelled": True})
+
+
+def _since(request: HttpRequest) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("since") or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _frame(event: dict[str, Any]) -> str:
+    return f"id: {event['seq']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+@api_view("GET")
+async def events(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = await _owned(request, conversation_id)
+    if conversation is None:
+        return api_error(404, "not_found", "No such conversation.")
+    since = _since(request)
+    if since is None:
+        return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
+    user, token_id = request.api_user, request.api_token_id
+    await runs.start_background()  # this process's cancel listener and run reaper
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    # The user's group: deactivation; the token's: its revocation (agent/web/revocation.py).
+    groups = [group_name(conversation.id), user_group(user.pk), token_group(token_id)]
+    for group in groups:  # join before reading the log: nothing can fall in between
+        await layer.group_add(group, channel)
+    heartbeat = settings.HARNESS_SSE_HEARTBEAT
+    # Token unrevoked, user active, conversation still theirs: one query, off the loop.
+    still_valid = partial(database_sync_to_async(token_still_valid, thread_sensitive=False),
+                          token_id, conversation.id)  # fmt: skip
+
+    async def replay(after: int) -> tuple[list[str], int]:
+        found = await sync_to_async(snapshot)(conversation.id, user, after)
+        if found is None:
+            return [], -1
+        current, events = found
+        return [_frame(e.to_dict()) for e in events if e.seq > after], current.last_seq
+
+    async def stream():
+        # One receive outlives heartbeats: cancelling a receive makes channels-redis's
+        # pub/sub layer drop the channel (what arrives meanwhile would be lost).
+        receiving = None
+        # While events flow, the token is re-checked beside them (a round trip must not
+        # hold frames up): started at most once a second, its answer read at the next
+        # message or heartbeat, so at most a second's events follow a revocation.
+        checking, checked_at = None, time.monotonic()
+        try:
+            # Daphne sends the response's headers with its first bytes: without this, a
+            # client of a quiet conversation would wait a whole heartbeat to see the 200.
+            yield ": connected\n\n"
+            frames, sent = await replay(since)
+            for frame in frames:
+                yield frame
+            sent = max(sent, since)
+            while sent >= 0:
+                receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({receiving}, timeout=heartbeat)
+                if checking is not None and checking.done():
+                    if not checking.result():
+                        return  # revoked, deactivated or deleted since the last check
+                    checking = None
+                if done:
+                    message, receiving = receiving.result(), None
+                else:
+                    checked_at = time.monotonic()
+                    if not await still_valid():
+                        return  # revoked, deactivated, or the conversation deleted
+                    yield ": heartbeat\n\n"
+                    continue
+                if message.get("type") in ("user.revoked", "token.revoked"):
+                    return
+                if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
+                    continue
+                if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:
+                    checking, checked_at = asyncio.ensure_future(still_valid()), time.monotonic()
+                if message["seq_from"] > sent + 1:  # messages were dropped: fill from the log
+                    frames, upto = await replay(sent)
+                    for frame in frames:
+                        yield frame
+                    sent = max(sent, upto)
+                for event in message["events"]:
+                    if event["seq"] > sent:
+                        yield _frame(event)
+                        sent = event["seq"]
+        finally:
+            for pending in (receiving, checking):
+                if pending is not None:
+                    pending.cancel()
+            for group in groups:
+                await layer.group_discard(group, channel)
+
+    response = StreamingHttpResponse(stream(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
+    return response

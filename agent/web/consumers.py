@@ -1,0 +1,191 @@
+"""The browser's WebSocket: frames in (prompt, cancel), rendered fragments out.
+
+A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
+run manager (which starts the run as a background task), and forwards the fragments the
+run broadcasts to the conversation's group. Bad frames get an error fragment; the socket
+stays open. Its credential (the session, signed in with the user's current password) is
+checked again on every frame it receives and at most once a second while it sends, besides
+the revocation messages (agent/web/revocation.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from functools import partial
+
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import HASH_SESSION_KEY
+
+from agent.access import conversation_for
+from agent.runs.claim import RunRefused
+from agent.runs.groups import group_name
+from agent.runs.manager import runs
+from agent.runs.snapshot import snapshot
+from agent.ui.fragments import render_catch_up, ws_error
+from agent.web.prompts import accept_prompt
+from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
+
+log = logging.getLogger(__name__)
+
+CLOSE_NOT_FOUND = 4404
+CLOSE_SIGNED_OUT = 4401
+# While frames stream out, the credential is re-checked at most this often (seconds): a
+# query per frame would be one per 50 ms per socket.
+RECHECK_INTERVAL = 1.0
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _owned(conversation_id, user, session=None):
+    """The conversation if the user owns it, and the hash the session was signed in with
+    (the session is loaded already, by the auth middleware; reading it here keeps any
+    query off the event loop)."""
+    # A socket's user object is as old as the socket: the access helper reads whether the
+    # account is still active from the database, in the same query.
+    conversation = conversation_for(user, conversation_id)
+    return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
+
+
+_refusal = database_sync_to_async(socket_refusal, thread_sensitive=False)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _catch_up(conversation_id, user, after: int) -> str:
+    found = snapshot(conversation_id, user, after)
+    if found is None:
+        return ws_error("This conversation is not available.", "forbidden")
+    conversation, events = found
+    return render_catch_up(events, after, conversation)
+
+
+class ConversationConsumer(AsyncWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        """Channels' dispatch first closes stale database connections through a hop to the
+        one thread-sensitive worker thread, for every message: every streamed frame of
+        every socket queued on that thread (the benchmark's worst bottleneck). This
+        consumer touches the database only through ``database_sync_to_async``, which does
+        that cleanup in its own thread, so the hop is skipped."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def connect(self) -> None:
+        self.conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
+        self.user = self.scope["user"]
+        session = self.scope.get("session")
+        conversation, self.session_hash = await _owned(self.conversation_id, self.user, session)
+        if conversation is None:
+            await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
+            return
+        self.session_key = session.session_key if session else None
+        self.checked_at, self.rechecking, self.refused = time.monotonic(), None, False
+        self.groups_joined = [
+            group_name(conversation.id),
+            user_group(self.user.pk),  # deactivation closes every socket of the user
+            *([session_group(session.session_key)] if session and session.session_key else []),
+        ]
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await runs.start_background()  # this process's cancel listener and run reaper
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "rechecking", None) is not None:
+            self.rechecking.cancel()
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def user_revoked(self, message: dict) -> None:
+        """The user was deactivated or this session signed out: the socket goes."""
+        await self._refuse("signed_out")
+
+    async def session_recheck(self, message: dict) -> None:
+        """The user's password changed: this socket goes unless its session was signed in
+        (or re-signed) with the new one."""
+        await self._recheck()
+
+    async def _refuse(self, reason: str) -> None:
+        if self.refused:
+            return
+        self.refused = True
+        if reason == NOT_FOUND:
+            await self.send(text_data=ws_error("This conversation is not available.", "forbidden"))
+            await self.close(code=CLOSE_NOT_FOUND)
+        else:
+            await self.send(text_data=ws_error("You have been signed out.", "signed_out"))
+            await self.close(code=CLOSE_SIGNED_OUT)
+
+    async def _recheck(self) -> bool:
+        """Reads the credential from the database (one query, in a worker thread); closes
+        the socket and returns False if it no longer holds."""
+        self.checked_at = time.monotonic()
+        reason, self.session_hash = await _refusal(
+            self.conversation_id, self.user.pk, self.session_key, self.session_hash
+        )
+        if reason is not None:
+            await self._refuse(reason)
+        return reason is None
+
+    async def _recheck_in_background(self) -> None:
+        try:
+            await self._recheck()
+        except Exception:  # a database hiccup: the next frame checks again
+            log.exception("could not re-check a socket's session")
+        finally:
+            self.rechecking = None
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # Checked again on every frame: a user deactivated, a password changed, a session
+        # ended since connecting must not keep driving the agent.
+        if self.refused or not await self._recheck():
+            return
+        frame = self._parse(text_data, bytes_data)
+        if isinstance(frame, str):
+            await self.send(text_data=ws_error(frame))
+            return
+        if frame.get("action") == "cancel":
+            await runs.cancel(self.conversation_id)
+            return
+        if frame.get("action") == "sync":
+            after = frame.get("after")
+            if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+                await self.send(text_data=ws_error("sync needs a whole number 'after'."))
+                return
+            await self.send(text_data=await _catch_up(self.conversation_id, self.user, after))
+            return
+        if "action" in frame:
+            await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
+            return
+        try:
+            await accept_prompt(self.conversation_id, self.user, frame.get("content"),
+                                remember=True)  # fmt: skip
+        except RunRefused as refused:
+            await self.send(text_data=ws_error(refused.message, refused.code))
+
+    @staticmethod
+    def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:
+        if text_data is None:
+            return "Frames must be JSON text."
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            return "That frame is not valid JSON."
+        if not isinstance(frame, dict):
+            return "A frame must be a JSON object."
+        return frame
+
+    async def conversation_batch(self, message: dict) -> None:
+        if self.refused:
+            return
+        # At most once a second, and beside the frames rather than in front of them: the
+        # check is a database round trip, and frames must not wait for it. What can still
+        # go out after a revocation is bounded by the interval.
+        if self.rechecking is None and time.monotonic() - self.checked_at >= RECHECK_INTERVAL:
+            self.checked_at = time.monotonic()
+            self.rechecking = asyncio.ensure_future(self._recheck_in_background())
+        await self.send(text_data=message["html"])

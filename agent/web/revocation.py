@@ -1,0 +1,184 @@
+"""Ending open sockets and event streams, and stopping runs, when access is withdrawn.
+
+Every open connection belongs to groups on the channel layer: a WebSocket to its user's and
+its session's, an API event stream to its user's and its token's. Withdrawing access sends
+a message to the group, so it reaches every server process (Redis, with ``REDIS_URL``):
+
+- deactivating or deleting a user (admin, shell: ``post_save`` / ``post_delete``) ends all
+  their sockets and streams and cancels their running prompts;
+- signing out ends the sockets of that session;
+- changing a password makes each of the user's sockets check its session against the new
+  password hash (``session.recheck``): the sessions signed in with the old password end;
+- revoking an API token (``agent.web.api_tokens.revoke_tokens``, which the admin uses; or saving
+  or deleting the token) ends the streams opened with it.
+
+A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
+connection also re-checks its credential in the database: a socket on each frame it
+receives and at most once a second while it sends (``socket_refusal``), a stream at each
+heartbeat and at most once a second while it sends (``agent.web.api_tokens.token_still_valid``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from importlib import import_module
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY
+from django.contrib.auth.signals import user_logged_out
+from django.db.models import Exists
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare
+
+log = logging.getLogger(__name__)
+
+# Why a socket was refused (socket_refusal).
+NOT_FOUND = "not_found"
+SIGNED_OUT = "signed_out"
+
+# Session engines whose sessions are rows of django_session (checked in the same query).
+_DB_SESSION_ENGINES = (
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cached_db",
+)
+
+
+def user_group(user_id) -> str:
+    return f"user.{int(user_id)}"
+
+
+def session_group(session_key: str) -> str:
+    return f"session.{hashlib.sha256(session_key.encode()).hexdigest()[:40]}"
+
+
+def token_group(token_id) -> str:
+    return f"token.{int(token_id)}"
+
+
+def _send(group: str, kind: str = "user.revoked") -> None:
+    try:
+        async_to_sync(get_channel_layer().group_send)(group, {"type": kind})
+    except Exception:  # a layer outage must not break an admin's save; frames re-check
+        log.exception("could not notify %s", group)
+
+
+def revoke_user(user) -> None:
+    from agent.access import owned_by
+    from agent.models import Conversation
+    from agent.runs.manager import cancel_from_sync
+
+    _send(user_group(user.pk))
+    running = owned_by(user.pk).filter(state=Conversation.State.RUNNING)
+    for conversation_id in running.values_list("id", flat=True):
+        cancel_from_sync(conversation_id)
+
+
+def notify_token_revoked(token_id) -> None:
+    """Ends the event streams opened with this token, on every process."""
+    _send(token_group(token_id), "token.revoked")
+
+
+@receiver(post_save, dispatch_uid="harness-revoke-inactive-user")
+def _on_user_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
+    from agent.models import User
+
+    if sender is not User or created:
+        return
+    if not instance.is_active:
+        revoke_user(instance)
+    # set_password() keeps the new raw password in _password until save() is done (that is
+    # how Django knows to run its password_changed hooks): this save changed the password.
+    elif getattr(instance, "_password", None) is not None or (
+        update_fields is not None and "password" in update_fields
+    ):
+        _send(user_group(instance.pk), "session.recheck")
+
+
+@receiver(post_delete, dispatch_uid="harness-revoke-deleted-user")
+def _on_user_deleted(sender, instance, **kwargs) -> None:
+    from agent.models import User
+
+    if sender is User:
+        _send(user_group(instance.pk))
+
+
+@receiver(post_save, dispatch_uid="harness-revoke-token-saved")
+def _on_token_saved(sender, instance, created, **kwargs) -> None:
+    from agent.models import ApiToken
+
+    # The admin's change form, or token.revoked = now; token.save() in a shell.
+    if sender is ApiToken and instance.revoked is not None:
+        notify_token_revoked(instance.pk)
+
+
+@receiver(post_delete, dispatch_uid="harness-revoke-token-deleted")
+def _on_token_deleted(sender, instance, **kwargs) -> None:
+    from agent.models import ApiToken
+
+    if sender is ApiToken:
+        notify_token_revoked(instance.pk)
+
+
+@receiver(user_logged_out, dispatch_uid="harness-revoke-session")
+def _on_logged_out(sender, request, user, **kwargs) -> None:
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key:
+        _send(session_group(key))
+
+
+def _hash_matches(session_hash: str | None, user) -> bool:
+    """Django's own test (``django.contrib.auth.get_user``): the session's hash against
+    the user's current password hash, or one made with a SECRET_KEY_FALLBACKS key."""
+    if not session_hash:
+        return False
+    if constant_time_compare(session_hash, user.get_session_auth_hash()):
+        return True
+    return any(
+        constant_time_compare(session_hash, fallback)
+        for fallback in user.get_session_auth_fallback_hash()
+    )
+
+
+def socket_refusal(
+    conversation_id, user_id: int, session_key: str | None, session_hash: str | None
+) -> tuple[str | None, str | None]:
+    """Whether a browser socket may go on: (None, the session's hash) if so, else
+    (NOT_FOUND or SIGNED_OUT, None). Blocking (call it from a thread).
+
+    One query: the conversation is still the user's, the user active, the session still
+    there and unexpired, and the user's password hash, which the session's hash (read when
+    the socket opened) must still match: a password changed since ends the sessions signed
+    in with the old one. Only when it does not match is the session read again (one more
+    query), in case it was re-signed with the new hash since (Django's
+    update_session_auth_hash, after a user changes their own password)."""
+    from django.contrib.sessions.models import Session
+
+    from agent.access import accessible_to
+    from agent.models import User
+
+    rows = accessible_to(user_id).filter(id=conversation_id)
+    db_sessions = settings.SESSION_ENGINE in _DB_SESSION_ENGINES
+    if session_key and db_sessions:
+        alive = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        rows = rows.annotate(alive=Exists(alive))
+        found = rows.values_list("owner__password", "alive").first()
+    else:
+        found = rows.values_list("owner__password").first()
+        found = (found[0], True) if found else None
+    if found is None:
+        return NOT_FOUND, None
+    password, alive = found
+    if not session_key or not alive:
+        return SIGNED_OUT, None
+    user = User(pk=user_id, password=password)
+    if _hash_matches(session_hash, user):
+        return None, session_hash
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key).get(HASH_SESSION_KEY)
+    if _hash_matches(fresh, user):
+        return None, fresh
+    return SIGNED_OUT, None

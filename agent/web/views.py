@@ -1,0 +1,151 @@
+"""Plain function views with explicit owner checks."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from agent.access import conversation_for, conversations_of, new_conversation
+from agent.core.config import MODELS
+from agent.core.tools import PathError
+from agent.models import Conversation
+from agent.runs.broadcast import interrupt_and_announce
+from agent.runs.config import agent_config
+from agent.runs.manager import cancel_from_sync
+from agent.runs.recovery import expired
+from agent.runs.snapshot import snapshot
+from agent.runs.workspaces import workspace_for
+from agent.ui import browse
+from agent.ui.transcript import Transcript, status_text
+from agent.web.throttle import Throttled, check_new_conversation
+
+TITLE_MAX = 200
+
+
+def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
+    conversation = conversation_for(request.user, conversation_id)
+    if conversation is None:
+        raise Http404("No such conversation")
+    return conversation
+
+
+def model_choices() -> list[tuple[str, str]]:
+    choices = list(MODELS)
+    if settings.HARNESS_MODEL not in dict(choices):
+        choices.insert(0, (settings.HARNESS_MODEL, settings.HARNESS_MODEL))
+    return choices
+
+
+def _throttled_page(request: HttpRequest, refusal: Throttled) -> HttpResponse:
+    response = render(request, "agent/throttled.html", {"message": refusal.message}, status=429)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    conversation = conversations_of(request.user).first()
+    if conversation is None:
+        try:  # counted too: deleting every conversation must not get around the limit
+            check_new_conversation(request.user)
+        except Throttled as refusal:
+            return _throttled_page(request, refusal)
+        conversation = new_conversation(request.user, settings.HARNESS_MODEL)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
+    # A run whose process died shows as ended (and open pages are told).
+    interrupt_and_announce(expired().filter(id=conversation_id, owner=request.user))
+    found = snapshot(conversation_id, request.user)
+    if found is None:
+        raise Http404("No such conversation")
+    conversation, events = found
+    transcript = Transcript.of(events)
+    status, live = transcript.status, transcript.live
+    # The status line shows how the last prompt ended, or what the running one is doing.
+    state = status.state if status else "idle"
+    if conversation.state == Conversation.State.IDLE:
+        state = "idle"
+    context = {
+        "conversation": conversation,
+        "conversations": conversations_of(request.user)[:200],
+        "parts": transcript.parts,
+        # A text block still streaming: shown as the live block the socket continues.
+        "live_text": live.content if live else "",
+        "live_seq": live.seq if live else 0,
+        "status_state": state,
+        "status_text": status_text(state, status.message if status else None),
+        "models": model_choices(),
+        "offline": agent_config().offline,
+        "prompt_history": request.user.prompt_history or [],
+        "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
+    }
+    return render(request, "agent/conversation.html", context)
+
+
+@login_required
+@require_POST
+def create_conversation(request: HttpRequest) -> HttpResponse:
+    try:
+        check_new_conversation(request.user)  # per user and hour (agent/web/throttle.py)
+    except Throttled as refusal:
+        return _throttled_page(request, refusal)
+    conversation = new_conversation(request.user, settings.HARNESS_MODEL)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
+    conversation.save(update_fields=["title", "updated"])
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    if conversation.state == Conversation.State.RUNNING:
+        cancel_from_sync(conversation.id)
+    conversation.delete()
+    return redirect("home")
+
+
+@login_required
+@require_POST
+def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    model = request.POST.get("model", "")
+    if model in dict(model_choices()):
+        conversation.model = model
+        conversation.save(update_fields=["model", "updated"])
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_GET
+def workspace_files(request: HttpRequest) -> HttpResponse:
+    """The signed-in user's workspace: a directory listing or a file view (read-only).
+    Loaded into the chat's side panel by htmx, or shown as a page on its own."""
+    workspace = workspace_for(request.user.pk)
+    path = request.GET.get("path", "")
+    context: dict = {"error": None}
+    try:
+        rel, shown, truncated = browse.browse(workspace, path)
+        context["crumbs"] = browse.crumbs(rel)
+        if isinstance(shown, browse.FileView):
+            context["file"] = shown
+        else:
+            context["entries"], context["truncated"] = shown, truncated
+    except PathError as exc:
+        context.update(error=str(exc), crumbs=browse.crumbs(""))
+    template = "agent/_files.html" if request.headers.get("HX-Request") else "agent/files.html"
+    status = 404 if context["error"] else 200
+    return render(request, template, context, status=status)
