@@ -12,6 +12,7 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
+from agent.core.events import USAGE_FIELDS
 from agent.models import ApiToken, Conversation, Event, User
 from agent.runs.eventlog import from_stored
 from agent.ui.export import conversation_json, conversation_markdown
@@ -96,8 +97,7 @@ class ConversationAdmin(admin.ModelAdmin):
     date_hierarchy = "created"
     actions = (export_markdown, export_json)
     readonly_fields = ("id", "owner", "model", "state", "created", "updated", "last_seq",
-                       "input_tokens", "output_tokens", "cache_read_input_tokens",
-                       "cache_creation_input_tokens", "cost_usd", "transcript")  # fmt: skip
+                       *USAGE_FIELDS, "cost_usd", "transcript")  # fmt: skip
     fields = ("title", *readonly_fields)
 
     def has_add_permission(self, request):

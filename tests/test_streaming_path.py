@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from channels.exceptions import ChannelFull
@@ -226,3 +227,41 @@ def test_the_server_moves_its_startup_objects_out_of_the_collectors_way():
                           text=True, timeout=120, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) > 100_000  # Django, Channels and the SDK, frozen
+
+
+def test_the_render_worker_exits_when_the_server_is_killed():
+    """A SIGKILLed (or OOM-killed) server runs no clean-up: its render worker must still go,
+    not live on as an orphan."""
+    code = (
+        "import asyncio, os, sys\n"
+        "from agent.ui import render_pool\n"
+        "asyncio.run(render_pool.prerender(['# long\\n\\n' + 'word ' * 2000]))\n"
+        "print(*render_pool._pool._processes, flush=True)\n"
+        "sys.stdin.read()\n"  # the server lives on, until it is killed
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        workers = [int(pid) for pid in server.stdout.readline().split()]
+        assert workers, "the render worker did not start"
+        assert all(_alive(pid) for pid in workers)
+        server.kill()
+        server.wait()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers), "the render worker outlived the server"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its (new) parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

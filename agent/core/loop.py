@@ -21,10 +21,12 @@ from agent.core import history
 from agent.core.config import Config
 from agent.core.errors import classify
 from agent.core.events import (
+    USAGE_FIELDS,
     ErrorEvent,
     Event,
     StatusEvent,
     TextEvent,
+    ToolCallEvent,
     ToolResultEvent,
     UsageEvent,
     UserEvent,
@@ -179,14 +181,14 @@ class AgentLoop:
                 self._messages.append({"role": "assistant", "content": content})
             self._acc = None
             if stop == "max_tokens":
-                cut = acc.unfinished_tool_names() + [t.name for t in acc.invalid_tool_inputs]
+                cut = acc.unfinished_tool_names() + acc.invalid_tool_names
                 extra = f" The call to {', '.join(cut)} was cut off and not run." if cut else ""
                 self._emit(ErrorEvent(
                     message=f"The response reached max_tokens ({self.config.max_tokens}) "
                     f"and is incomplete.{extra}", code="max_tokens",
                 ))  # fmt: skip
-            elif acc.invalid_tool_inputs:
-                names = ", ".join(t.name for t in acc.invalid_tool_inputs)
+            elif acc.invalid_tool_names:
+                names = ", ".join(acc.invalid_tool_names)
                 self._emit(ErrorEvent(
                     message=f"Ignored a tool call with malformed input ({names}).",
                     code="invalid_tool_input",
@@ -222,7 +224,7 @@ class AgentLoop:
             async for raw in wire.events(stream):
                 for event in acc.feed(raw):
                     event = self._emit(event)
-                    if event.type == "tool_call":
+                    if isinstance(event, ToolCallEvent):
                         self._open_calls[event.id] = event.name
         except asyncio.CancelledError:
             raise
@@ -246,14 +248,9 @@ class AgentLoop:
         u = acc.usage
         if not (u.input_tokens or u.output_tokens):
             return
-        self._emit(UsageEvent(
-            input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens,
-            cache_read_input_tokens=u.cache_read_input_tokens,
-            cache_creation_input_tokens=u.cache_creation_input_tokens,
-            cost_usd=cost_usd(acc.model or self.config.model, u.input_tokens, u.output_tokens,
-                              u.cache_read_input_tokens, u.cache_creation_input_tokens),
-        ))  # fmt: skip
+        counts = {name: getattr(u, name) for name in USAGE_FIELDS}
+        model = acc.model or self.config.model
+        self._emit(UsageEvent(**counts, cost_usd=cost_usd(model, **counts)))
 
     async def _run_tools(self, tool_uses: list[dict[str, Any]]) -> None:
         """Run tools in order; after the first error the rest are skipped (fail-fast), but

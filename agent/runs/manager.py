@@ -104,7 +104,7 @@ class RunManager:
         page's prompts; not the API's)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
-            if existing.harness.running:
+            if existing.agent.running:
                 raise RunRefused(
                     "prompt_running", "A prompt is already running; wait or cancel it."
                 )
@@ -148,7 +148,7 @@ class RunManager:
 
     def cancel_local(self, conversation_id) -> bool:
         run = self._runs.get(str(conversation_id))
-        return run.harness.cancel() if run is not None else False
+        return run.agent.cancel() if run is not None else False
 
     async def cancel(self, conversation_id) -> bool:
         """Cancel the conversation's run in whichever process runs it. True when this

@@ -18,6 +18,8 @@ from agent.core import history
 from agent.core.events import ErrorEvent, StatusEvent, TextDeltaEvent, TextEvent
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
+from agent.runs.eventlog import from_stored
+from agent.ui.transcript import Transcript
 
 MESSAGE = "The server stopped while this prompt was running; what it produced is kept."
 # Text deltas are broadcast at once but stored at most once a second, so the dead process
@@ -53,8 +55,8 @@ def interrupt(
 
 def _close(conversation: Conversation) -> list[CoreEvent]:
     deltas = Event.objects.filter(conversation=conversation, type=TextDeltaEvent.type)
-    deltas = deltas.order_by("seq")
-    partial = "".join(row.payload.get("content", "") for row in deltas)
+    live = Transcript.of(from_stored(deltas.order_by("seq").values_list("payload", flat=True))).live
+    partial = live.content if live else ""
     seq = conversation.last_seq + SEQ_SKIP
     closing: list[CoreEvent] = []
     if partial:

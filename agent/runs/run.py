@@ -72,7 +72,7 @@ class Run:
         self.content = content
         self.inbox = Inbox()
         self.renderer = FragmentRenderer()
-        self.harness = AgentLoop(
+        self.agent = AgentLoop(
             client_for(self.config),
             build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
             self.config,
@@ -94,7 +94,7 @@ class Run:
         writer = asyncio.create_task(self._write())
         lease = asyncio.create_task(self._keep_lease())
         try:
-            await self.harness.prompt(self.content)
+            await self.agent.prompt(self.content)
         except Exception:  # the loop ends runs as events; this is a bug guard
             log.exception("run of %s crashed", self.conversation.id)
         finally:
@@ -103,7 +103,7 @@ class Run:
             with contextlib.suppress(Exception):
                 await writer
             if self._storage_failure is None:
-                await finish(self.conversation.id, self.harness.messages, self.harness.next_seq - 1)
+                await finish(self.conversation.id, self.agent.messages, self.agent.next_seq - 1)
             else:
                 await self._finish_after_storage_failure()
 
@@ -116,7 +116,7 @@ class Run:
             await asyncio.sleep(delay)
             try:
                 await finish(
-                    self.conversation.id, self.harness.messages, self.harness.next_seq - 1,
+                    self.conversation.id, self.agent.messages, self.agent.next_seq - 1,
                     Conversation.State.ERROR,
                 )  # fmt: skip
                 return
@@ -138,7 +138,7 @@ class Run:
                 continue
             if not ours:
                 log.warning("run of %s lost its lease; stopping it", self.conversation.id)
-                self.harness.cancel()
+                self.agent.cancel()
                 return
 
     async def _write(self) -> None:
@@ -178,7 +178,7 @@ class Run:
                     # Stored before it is sent: a page never shows what a reload would lose.
                     history = None
                     if any(isinstance(e, HISTORY_CHANGES) for e in batch):
-                        history = self.harness.messages
+                        history = self.agent.messages
                     await self._stored_partial()
                     fresh = await self._store(unsaved + batch, history)
                     conversation = fresh or conversation
@@ -222,7 +222,7 @@ class Run:
             return False
         log.error("run of %s stopped: its events cannot be stored (%s: %s)",
                   self.conversation.id, type(exc).__name__, exc)  # fmt: skip
-        self.harness.cancel()
+        self.agent.cancel()
         return True
 
     async def _send_unstored(self, batch: list[Event], conversation) -> None:
@@ -249,8 +249,8 @@ class Run:
         if self._failure_shown:
             return
         message, code = self._storage_failure
-        seq = self.harness.next_seq
-        self.harness.next_seq += 2  # the final save's last_seq covers them
+        seq = self.agent.next_seq
+        self.agent.next_seq += 2  # the final save's last_seq covers them
         closing: list[Event] = [
             ErrorEvent(seq=seq, message=message, code=code),
             StatusEvent(seq=seq + 1, state="error", message="Not saved"),

@@ -6,7 +6,8 @@ of a burst of answers the stalls add up to the worst latencies the benchmark mea
 run writer hands completed text to ``prerender`` first; the worker runs the same function
 (``rendering.render_uncached``) and its result lands in the render cache, where the
 fragment renderer finds it. Short texts are cheaper rendered in place; if the worker
-fails, rendering simply happens in place, as before.
+fails, rendering simply happens in place, as before. The worker exits by itself when the
+server dies, however it dies (a SIGKILL or the OOM killer run no clean-up).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 from agent.ui import markdown as rendering
@@ -21,15 +25,35 @@ from agent.ui import markdown as rendering
 log = logging.getLogger(__name__)
 
 OFFLOAD_CHARS = 2_000  # below this, a render costs less than the trip to the worker
+PARENT_CHECK_INTERVAL = 0.5  # seconds between the worker's looks at its parent
 
 _pool: ProcessPoolExecutor | None = None
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In the worker: exit once the server that started it is gone. A worker waiting for
+    work never notices by itself (it holds its task queue's pipe open at both ends), and
+    PR_SET_PDEATHSIG would follow the thread that happened to start it, not the process;
+    a dead parent shows as a new parent id (the worker is re-parented)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_INTERVAL)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _get_pool() -> ProcessPoolExecutor:
     global _pool
     if _pool is None:
         # spawn: a fresh interpreter, not a fork of a process with threads and a loop.
-        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        _pool = ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_exit_with_parent,
+            initargs=(os.getpid(),),
+        )
     return _pool
 
 

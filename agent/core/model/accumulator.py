@@ -14,7 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.core.events import Event, ReasoningEvent, TextDeltaEvent, TextEvent, ToolCallEvent
+from agent.core.events import (
+    USAGE_FIELDS,
+    Event,
+    ReasoningEvent,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+)
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -45,21 +52,10 @@ class Usage:
     def update(self, usage: Any) -> None:
         if usage is None:
             return
-        for name in (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        ):
+        for name in USAGE_FIELDS:
             value = _get(usage, name)
             if isinstance(value, int):  # message_delta counts are cumulative
                 setattr(self, name, value)
-
-
-@dataclass(slots=True)
-class InvalidToolInput:
-    name: str
-    error: str
 
 
 class TurnAccumulator:
@@ -68,11 +64,10 @@ class TurnAccumulator:
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
         self.stop_reason: str | None = None
-        self.stop_details: Any = None
-        self.message_stopped = False
         self.usage = Usage()
         self.model: str | None = None
-        self.invalid_tool_inputs: list[InvalidToolInput] = []
+        # Tools whose call came with input that is not a JSON object: not run.
+        self.invalid_tool_names: list[str] = []
 
     def feed(self, event: Any) -> list[Event]:
         kind = _get(event, "type")
@@ -89,11 +84,8 @@ class TurnAccumulator:
         elif kind == "message_delta":
             delta = _get(event, "delta")
             self.stop_reason = _get(delta, "stop_reason") or self.stop_reason
-            self.stop_details = _get(delta, "stop_details")
             self.usage.update(_get(event, "usage"))
-        elif kind == "message_stop":
-            self.message_stopped = True
-        # ping and unknown event types are tolerated and ignored
+        # message_stop, ping and unknown event types are tolerated and ignored
         return []
 
     def _start(self, event: Any) -> list[Event]:
@@ -148,11 +140,10 @@ class TurnAccumulator:
             raw = "".join(block.parts)
             try:
                 params = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError as exc:
-                self.invalid_tool_inputs.append(InvalidToolInput(block.name, str(exc)))
-                return []
+            except json.JSONDecodeError:
+                params = None
             if not isinstance(params, dict):
-                self.invalid_tool_inputs.append(InvalidToolInput(block.name, "not an object"))
+                self.invalid_tool_names.append(block.name)
                 return []
             block.api_block = {
                 "type": "tool_use", "id": block.id, "name": block.name, "input": params,

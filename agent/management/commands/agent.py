@@ -12,7 +12,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from agent.core.config import ConfigError
-from agent.core.events import Event
+from agent.core.events import (
+    ErrorEvent,
+    Event,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from agent.core.loop import AgentLoop
 from agent.core.model.client import make_client
 from agent.core.system_prompt import build_system_prompt
@@ -127,13 +134,13 @@ class EventPrinter:
         if self.events:
             self._write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
             return
-        if event.type == "text_delta":
+        if isinstance(event, TextDeltaEvent):
             if not self.in_block and self.blocks:
                 self._write("\n")  # a blank line between text blocks
             self.in_block = True
             self._write(event.content)
             self.at_line_start = event.content.endswith("\n")
-        elif event.type == "text":
+        elif isinstance(event, TextEvent):
             if not self.in_block:  # a block that arrived whole (no deltas)
                 self._write(("\n" if self.blocks else "") + event.content)
                 self.at_line_start = event.content.endswith("\n")
@@ -142,9 +149,9 @@ class EventPrinter:
                 self.at_line_start = True
             self.in_block = False
             self.blocks += 1
-        elif event.type == "tool_call":
+        elif isinstance(event, ToolCallEvent):
             self.err.write(f"→ {event.name} {json.dumps(event.input, ensure_ascii=False)}\n")
-        elif event.type == "tool_result" and event.isError:
+        elif isinstance(event, ToolResultEvent) and event.isError:
             self.err.write(f"✗ {event.result[:500]}\n")
-        elif event.type == "error" and event.code in ("max_turns", "max_tokens", "refusal"):
+        elif isinstance(event, ErrorEvent) and event.code in ("max_turns", "max_tokens", "refusal"):
             self.err.write(f"warning: {event.message}\n")
