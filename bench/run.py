@@ -75,7 +75,7 @@ class Cluster:
     spread over them round-robin, as a load balancer with sticky sessions would."""
 
     def __init__(self, root: Path, options: Options, model_url: str):
-        from tests.live import LiveServer
+        from testkit.live import LiveServer
 
         env = {
             "DJANGO_DEBUG": "0",

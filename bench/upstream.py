@@ -16,7 +16,7 @@ import asyncio
 import re
 import time
 
-from tests.model_server import encode_event, message_end, message_start
+from testkit.model_server import encode_event, message_end, message_start
 
 STAMP = re.compile(r"(\d+):(\d{16,20}) ")
 

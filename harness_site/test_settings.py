@@ -12,7 +12,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 HARNESS_WORKSPACE_STORAGE = "plain"
 # Rate-limit counters live in the process's cache, which outlives each test's database (and
 # user ids come back): high here; the tests of the limits set their own and clear the cache
-# (tests/test_throttling.py).
+# (tests/web/test_throttling.py).
 HARNESS_CONVERSATIONS_PER_HOUR = 1_000_000
 HARNESS_API_TOKEN_FAILURES = 1_000_000
 

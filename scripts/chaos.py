@@ -268,8 +268,8 @@ def main(argv=None) -> int:
     if not (args.url or args.spawn):
         parser.error("give --url or --spawn")
     if args.spawn:
-        from tests.live import LiveServer
-        from tests.model_server import ModelServer, text_reply
+        from testkit.live import LiveServer
+        from testkit.model_server import ModelServer, text_reply
 
         model = ModelServer().start()
         answer = " ".join(f"word{i}" for i in range(args.words))

@@ -11,7 +11,7 @@ import pytest
 from agent.core.config import Config
 from agent.core.loop import AgentLoop
 from agent.core.tools import Workspace, build_tools
-from tests.model_server import ModelServer
+from testkit.model_server import ModelServer
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -52,7 +52,7 @@ def require_redis() -> str:
 @contextmanager
 def two_servers(root, model_url: str, *users: str):
     """Two live servers sharing a fresh PostgreSQL database and Redis."""
-    from tests.live import LiveServer
+    from testkit.live import LiveServer
 
     redis_url = require_redis()
     with fresh_pg_database() as database_url:

@@ -35,27 +35,30 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UserEvent(Event):
+class _ContentEvent(Event):
+    """An event that carries a text: a prompt, an answer or a part of one, reasoning."""
+
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserEvent(_ContentEvent):
     type: ClassVar[str] = "user"
-    content: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextDeltaEvent(Event):
+class TextDeltaEvent(_ContentEvent):
     type: ClassVar[str] = "text_delta"
-    content: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextEvent(Event):
+class TextEvent(_ContentEvent):
     type: ClassVar[str] = "text"
-    content: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReasoningEvent(Event):
+class ReasoningEvent(_ContentEvent):
     type: ClassVar[str] = "reasoning"
-    content: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

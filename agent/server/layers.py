@@ -104,7 +104,7 @@ class RedisLayer(RedisPubSubChannelLayer):
 
 class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     # Reads the shard's Redis client and subscription set (channels-redis 4.x internals,
-    # pinned in pyproject.toml; tests/test_services.py exercises them against Redis).
+    # pinned in pyproject.toml; tests/deploy/test_services.py exercises them against Redis).
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._peers: dict[str, tuple[float, int]] = {}  # group channel -> (when, count)

@@ -38,7 +38,7 @@ ALLOWED_ATTRIBUTES = {
 }
 # Exact class names, per tag: what codehilite and Pygments' HtmlFormatter emit (and
 # static/pygments.css styles, under .codehilite only). Never one of the app's own classes
-# (tests/test_rendering_classes.py checks every class the app's CSS and templates use).
+# (tests/ui/test_rendering_classes.py checks every class the app's CSS and templates use).
 HIGHLIGHT_WRAPPER = "codehilite"
 TOKEN_CLASSES = frozenset(name for name in STANDARD_TYPES.values() if name) | {"hll"}
 ALLOWED_CLASSES = {"div": frozenset({HIGHLIGHT_WRAPPER}), "span": TOKEN_CLASSES}

@@ -116,11 +116,16 @@ def _diff_class(line: str) -> str:
 
 @dataclass
 class LiveText:
-    """A text block still streaming: its deltas so far."""
+    """A text block still streaming: its deltas so far (kept as pieces and joined when
+    read: a long answer's deltas must not copy the whole text each)."""
 
     seq: int  # of its first delta
     last_seq: int
-    content: str
+    pieces: list[str]
+
+    @property
+    def content(self) -> str:
+        return "".join(self.pieces)
 
 
 class Transcript:
@@ -140,9 +145,9 @@ class Transcript:
         its call's part; an unknown call's result changes nothing)."""
         if isinstance(event, TextDeltaEvent):
             if self.live is None:
-                self.live = LiveText(event.seq, event.seq, event.content)
-            else:
-                self.live.last_seq, self.live.content = event.seq, self.live.content + event.content
+                self.live = LiveText(event.seq, event.seq, [])
+            self.live.last_seq = event.seq
+            self.live.pieces.append(event.content)
             return None
         if isinstance(event, ToolResultEvent):
             part = self.tools.get(event.id)

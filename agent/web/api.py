@@ -148,15 +148,23 @@ def conversations(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"id": str(conversation.id)}, status=201)
 
 
-async def _owned(request: HttpRequest, conversation_id) -> Conversation | None:
-    return await sync_to_async(conversation_for)(request.api_user, conversation_id)
+def of_conversation(view):
+    """An API view of one conversation: called with it when the caller may reach it (the
+    access helper), else 404 (another user's conversation is not found, never forbidden)."""
+
+    @wraps(view)
+    async def wrapper(request: HttpRequest, conversation_id) -> HttpResponse:
+        conversation = await sync_to_async(conversation_for)(request.api_user, conversation_id)
+        if conversation is None:
+            return api_error(404, "not_found", "No such conversation.")
+        return await view(request, conversation)
+
+    return wrapper
 
 
 @api_view("POST")
-async def prompt(request: HttpRequest, conversation_id) -> JsonResponse:
-    conversation = await _owned(request, conversation_id)
-    if conversation is None:
-        return api_error(404, "not_found", "No such conversation.")
+@of_conversation
+async def prompt(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     body = _json_body(request)
     content = body.get("content") if body is not None else None
     try:
@@ -169,10 +177,8 @@ async def prompt(request: HttpRequest, conversation_id) -> JsonResponse:
 
 
 @api_view("POST")
-async def cancel(request: HttpRequest, conversation_id) -> JsonResponse:
-    conversation = await _owned(request, conversation_id)
-    if conversation is None:
-        return api_error(404, "not_found", "No such conversation.")
+@of_conversation
+async def cancel(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     if conversation.state != Conversation.State.RUNNING:
         return JsonResponse({"cancelled": False})
     await runs.cancel(conversation.id)  # here or, through the channel layer, elsewhere
@@ -193,10 +199,8 @@ def _frame(event: dict[str, Any]) -> str:
 
 
 @api_view("GET")
-async def events(request: HttpRequest, conversation_id) -> HttpResponse:
-    conversation = await _owned(request, conversation_id)
-    if conversation is None:
-        return api_error(404, "not_found", "No such conversation.")
+@of_conversation
+async def events(request: HttpRequest, conversation: Conversation) -> HttpResponse:
     since = _since(request)
     if since is None:
         return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")

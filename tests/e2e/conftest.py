@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import LiveServer
-from tests.model_server import ModelServer, echo_fallback
+from testkit.live import LiveServer
+from testkit.model_server import ModelServer, echo_fallback
 
 CHROMIUM = "/usr/bin/chromium"
 USERS = ("alice", "bob", "mallory")  # ids 1, 2, 3 in the live database

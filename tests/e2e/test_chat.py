@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import parts, send, sign_in, wait_idle
-from tests.model_server import text_reply, tool_reply
 
 
 def test_sign_in_lands_on_a_conversation_with_an_open_socket(new_context, fresh_model):

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
+from testkit.live import LiveServer
+from testkit.model_server import text_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
-from tests.live import LiveServer
-from tests.model_server import text_reply
 
 
 @pytest.fixture(scope="module")

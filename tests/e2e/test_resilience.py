@@ -3,8 +3,8 @@ joins it, and nothing is shown twice."""
 
 from __future__ import annotations
 
+from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import parts, send, sign_in, wait_idle
-from tests.model_server import text_reply, tool_reply
 
 ANSWER = " ".join(f"w{i}" for i in range(400))
 
@@ -87,7 +87,7 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
 def test_upstream_failure_shows_the_api_message_and_retry_resends_the_prompt(
     new_context, fresh_model
 ):
-    from tests.model_server import HttpError
+    from testkit.model_server import HttpError
 
     overloaded = HttpError(529, "overloaded_error", "Overloaded, try later",
                            {"retry-after-ms": "5"})  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api_client import Api
+from testkit.api_client import Api
+from testkit.model_server import text_reply
 from tests.e2e.conftest import sign_in, wait_idle
-from tests.model_server import text_reply
 from tests.services import two_servers
 
 pytestmark = pytest.mark.services

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+from testkit.model_server import Stream, message_end, message_start, text_block, tool_block
 from tests.e2e.conftest import send, sign_in, wait_idle
-from tests.model_server import Stream, message_end, message_start, text_block, tool_block
 from tests.xss_corpus import xss_payloads
 
 CHUNK = 100

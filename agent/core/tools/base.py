@@ -33,6 +33,18 @@ class Tool(Protocol):
     async def execute(self, params: dict[str, Any]) -> ToolResult: ...
 
 
+def object_schema(*, required: tuple[str, ...], **properties: tuple[str, str]) -> dict[str, Any]:
+    """A tool's input schema: a JSON object of typed, described properties, each given as
+    ``name=(json type, description)``, in order."""
+    return {
+        "type": "object",
+        "properties": {
+            name: {"type": kind, "description": text} for name, (kind, text) in properties.items()
+        },
+        "required": list(required),
+    }
+
+
 def tool_spec(tool: Tool) -> dict[str, Any]:
     """The tool as declared to the Messages API."""
     return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}

@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from agent.core.tools.base import ParamError, ToolResult, fail, ok, require_str
+from agent.core.tools.base import ParamError, ToolResult, fail, object_schema, ok, require_str
 from agent.core.tools.cgroups import (
     CONTROLLERS,
     RunCgroup,
@@ -180,11 +180,10 @@ async def _release(manager: SandboxCgroups, cgroup: RunCgroup) -> RunStats:
 
 class BashTool:
     name = "bash"
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"command": {"type": "string", "description": "The bash command to run"}},
-        "required": ["command"],
-    }
+    input_schema = object_schema(
+        command=("string", "The bash command to run"),
+        required=("command",),
+    )
 
     def __init__(
         self,

@@ -6,7 +6,15 @@ import difflib
 import os
 from typing import Any
 
-from agent.core.tools.base import ParamError, ToolResult, fail, ok, optional_int, require_str
+from agent.core.tools.base import (
+    ParamError,
+    ToolResult,
+    fail,
+    object_schema,
+    ok,
+    optional_int,
+    require_str,
+)
 from agent.core.tools.fileio import workers
 from agent.core.tools.workspace import PathError, Workspace, os_error_message
 
@@ -49,15 +57,12 @@ class ReadTool(FileTool):
         'Returns {"content": ...} or {"error": ...}. Limits: 1 MB per read (use a line '
         "range for larger files); binary files are refused."
     )
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "Absolute or relative file path"},
-            "start_line": {"type": "integer", "description": "First line to read (1-indexed)"},
-            "end_line": {"type": "integer", "description": "Last line to read (inclusive)"},
-        },
-        "required": ["path"],
-    }
+    input_schema = object_schema(
+        path=("string", "Absolute or relative file path"),
+        start_line=("integer", "First line to read (1-indexed)"),
+        end_line=("integer", "Last line to read (inclusive)"),
+        required=("path",),
+    )
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:
@@ -145,14 +150,11 @@ class WriteTool(FileTool):
         "directories are created. Use for new files or full rewrites; prefer edit for changes. "
         "Limit: 10 MB."
     )
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path relative to the workspace"},
-            "content": {"type": "string", "description": "The complete new file content"},
-        },
-        "required": ["path", "content"],
-    }
+    input_schema = object_schema(
+        path=("string", "File path relative to the workspace"),
+        content=("string", "The complete new file content"),
+        required=("path", "content"),
+    )
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:
@@ -184,15 +186,12 @@ class EditTool(FileTool):
         "must match exactly once (whitespace included); add surrounding lines to make it "
         "unique. Read the file first."
     )
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path relative to the workspace"},
-            "old_str": {"type": "string", "description": "Exact text to replace (unique)"},
-            "new_str": {"type": "string", "description": "Replacement text"},
-        },
-        "required": ["path", "old_str", "new_str"],
-    }
+    input_schema = object_schema(
+        path=("string", "File path relative to the workspace"),
+        old_str=("string", "Exact text to replace (unique)"),
+        new_str=("string", "Replacement text"),
+        required=("path", "old_str", "new_str"),
+    )
 
     def _execute(self, params: dict[str, Any]) -> ToolResult:
         try:

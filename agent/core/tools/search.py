@@ -14,7 +14,7 @@ import resource
 import stat
 from typing import Any
 
-from agent.core.tools.base import ParamError, ToolResult, fail, ok, require_str
+from agent.core.tools.base import ParamError, ToolResult, fail, object_schema, ok, require_str
 from agent.core.tools.fileio import workers
 from agent.core.tools.process import plain_env, run_process
 from agent.core.tools.workspace import Opened, PathError, Workspace
@@ -64,11 +64,10 @@ class ListDirTool:
         'date). Returns {"entries": raw ls output} or {"error": ...}. Output over 100 KB '
         "is cut in the middle."
     )
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {"path": {"type": "string", "description": "Directory path to list"}},
-        "required": ["path"],
-    }
+    input_schema = object_schema(
+        path=("string", "Directory path to list"),
+        required=("path",),
+    )
 
     def __init__(self, workspace: Workspace):
         self.workspace = workspace
@@ -99,15 +98,12 @@ class GrepTool:
         "`filename:line_number:content`. No match is success with empty matches. "
         "Output over 100 KB is cut in the middle."
     )
-    input_schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "description": "Search pattern (BRE regex)"},
-            "path": {"type": "string", "description": "File or directory path"},
-            "recursive": {"type": "boolean", "description": "Search recursively (default: false)"},
-        },
-        "required": ["pattern", "path"],
-    }
+    input_schema = object_schema(
+        pattern=("string", "Search pattern (BRE regex)"),
+        path=("string", "File or directory path"),
+        recursive=("boolean", "Search recursively (default: false)"),
+        required=("pattern", "path"),
+    )
 
     def __init__(self, workspace: Workspace):
         self.workspace = workspace

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from tests.live import LiveServer
+from testkit.live import LiveServer
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tests.api_client import Api
-from tests.live import LiveServer
+from testkit.api_client import Api
+from testkit.live import LiveServer
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from tests.live import LiveServer
+from testkit.live import LiveServer
 
 
 def mode(path) -> int:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from tests.api_client import Api, read_until
-from tests.live import LiveServer
-from tests.model_server import echo_fallback, text_reply, tool_reply
+from testkit.api_client import Api, read_until
+from testkit.live import LiveServer
+from testkit.model_server import echo_fallback, text_reply, tool_reply
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ from django.utils import timezone
 from agent.models import ApiToken, Conversation, User
 from agent.runs.manager import runs
 from harness_site.asgi import application
-from tests import test_consumer
-from tests.model_server import text_reply
-from tests.test_consumer import make_user, socket
+from testkit.model_server import text_reply
+from tests.web import test_consumer
+from tests.web.test_consumer import make_user, socket
 
 # The consumer tests' fixtures: a user with a conversation, the agent on the test model.
 agent_settings, alice = test_consumer.agent_settings, test_consumer.alice

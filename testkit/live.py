@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import REPO
+REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:

@@ -86,7 +86,7 @@ def test_opening_the_page_of_a_dead_run_shows_it_ended(client, owner):
 @pytest.mark.django_db(transaction=True)
 async def test_a_run_that_loses_its_lease_stops(settings, model_server, tmp_path):
     from agent.runs.manager import runs
-    from tests.model_server import text_reply
+    from testkit.model_server import text_reply
 
     settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "k", model_server.url
     settings.HARNESS_WORKSPACES, settings.HARNESS_BASH = tmp_path, "off"

@@ -24,9 +24,9 @@ from agent.core.tools.files import EditTool, ReadTool, WriteTool
 from agent.core.tools.search import GrepTool, ListDirTool
 from agent.core.tools.workspace import PathError, Workspace
 from agent.ui import browse
-from tests.api_client import Api, read_until
-from tests.live import LiveServer
-from tests.model_server import text_reply, tool_reply
+from testkit.api_client import Api, read_until
+from testkit.live import LiveServer
+from testkit.model_server import text_reply, tool_reply
 
 CALL_DEADLINE = 5.0  # far above "milliseconds", far below "forever"
 

@@ -34,10 +34,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agent.server import storage
-from tests.api_client import Api, read_until
+from testkit.api_client import Api, read_until
+from testkit.live import LiveServer
+from testkit.model_server import text_reply, tool_reply
 from tests.conftest import require_bwrap, require_service
-from tests.live import LiveServer
-from tests.model_server import text_reply, tool_reply
 
 QUOTA_MB = 8
 

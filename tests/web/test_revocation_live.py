@@ -17,8 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.api_client import Api, read_until
-from tests.live import LiveServer, free_port
+from testkit.api_client import Api, read_until
+from testkit.live import LiveServer, free_port
 from tests.services import require_redis
 
 pytestmark = pytest.mark.services

@@ -142,7 +142,7 @@ def test_read_non_utf8_text_is_replaced_not_crashing(read, workspace):
 
 def test_a_directory_swapped_for_a_symlink_is_refused(read, workspace, tmp_path):
     """`sub` has become a symlink to a directory outside: the walk from the root's
-    descriptor meets the link and refuses it (the race itself: tests/test_file_races.py)."""
+    descriptor meets the link and refuses it (the race itself: tests/core/test_file_races.py)."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("host secret")

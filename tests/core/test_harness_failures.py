@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import types
-from tests.history_check import assert_valid_history
-from tests.model_server import (
+from testkit.model_server import (
     PING,
     HttpError,
     Raw,
@@ -21,6 +19,8 @@ from tests.model_server import (
     tool_block,
     tool_reply,
 )
+from tests.conftest import types
+from tests.history_check import assert_valid_history
 
 FAST_RETRY = {"retry-after-ms": "10"}
 

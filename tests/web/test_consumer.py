@@ -16,7 +16,7 @@ import agent.runs.run as runs_module
 from agent.models import Conversation, Event
 from agent.runs.manager import runs
 from harness_site.asgi import application
-from tests.model_server import text_reply, tool_reply
+from testkit.model_server import text_reply, tool_reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from testkit.model_server import HttpError, text_reply, tool_reply
 from tests.conftest import REPO
-from tests.model_server import HttpError, text_reply, tool_reply
 
 
 def agent_env(model_server=None, **extra) -> dict[str, str]:

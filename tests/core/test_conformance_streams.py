@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.model_server import Raw, text_reply
 from tests.conftest import SHARED, shared_path
 from tests.history_check import assert_valid_history
-from tests.model_server import Raw, text_reply
 
 STREAMS = sorted(p.name for p in (SHARED / "conformance" / "anthropic-sse").glob("*.sse"))
 

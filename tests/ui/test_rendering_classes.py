@@ -16,7 +16,7 @@ import pytest
 
 from agent.ui.markdown import ALLOWED_CLASSES, render_uncached
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "static"
 TEMPLATES = REPO / "templates"
 HIGHLIGHT_CSS = "pygments.css"  # generated: Pygments' styles, every rule under .codehilite

@@ -11,9 +11,7 @@ from agent.core.config import Config
 from agent.core.loop import AgentLoop, PromptAlreadyRunning
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import build_tools
-from tests.conftest import types
-from tests.history_check import assert_valid_history
-from tests.model_server import (
+from testkit.model_server import (
     PING,
     Stream,
     message_end,
@@ -24,6 +22,8 @@ from tests.model_server import (
     tool_block,
     tool_reply,
 )
+from tests.conftest import types
+from tests.history_check import assert_valid_history
 
 
 def final_statuses(events):

@@ -4,7 +4,7 @@ Tests script it with responses in order (one per request) and read back the requ
 recorded. The real ``anthropic`` SDK talks to it over HTTP, so retries, SSE parsing and
 error mapping are the SDK's own. Streams are sent with chunked transfer encoding, like the
 real API, so a connection dropped mid-body is an error for the client, not a clean end.
-It is also used by the e2e tests and the load script (``python -m tests.model_server``).
+It is also used by the e2e tests and the load script (``python -m testkit.model_server``).
 """
 
 from __future__ import annotations

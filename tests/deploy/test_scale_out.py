@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.api_client import Api, read_until
-from tests.model_server import ModelServer, echo_fallback, text_reply
+from testkit.api_client import Api, read_until
+from testkit.model_server import ModelServer, echo_fallback, text_reply
 from tests.services import two_servers
 
 pytestmark = pytest.mark.services

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from agent.core.model.wire import SSEParser
+from testkit.model_server import Raw, encode_event, message_end, message_start, text_block
 from tests.conftest import SHARED, shared_path
-from tests.model_server import Raw, encode_event, message_end, message_start, text_block
 
 STREAMS = sorted(p.name for p in (SHARED / "conformance" / "anthropic-sse").glob("*.sse"))
 
