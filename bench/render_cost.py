@@ -18,7 +18,7 @@ FRAMES_PER_SAVE = 20  # the writer stores partial text once a second: 20 frames
 
 
 class _Writer:
-    """The per-frame work of ``agent.runs.manager.Run._write``, without the database and sockets,
+    """The per-frame work of ``agent.runs.run.Run._write``, without the database and sockets,
     timed with this thread's CPU clock at each 1,000-delta mark."""
 
     def __init__(self) -> None:
@@ -26,7 +26,7 @@ class _Writer:
 
         self.renderer = FragmentRenderer()
         self.pending: list[Any] = []
-        self.unsaved: list[dict[str, Any]] = []
+        self.unsaved: list[Any] = []
         self.frames = 0
         self.deltas = 0
         self.render_s = 0.0
@@ -50,14 +50,14 @@ class _Writer:
         from agent.runs.eventlog import stored_form
 
         started = time.thread_time()
-        batch = [event.to_dict() for event in self.pending]
-        self.pending.clear()
+        batch, self.pending = self.pending, []
         self.frames += 1
         self.unsaved += batch
-        if self.frames % FRAMES_PER_SAVE == 0:
-            stored_form(self.unsaved)
+        if self.frames % FRAMES_PER_SAVE == 0:  # the event log's edge: JSON, deltas joined
+            stored_form([event.to_dict() for event in self.unsaved])
             self.unsaved = []
         self.renderer.render(batch, None)
+        [event.to_dict() for event in batch]  # the broadcast's edge: the frame's JSON
         self.render_s += time.thread_time() - started
 
     def window(self, start: int) -> dict[str, float]:

@@ -52,7 +52,7 @@ _FULL_SQLSTATES = ("53100",)  # PostgreSQL disk_full
 def storage_full(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an exception it wraps: Django wraps the driver's) says the
     storage is out of space. Such a failure does not pass by itself: retrying a run's
-    writes only piles up unsaved events, so the run is ended instead (agent/runs/manager.py)."""
+    writes only piles up unsaved events, so the run is ended instead (agent/runs/run.py)."""
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
