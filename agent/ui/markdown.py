@@ -1,14 +1,15 @@
 """The one sanitizing seam: model text (markdown) → HTML that is safe to put in a page.
 
-python-markdown renders, then bleach keeps only an allowlist: no script, style, iframe,
-form, input, svg, math, base or meta; no id, on*, hx-*, data-* or ws-* attributes (so
-nothing the model writes can drive htmx or the page's scripts); links only to absolute
-http/https/mailto URLs, with rel="noopener noreferrer nofollow"; no images at all (a
-markdown image to another origin is a data-exfiltration channel; CSP blocks them too); and
-only the classes the renderer itself emits for highlighted code (``codehilite`` on its
-``div``, Pygments' token classes on ``span``), so model text cannot dress itself in the
-page's own classes (a ``help`` overlay drawn as a fake "session expired" dialog). Everything
-else the model or a tool produces reaches templates as text and is escaped there.
+``gfm.py`` renders GitHub-flavoured markdown, then nh3 (the Ammonia sanitizer) keeps only an
+allowlist: no script, style, iframe, form, input, svg, math, base or meta; no id, on*, hx-*,
+data-* or ws-* attributes (so nothing the model writes can drive htmx or the page's
+scripts); links only to absolute http/https/mailto URLs, with rel="noopener noreferrer
+nofollow"; no images at all (a markdown image to another origin is a data-exfiltration
+channel; CSP blocks them too); and only the classes the renderer itself emits for
+highlighted code (``codehilite`` on its ``div``, Pygments' token classes on ``span``), so
+model text cannot dress itself in the page's own classes (a ``help`` overlay drawn as a fake
+"session expired" dialog). Everything else the model or a tool produces reaches templates
+as text and is escaped there.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from functools import partial
+from html import escape
 
-import bleach
-import markdown
-from bleach.linkifier import LinkifyFilter
+import nh3
 from pygments.token import STANDARD_TYPES
+
+from agent.ui import gfm
 
 ALLOWED_TAGS = frozenset({
     "p", "br", "hr", "strong", "b", "em", "i", "del", "s", "code", "pre", "kbd", "samp",
@@ -36,13 +37,15 @@ ALLOWED_ATTRIBUTES = {
     "td": ["align"],
     "ol": ["start"],
 }
-# Exact class names, per tag: what codehilite and Pygments' HtmlFormatter emit (and
+# Exact class names, per tag: what the renderer and Pygments' HtmlFormatter emit (and
 # static/pygments.css styles, under .codehilite only). Never one of the app's own classes
 # (tests/ui/test_rendering_classes.py checks every class the app's CSS and templates use).
-HIGHLIGHT_WRAPPER = "codehilite"
+HIGHLIGHT_WRAPPER = gfm.HIGHLIGHT_WRAPPER
 TOKEN_CLASSES = frozenset(name for name in STANDARD_TYPES.values() if name) | {"hll"}
 ALLOWED_CLASSES = {"div": frozenset({HIGHLIGHT_WRAPPER}), "span": TOKEN_CLASSES}
 ALLOWED_PROTOCOLS = frozenset({"http", "https", "mailto"})
+ALIGNMENTS = frozenset({"left", "right", "center"})
+LINK_REL = "noopener noreferrer nofollow"
 MAX_MARKDOWN = 400_000  # characters rendered as markdown; beyond that, plain text
 
 
@@ -58,82 +61,47 @@ def url_scheme(url: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def _attribute_filter(tag: str, name: str, value: str) -> bool:
-    if name not in ALLOWED_ATTRIBUTES.get(tag, ()):
-        return False
+def _attribute_filter(tag: str, name: str, value: str) -> str | None:
+    """Called by nh3 for each attribute its allowlist kept: None drops it."""
     if name == "href":
-        # bleach's own check passes "javascript:123" (urlparse reads digits as a port), so
-        # the scheme is checked here too; relative links have no target here and go as well.
-        return url_scheme(value) in ALLOWED_PROTOCOLS
+        # Ammonia checks the scheme too (with its own URL parser); this is the browser's
+        # reading, and relative links (no target here) go as well.
+        return value if url_scheme(value) in ALLOWED_PROTOCOLS else None
     if name == "class":
-        names = value.split()
-        return bool(names) and all(n in ALLOWED_CLASSES.get(tag, ()) for n in names)
+        names = [n for n in value.split() if n in ALLOWED_CLASSES.get(tag, ())]
+        return " ".join(names) or None
     if name == "start":
-        return value.isdigit()
-    if name == "align":
-        return value in ("left", "right", "center")
-    return True
+        return value if value.isdigit() else None
+    return value
 
 
-def _set_link_rel(attrs, new=False):
-    href_key = (None, "href")
-    if href_key in attrs:
-        attrs[(None, "rel")] = "noopener noreferrer nofollow"
-        attrs[(None, "target")] = "_blank"
-    return attrs
-
-
-# Bare URLs become links only with an explicit http(s) scheme: file names such as app.py
-# or README.md end in real TLDs and must stay text. (bleach's pattern, scheme required.)
-URL_RE = re.compile(
-    r"""\(*  # any opening parentheses
-    \b(?<![@.])(?:https?://)  # the scheme, required
-    (?:[\w-]+\.)+[\w-]+(?::[0-9]+)?(?!\.\w)\b  # host(:port)
-    (?:[/?][^\s\{\}\|\\\^`<>"]*)?  # path and query""",
-    re.IGNORECASE | re.VERBOSE | re.UNICODE,
-)
-
-# Linkify inside the cleaner (as a filter): the standalone Linker double-escapes entities
-# in the tags it skips, which garbled `->` in code blocks.
-_CLEANER_OPTIONS = dict(
-    tags=ALLOWED_TAGS,
-    attributes=_attribute_filter,
-    protocols=ALLOWED_PROTOCOLS,
-    strip=True,
+_cleaner = nh3.Cleaner(
+    tags=set(ALLOWED_TAGS),
+    attributes={tag: set(names) - {"align", "class"} for tag, names in ALLOWED_ATTRIBUTES.items()},
+    tag_attribute_values={"th": {"align": set(ALIGNMENTS)}, "td": {"align": set(ALIGNMENTS)}},
+    allowed_classes={tag: set(names) for tag, names in ALLOWED_CLASSES.items()},
+    attribute_filter=_attribute_filter,
+    url_schemes=set(ALLOWED_PROTOCOLS),
+    url_relative="deny",
     strip_comments=True,
-    filters=[
-        partial(
-            LinkifyFilter,
-            callbacks=[_set_link_rel],
-            skip_tags={"pre", "code"},
-            url_re=URL_RE,
-            parse_email=False,
-        )
-    ],
+    link_rel=None,  # Ammonia would add it to every <a>, with an href or not: see _with_rel
 )
 
-
-# A Markdown instance and a bleach Cleaner hold parse state and are not thread-safe: the
-# event loop, the request thread and database threads each get their own.
-_local = threading.local()
-
-
-def _cleaner() -> bleach.sanitizer.Cleaner:
-    cleaner = getattr(_local, "cleaner", None)
-    if cleaner is None:
-        cleaner = _local.cleaner = bleach.sanitizer.Cleaner(**_CLEANER_OPTIONS)
-    return cleaner
+# nh3's output is serialized by html5ever: attribute values always in double quotes, with
+# '&', '"', '<' and '>' escaped inside them, and no '<' in text: an <a ...> start tag is this.
+_LINK_START = re.compile(r"<a( [^>]*)?>")
 
 
-def _md() -> markdown.Markdown:
-    md = getattr(_local, "md", None)
-    if md is None:
-        md = _local.md = markdown.Markdown(
-            extensions=["fenced_code", "tables", "sane_lists", "codehilite"],
-            extension_configs={"codehilite": {"guess_lang": False, "css_class": "codehilite"}},
-            output_format="html",
-        )
-    return md
+def _with_rel(match: re.Match) -> str:
+    attributes = match.group(1) or ""
+    if ' href="' not in attributes:
+        return match.group(0)
+    return f'<a{attributes} rel="{LINK_REL}" target="_blank">'
+
+
+def sanitize(html: str) -> str:
+    """The allowlist, then rel and target on every link that kept its href."""
+    return _LINK_START.sub(_with_rel, _cleaner.clean(html))
 
 
 class _RenderCache:
@@ -174,7 +142,7 @@ def render_markdown(text: str) -> str:
     """Sanitized HTML for untrusted markdown. The only function whose output templates may
     mark safe."""
     if len(text) > MAX_MARKDOWN:
-        return f"<pre>{bleach.clean(text, tags=set(), strip=True)}</pre>"
+        return f"<pre>{escape(text, quote=False)}</pre>"
     html = _cache.get(text)
     if html is None:
         html = render_uncached(text)
@@ -184,9 +152,7 @@ def render_markdown(text: str) -> str:
 
 def render_uncached(text: str) -> str:
     """The markdown and sanitizer pass itself (also what the render worker runs)."""
-    md = _md()
-    md.reset()
-    return _cleaner().clean(md.convert(text))
+    return sanitize(gfm.render(text)).strip()
 
 
 def is_cached(text: str) -> bool:
