@@ -8,7 +8,7 @@ the way cmark-gfm (GitHub's renderer) finds them:
   the scheme at its ``:``, read back from the pending text (any case, not after a letter);
 - email addresses are found after inline parsing, in the text outside links (a local part
   such as ``first_last`` is split by emphasis delimiters while inline rules run, and only
-  the joined text shows it whole).
+  the joined text shows it whole); a ``mailto:`` just before one belongs to its link.
 
 A link needs a valid domain (letters, digits, ``-``, ``_``, with no ``_`` in its last two
 segments; a ``www.`` one needs a period), runs to the next space, and then loses trailing
@@ -16,6 +16,8 @@ punctuation (``?!.,:*_~'"``), an unbalanced ``)``, an entity-like ``&name;`` and
 from a ``<``. File names (``app.py``, ``README.md``) stay text: nothing here links a bare
 domain without ``www.`` or a scheme. Unlike cmark-gfm, a URL after an unmatched ``[`` is
 linked too, and ``ftp://`` is not (no ftp links, by policy).
+
+Every scan is linear in what it reads (model text is untrusted: no quadratic corner).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ _TRAILING = frozenset("?!.,:*_~'\"")
 _BEFORE_WWW = frozenset(" \t\n\r\f\v*_~(")
 _EMAIL_LOCAL = frozenset(".+-_")
 _SCHEMES = ("http", "https")
-_LETTERS = re.compile(r"[A-Za-z]+$")
+_SCHEME_TAIL = re.compile(r"[A-Za-z]+$")
 _SPACE = re.compile(r"[ \t\n\r\f\v]")
-_MAILTO_AFTER_WORD = re.compile(r"[A-Za-z0-9]mailto:$")
+_A_OPEN, _A_CLOSE = re.compile(r"<a\b", re.I), re.compile(r"</a\b", re.I)
+MAILTO = "mailto:"
 
 
 def _ascii_alnum(ch: str) -> bool:
@@ -47,16 +50,16 @@ def _hostchar(ch: str) -> bool:
     return not ch.isspace() and not unicodedata.category(ch).startswith("P")
 
 
-def _valid_domain(text: str, start: int, need_period: bool) -> bool:
-    """Whether ``text[start:]`` starts with a valid domain, read as cmark-gfm reads it: from
-    its second character to the one before the text's last (so a trailing ``_`` or ``.``
+def _valid_domain(src: str, start: int, stop: int, need_period: bool) -> bool:
+    """Whether ``src[start:stop]`` starts with a valid domain, read as cmark-gfm reads it:
+    from its second character to the one before ``stop``'s (so a trailing ``_`` or ``.``
     of the paragraph is not part of it), a backslash skipping the character after it; a
     domain with more than ten periods may have underscores anywhere."""
     end, periods, underscores, underscores_before = start + 1, 0, 0, 0
-    while end < len(text) - 1:
-        if text[end] == "\\" and end < len(text) - 2:
+    while end < stop - 1:
+        if src[end] == "\\" and end < stop - 2:
             end += 1
-        ch = text[end]
+        ch = src[end]
         if ch == "_":
             underscores += 1
         elif ch == ".":
@@ -70,30 +73,30 @@ def _valid_domain(text: str, start: int, need_period: bool) -> bool:
     return periods > 0 or not need_period
 
 
-def _trim(text: str, end: int) -> int:
-    """The end of the link within ``text[:end]``, after the path validation."""
-    less_than = text.find("<", 0, end)
+def _link_end(src: str, start: int, stop: int) -> int:
+    """Where a link starting at ``src[start]`` ends: at the next space or ``<`` before
+    ``stop``, less trailing punctuation, unbalanced ``)`` and an entity-like ``&name;``."""
+    space = _SPACE.search(src, start, stop)
+    end = space.start() if space else stop
+    less_than = src.find("<", start, end)
     if less_than >= 0:
         end = less_than
-    while end > 0:
-        last = text[end - 1]
+    opening, closing = src.count("(", start, end), src.count(")", start, end)
+    while end > start:
+        last = src[end - 1]
         if last in _TRAILING:
             end -= 1
         elif last == ";":
-            start = end - 2
-            while start > 0 and text[start].isascii() and text[start].isalpha():
-                start -= 1
-            end = start if start < end - 2 and text[start] == "&" else end - 1
-        elif last == ")" and text.count(")", 0, end) > text.count("(", 0, end):
+            name = end - 2
+            while name > start and src[name].isascii() and src[name].isalpha():
+                name -= 1
+            end = name if name < end - 2 and src[name] == "&" else end - 1
+        elif last == ")" and closing > opening:
+            closing -= 1
             end -= 1
         else:
             break
     return end
-
-
-def _to_space(text: str, start: int) -> int:
-    space = _SPACE.search(text, start)
-    return space.start() if space else len(text)
 
 
 def _link_tokens(md: MarkdownIt, href: str, label: str) -> list[Token]:
@@ -112,49 +115,49 @@ def _push_link(state: StateInline, href: str, label: str) -> None:
 
 
 def www_rule(state: StateInline, silent: bool) -> bool:
-    src, pos = state.src, state.pos
+    src, pos, stop = state.src, state.pos, state.posMax
     # Silent runs (a link label being measured) step over it as text.
-    if silent or state.linkLevel > 0 or not src.startswith("www.", pos):
+    if silent or state.linkLevel > 0 or not src.startswith("www.", pos, stop):
         return False
     if pos > 0 and src[pos - 1] not in _BEFORE_WWW:
         return False
-    text = src[pos : state.posMax]
-    if not _valid_domain(text, 0, need_period=True):
+    if not _valid_domain(src, pos, stop, need_period=True):
         return False
-    end = _trim(text, _to_space(text, 0))
-    _push_link(state, "http://" + text[:end], text[:end])
-    state.pos += end
+    end = _link_end(src, pos, stop)
+    _push_link(state, "http://" + src[pos:end], src[pos:end])
+    state.pos = end
     return True
 
 
 def url_rule(state: StateInline, silent: bool) -> bool:
-    src, pos = state.src, state.pos
-    if silent or state.linkLevel > 0 or not src.startswith("://", pos):
+    src, pos, stop = state.src, state.pos, state.posMax
+    if silent or state.linkLevel > 0 or not src.startswith("://", pos, stop):
         return False
-    scheme = _LETTERS.search(state.pending)
+    # The scheme: the letters just before, read from the pending text's end (no longer
+    # than "https" and the character before it, so that this stays constant time).
+    scheme = _SCHEME_TAIL.search(state.pending[-6:])
     if scheme is None or scheme.group().lower() not in _SCHEMES:
         return False
     start = pos - len(scheme.group())
     if start > 0 and src[start - 1].isascii() and src[start - 1].isalpha():
         return False
-    text = src[start : state.posMax]
-    after = len(scheme.group()) + 3
-    if len(text) <= after or not _hostchar(text[after]):
+    host = pos + 3
+    if host >= stop or not _hostchar(src[host]):
         return False
-    if not _valid_domain(text, after, need_period=False):
+    if not _valid_domain(src, host, stop, need_period=False):
         return False
-    end = _trim(text, _to_space(text, after))
-    if end <= after:
+    end = _link_end(src, start, stop)
+    if end <= host:
         return False
     state.pending = state.pending[: -len(scheme.group())]
-    _push_link(state, text[:end], text[:end])
-    state.pos = start + end
+    _push_link(state, src[start:end], src[start:end])
+    state.pos = end
     return True
 
 
 def _email_at(text: str, at: int) -> tuple[int, int, str] | None:
     """The span and href of the email address around the ``@`` at ``text[at]``, if it is
-    one (a ``mailto:`` before it belongs to the link)."""
+    one."""
     start = at
     while start > 0 and (_ascii_alnum(text[start - 1]) or text[start - 1] in _EMAIL_LOCAL):
         start -= 1
@@ -173,12 +176,15 @@ def _email_at(text: str, at: int) -> tuple[int, int, str] | None:
     last = text[end - 1]
     if end - at < 2 or not periods or not (last == "." or (last.isascii() and last.isalpha())):
         return None
-    end = at + _trim(text[at:end], end - at)
+    end = _link_end(text, at, end)
     if end <= at + 1:
         return None
-    if text.endswith("mailto:", 0, start) and not _MAILTO_AFTER_WORD.search(text, 0, start):
-        return start - len("mailto:"), end, text[start - len("mailto:") : end]
-    return start, end, "mailto:" + text[start:end]
+    scheme = start - len(MAILTO)
+    if text.startswith(MAILTO, scheme, start) and (
+        scheme == 0 or not _ascii_alnum(text[scheme - 1])
+    ):
+        return scheme, end, text[scheme:end]
+    return start, end, MAILTO + text[start:end]
 
 
 def _split_emails(md: MarkdownIt, token: Token) -> list[Token] | None:
@@ -206,13 +212,10 @@ def email_rule(state: StateCore) -> None:
             continue
         children, depth = [], 0
         for token in block.children:
-            if token.type == "link_open" or (
-                token.type == "html_inline" and re.match(r"<a\b", token.content, re.I)
-            ):
+            html = token.content if token.type == "html_inline" else ""
+            if token.type == "link_open" or _A_OPEN.match(html):
                 depth += 1
-            elif token.type == "link_close" or (
-                token.type == "html_inline" and re.match(r"</a\b", token.content, re.I)
-            ):
+            elif token.type == "link_close" or _A_CLOSE.match(html):
                 depth = max(depth - 1, 0)
             elif token.type == "text" and depth == 0 and "@" in token.content:
                 pieces = _split_emails(state.md, token)
@@ -224,7 +227,11 @@ def email_rule(state: StateCore) -> None:
 
 
 def autolink_plugin(md: MarkdownIt) -> None:
-    md.inline.add_terminator_char("w")
+    # markdown-it's text rule runs to the next terminator, where every inline rule is tried.
+    # "www." after a space, one of *_~( or the paragraph's start is one here: not each "w"
+    # (add_terminator_char), which made ordinary prose a hundred times slower to parse.
+    inline = md.inline
+    inline.terminator_re = re.compile(rf"{inline.terminator_re.pattern}|(?<![^\s*_~(])www\.")
     md.inline.ruler.push("gfm_www", www_rule)
     md.inline.ruler.push("gfm_url", url_rule)
     md.core.ruler.push("gfm_email", email_rule)

@@ -4,6 +4,7 @@ finds them), and what the policy shows instead of images, checkboxes and footnot
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -135,3 +136,18 @@ def test_beyond_the_limit_text_is_shown_escaped():
     text = "<b>x</b> *y* " * (MAX_MARKDOWN // 10)
     html = render_markdown(text)
     assert html.startswith("<pre>&lt;b&gt;x&lt;/b&gt; *y* ") and "<b>" not in html
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "www.a.com/" + ")" * 100_000,  # each trailing ')' recounted the parentheses
+        "a" * 100_000 + " ://x.com",  # the scheme looked for in all the pending text
+        ("local_part" * 10 + "@") * 1_000 + "x.com",
+    ],
+    ids=["parentheses", "scheme", "addresses"],
+)
+def test_autolinking_untrusted_text_takes_linear_time(text):
+    started = time.thread_time()
+    render_uncached(text)
+    assert time.thread_time() - started < 2.0  # quadratic scans took 12 s and 134 s here
