@@ -71,7 +71,8 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
-def _check_quotas(owner_id: int) -> None:
+def _check_quotas(owner_id: int, *, per_minute: bool = True) -> None:
+    """Prompts running at once, then (``per_minute``) prompts started in the last minute."""
     running = owned_by(owner_id).filter(state=Conversation.State.RUNNING)
     if running.count() >= settings.HARNESS_CONCURRENT_RUNS:
         raise RunRefused(
@@ -79,6 +80,8 @@ def _check_quotas(owner_id: int) -> None:
             f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
             "one to finish or cancel it.",
         )
+    if not per_minute:
+        return
     minute_ago = now_ms() - 60_000
     recent = Event.objects.filter(
         conversation__owner_id=owner_id, type=UserEvent.type, payload__timestamp__gte=minute_ago
@@ -103,7 +106,9 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
         owner = conversation.owner
         if not owner.is_active:
             raise RunRefused("forbidden", "This account cannot run prompts.")
-        _check_quotas(owner_id)
+        config = agent_config(model=conversation.model)
+        # The per-minute limit protects spend: the offline demo model costs nothing.
+        _check_quotas(owner_id, per_minute=not config.offline)
         changes = {
             "state": Conversation.State.RUNNING,
             "lease_owner": PROCESS_ID,
@@ -125,7 +130,7 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
             owner.remember_prompt(prompt)
             User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
     bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
-    return Setup(conversation, agent_config(model=conversation.model), titled, bash_mode)
+    return Setup(conversation, config, titled, bash_mode)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
