@@ -1,11 +1,13 @@
 """Django settings, read from the environment (interfaces §2) through strict helpers.
 
 ``DJANGO_DEBUG=1`` (the ``make run`` default) gives a zero-config development setup;
-without it, an explicit secret key and allowed hosts are required.
+without it, an explicit secret key and allowed hosts are required, except of the print
+mode (``python manage.py agent``), which serves nothing.
 """
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,17 +23,21 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# Print mode, `python manage.py agent` (interfaces §3), serves no requests and signs
+# nothing: it needs neither the secret key nor the allowed hosts a server must be given.
+# Told by its own command line, so no variable can turn a server's requirements off.
+PRINT_MODE = sys.argv[1:2] == ["agent"] and Path(sys.argv[0]).name == "manage.py"
 
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
 if SECRET_KEY is None:
-    if not DEBUG:
+    if not DEBUG and not PRINT_MODE:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is not 1")
-    SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development only
+    SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development and print mode only
 
 ALLOWED_HOSTS = env_list(
     "DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
 )
-if not DEBUG and not ALLOWED_HOSTS:
+if not DEBUG and not PRINT_MODE and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS is required when DJANGO_DEBUG is not 1")
 if "*" in ALLOWED_HOSTS and not DEBUG:
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must not contain '*' in production")
@@ -242,7 +248,7 @@ if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+    if not PRINT_MODE and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be at least 50 random characters")
 
 LOGGING = {

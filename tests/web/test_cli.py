@@ -148,3 +148,33 @@ def test_bad_environment_value_stops_start_up_naming_the_variable(model_server):
     assert proc.returncode != 0 and "HARNESS_MAX_TURNS" in proc.stderr
     proc = agent("hi", env=agent_env(model_server, HARNESS_BASH="yolo"))
     assert proc.returncode != 0 and "HARNESS_BASH" in proc.stderr
+
+
+def clean_env(**extra) -> dict[str, str]:
+    """What a fresh shell has: no DJANGO_DEBUG, no secret key, no Harness variables."""
+    return {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1", **extra}
+
+
+def test_cli_runs_in_a_clean_environment_without_debug_or_a_secret_key(workspace):
+    (workspace.root / "notes.txt").write_text("hello")
+    proc = agent("list the files", env=clean_env(), cwd=workspace.root)
+    assert proc.returncode == 0, proc.stderr
+    assert "Offline demo model" in proc.stdout and "notes.txt" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_bad_setting_in_a_clean_environment_is_one_line(workspace):
+    proc = agent("hi", env=clean_env(HARNESS_MAX_TURNS="lots"), cwd=workspace.root)
+    assert proc.returncode == 2 and proc.stdout == ""
+    message = "error: HARNESS_MAX_TURNS must be a whole number, not 'lots'"
+    assert proc.stderr.splitlines() == [message]
+
+
+def test_only_print_mode_goes_without_a_secret_key(workspace):
+    """The server's commands still refuse to start without one (DJANGO_DEBUG not 1)."""
+    for command in (["check"], ["migrate", "--plan"], ["help", "agent"]):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "manage.py"), *command],
+            env=clean_env(), cwd=workspace.root, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode != 0 and "DJANGO_SECRET_KEY is required" in proc.stderr, command
