@@ -135,7 +135,7 @@ async def product_streams(sockets: list, tokens: int, spread: float) -> Sample:
             arrived = time.time_ns()
             sample.frames += 1
             seen.text(frame.partition(END_OF_LIVE_TEXT)[0], arrived)
-            if 'data-part="error"' in frame:
+            if 'data-part="error"' in frame or 'data-outcome="refused"' in frame:
                 sample.errors.append(frame[:300])
             if any(marker in frame for marker in FINISHED):
                 return

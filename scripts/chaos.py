@@ -104,7 +104,7 @@ class Client:
         self.s.frames += 1
         match = MARKER.match(message)
         if not match:
-            if 'data-part="error"' in message:
+            if 'data-part="error"' in message or 'data-outcome="refused"' in message:
                 self.s.errors.append(re.sub(r"<[^>]+>", " ", message)[:200])
             return
         start, end, reply = int(match[1]), int(match[2]), bool(match[3])

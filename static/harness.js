@@ -1,6 +1,7 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
 // htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
-// prompt history, auto-scroll, copy buttons and the help overlay. Each part is a small
+// prompt history, what became of a sent prompt (typed text is never lost), the length
+// counter, auto-scroll, copy buttons and the help overlay. Each part is a small
 // function with one job; init() at the end wires them together. The parts share state only
 // through what init() hands them (nothing is put on window).
 (function () {
@@ -9,9 +10,11 @@
   const HISTORY_LIMIT = 100;
   const QUIET_RUN_MS = 5000;
 
-  // Page state that several parts read lives in the DOM: body[data-ws] and body.running.
+  // Page state that several parts read lives in the DOM: body[data-ws], body.running and
+  // body.ended (the socket closed for good).
   function isSocketOpen() { return document.body.dataset.ws === "open"; }
   function isRunning() { return document.body.classList.contains("running"); }
+  function hasEnded() { return document.body.classList.contains("ended"); }
 
   // --- WebSocket state, and exactly-once delivery by seq ---------------------------------
   // Every batch from the server starts with <div id="sync-state" data-from data-to>. A
@@ -62,24 +65,71 @@
     };
   }
 
-  // body[data-ws] and the "reconnecting" banner follow the socket; every (re)open syncs.
-  function trackConnection(seqSync) {
+  // The server closes a socket for good with these codes (agent/web/consumers.py): the
+  // banner that says so, with where to go. htmx does not reconnect after them.
+  const CLOSED_FOR_GOOD = { 4404: "#conversation-gone", 4401: "#signed-out" };
+
+  // A reconnect the server refuses (the conversation deleted, or the session ended, while
+  // the socket was down) looks to the page like a network still down: after each close the
+  // page asks over HTTP. The banner to show, or null (there, or the server unreachable).
+  async function whyClosedForGood() {
+    try {
+      const page = await fetch(location.pathname,
+        { method: "HEAD", redirect: "manual", cache: "no-store" });
+      if (page.status === 404) return CLOSED_FOR_GOOD[4404];
+      if (page.type === "opaqueredirect") return CLOSED_FOR_GOOD[4401]; // to the sign-in page
+    } catch (e) { /* the server is not answering: keep trying */ }
+    return null;
+  }
+
+  // htmx's WebSocket extension stops reconnecting once its element has left the page: the
+  // chat's contents move, as they are (typed text, listeners), into a copy without it.
+  function dropSocket() {
+    const chat = $("[ws-connect]");
+    if (!chat) return;
+    const focused = document.activeElement;
+    const copy = chat.cloneNode(false);
+    copy.removeAttribute("ws-connect");
+    copy.removeAttribute("hx-ext");
+    copy.append(...chat.childNodes);
+    chat.replaceWith(copy);
+    if (focused && copy.contains(focused)) focused.focus();
+  }
+
+  // body[data-ws] and the banners follow the socket; every (re)open syncs.
+  function trackConnection(seqSync, outcomes) {
     const reconnecting = $("#reconnecting");
     let wasOpen = false;
+    function end(banner) {
+      if (hasEnded()) return;
+      document.body.classList.add("ended");
+      reconnecting.hidden = true;
+      $(banner).hidden = false;
+      dropSocket();
+    }
     function opened(event) {
       document.body.dataset.ws = "open";
-      if (reconnecting) reconnecting.hidden = true;
+      reconnecting.hidden = true;
       wasOpen = true;
+      clearComposerAlert("disconnected");
       seqSync.connected(event.detail.socketWrapper);
     }
-    function closed() {
+    function lost() {
       document.body.dataset.ws = "closed";
       seqSync.disconnected();
-      if (reconnecting && wasOpen) reconnecting.hidden = false;
+      outcomes.socketClosed();
+    }
+    function closed(event) {
+      lost();
+      const banner = CLOSED_FOR_GOOD[event.detail.event.code];
+      if (banner) { end(banner); return; }
+      if (hasEnded()) return;
+      if (wasOpen) reconnecting.hidden = false;
+      whyClosedForGood().then((found) => { if (found) end(found); });
     }
     document.addEventListener("htmx:wsOpen", opened);
     document.addEventListener("htmx:wsClose", closed);
-    document.addEventListener("htmx:wsError", closed);
+    document.addEventListener("htmx:wsError", lost);
   }
 
   function syncOnTabWake(seqSync) {
@@ -102,10 +152,15 @@
   }
 
   // --- running state follows #status -------------------------------------------------
+  // body.running also turns the Send button into Stop (CSS). A prompt refused because one
+  // was running is no longer refused once it ends: that alert goes with it.
   function syncRunningClass() {
     const status = $("#status");
     const state = status ? status.dataset.state : "idle";
-    document.body.classList.toggle("running", state === "thinking" || state === "running_tool");
+    const wasRunning = isRunning();
+    const running = state === "thinking" || state === "running_tool";
+    document.body.classList.toggle("running", running);
+    if (wasRunning && !running) clearComposerAlert("prompt_running");
   }
 
   // #status is swapped inside the composer.
@@ -146,17 +201,41 @@
   }
 
   // --- the prompt form and its keys ------------------------------------------------------
+  // Every change made here is announced like typing, so the length counter follows it.
   function setPrompt(prompt, value) {
     prompt.value = value;
     prompt.setSelectionRange(value.length, value.length);
+    prompt.dispatchEvent(new Event("input"));
   }
   function caretOnFirstLine(prompt) { return prompt.value.lastIndexOf("\n", prompt.selectionStart - 1) === -1; }
   function caretOnLastLine(prompt) { return prompt.value.indexOf("\n", prompt.selectionEnd) === -1; }
   function isPlainKey(event) { return !event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey; }
 
-  function submitPrompt(form, prompt) {
-    if (!prompt.value.trim()) return;
-    form.requestSubmit();
+  // Enter and the Send button. A prompt that cannot go (the socket is not open, or it is
+  // over the length limit, which the server refuses too) stays in #prompt, and the alert
+  // beside it says why; one already on its way is not sent twice.
+  function submitPrompt(form, prompt, limit, outcomes) {
+    const text = prompt.value;
+    if (!text.trim() || outcomes.isWaitingFor(text)) return;
+    const length = charCount(text);
+    if (!isSocketOpen()) {
+      showComposerAlert("disconnected", hasEnded()
+        ? "Nothing was sent: this page can send no more (see above). Your text is kept."
+        : "Not connected to the server, so nothing was sent; your text is kept.");
+    } else if (length > limit) {
+      showComposerAlert("prompt_too_large",
+        `The prompt is ${formatCount(length)} characters; the limit is ${formatCount(limit)}. Nothing was sent.`);
+    } else {
+      form.requestSubmit();
+    }
+  }
+
+  // The one button beside the prompt: Send, or Stop (#cancel) while a prompt runs.
+  function bindSendStop(button, cancelForm, send) {
+    button.addEventListener("click", () => {
+      if (isRunning()) cancelForm.requestSubmit();
+      else send();
+    });
   }
 
   function dropBlankPrompts(form) {
@@ -167,25 +246,116 @@
     });
   }
 
-  // Once sent: into the history, the prompt emptied, and the view back at the bottom.
-  function resetPromptAfterSend(form, prompt, historyWalk, autoScroll) {
+  function jumpToBottomOnSend(form, autoScroll) {
     document.addEventListener("htmx:wsAfterSend", (event) => {
-      if (event.target !== form) return;
-      historyWalk.record(prompt.value);
-      historyWalk.restart();
-      prompt.value = "";
-      autoScroll.jumpToBottom();
+      if (event.target === form) autoScroll.jumpToBottom();
     });
   }
 
+  // --- the alert beside the composer --------------------------------------------------------
+  // #composer-alert says why a prompt was not sent: the server's refusals replace it whole
+  // (htmx), the page's own set its text. Looked up each time, since a swap replaces it.
+  function showComposerAlert(code, message) {
+    const alert = $("#composer-alert");
+    alert.dataset.code = code;
+    alert.textContent = message;
+    alert.hidden = false;
+  }
+
+  // Empties the alert; with a code, only an alert of that code (its reason has gone).
+  function clearComposerAlert(code) {
+    const alert = $("#composer-alert");
+    if (!alert || (code && alert.dataset.code !== code)) return;
+    delete alert.dataset.code;
+    alert.textContent = "";
+    alert.hidden = true;
+  }
+
+  // --- what became of a sent prompt ----------------------------------------------------
+  // The server answers each prompt frame on the socket that sent it, in order:
+  // #composer-alert comes back with data-outcome="accepted" (empty) or "refused" (saying
+  // why). The text leaves #prompt only once accepted, and only if it is still what was
+  // sent (typing goes on meanwhile). Other tabs get no answer, so their text stays. When the
+  // socket closes before the answer, the text stays; if that prompt did run, its user part
+  // comes with the catch-up after the reconnect, and that clears it then.
+  function trackPromptOutcomes(form, prompt, messages, historyWalk) {
+    const waiting = []; // per unanswered prompt frame: the composer's {text, after}, or null
+    let unconfirmed = null; // the composer's one whose answer went with a closed socket
+
+    function lastUserSeq() {
+      const users = messages.querySelectorAll("[data-part=user]");
+      return users.length ? Number(users[users.length - 1].dataset.seq) : 0;
+    }
+    function accepted(text) {
+      historyWalk.record(text);
+      if (prompt.value !== text) return;
+      historyWalk.restart();
+      setPrompt(prompt, "");
+    }
+    document.addEventListener("htmx:wsAfterSend", (event) => {
+      let frame = null;
+      try { frame = JSON.parse(event.detail.message); } catch (e) { return; }
+      if (typeof frame.content !== "string") return; // a cancel: not answered
+      waiting.push(event.target === form ? { text: frame.content, after: lastUserSeq() } : null);
+    });
+    document.addEventListener("htmx:wsAfterMessage", () => {
+      const alert = $("#composer-alert");
+      const outcome = alert.dataset.outcome;
+      if (!outcome) return;
+      delete alert.dataset.outcome; // one answer, taken once
+      const sent = waiting.shift();
+      if (outcome === "accepted" && sent) accepted(sent.text);
+    });
+    return {
+      isWaitingFor(text) { return waiting.some((sent) => sent && sent.text === text); },
+      socketClosed() {
+        unconfirmed = waiting.filter(Boolean).pop() || unconfirmed;
+        waiting.length = 0;
+      },
+      messagesChanged() {
+        if (!unconfirmed) return;
+        const mine = Array.from(messages.querySelectorAll("[data-part=user]")).some((part) =>
+          Number(part.dataset.seq) > unconfirmed.after &&
+          part.querySelector(".user-text").textContent === unconfirmed.text);
+        if (!mine) return;
+        accepted(unconfirmed.text);
+        unconfirmed = null;
+      },
+    };
+  }
+
+  // --- the length limit, while typing ---------------------------------------------------
+  // Characters as the server counts them (code points), and as it writes numbers.
+  function charCount(text) { return Array.from(text).length; }
+  function formatCount(n) { return n.toLocaleString("en-US"); }
+
+  // From 90% of the limit a counter shows the length; past the limit it says by how much
+  // (nothing is cut: the text is the user's). Back within it, its refusal goes.
+  function showPromptLength(prompt, counter, limit) {
+    function update() {
+      // Code points never outnumber UTF-16 units: a short text needs no counting.
+      const length = prompt.value.length < limit * 0.9 ? 0 : charCount(prompt.value);
+      const near = length >= limit * 0.9;
+      const over = length - limit;
+      counter.hidden = !near;
+      counter.classList.toggle("over", over > 0);
+      let text = near ? `${formatCount(length)} / ${formatCount(limit)}` : ""; // it describes #prompt
+      if (over > 0) text += `: ${formatCount(over)} over the limit`;
+      counter.textContent = text;
+      if (over <= 0) clearComposerAlert("prompt_too_large");
+    }
+    prompt.addEventListener("input", update);
+    update();
+  }
+
   // Enter sends, Ctrl+Enter adds a newline, ↑/↓ walk the history, Ctrl+U clears.
-  function bindPromptKeys(form, prompt, historyWalk) {
+  function bindPromptKeys(prompt, send, historyWalk) {
     prompt.addEventListener("keydown", (event) => {
       const plain = isPlainKey(event);
       if (event.key === "Enter" && !event.isComposing) {
         if (plain) {
           event.preventDefault();
-          submitPrompt(form, prompt);
+          send();
         } else if (event.ctrlKey) { // Ctrl+Enter: a newline (Shift+Enter is native)
           event.preventDefault();
           prompt.setRangeText("\n", prompt.selectionStart, prompt.selectionEnd, "end");
@@ -198,7 +368,7 @@
         historyWalk.newer();
       } else if (event.key === "u" && event.ctrlKey && !event.shiftKey) {
         event.preventDefault();
-        prompt.value = "";
+        setPrompt(prompt, "");
         historyWalk.restart();
       }
     });
@@ -352,17 +522,22 @@
     const form = $("#prompt-form");
     if (!messages || !prompt || !form) return;
 
+    const historyWalk = createHistoryWalk(prompt, readPromptHistory());
+    const outcomes = trackPromptOutcomes(form, prompt, messages, historyWalk);
     const seqSync = startSeqSync(initialSeq());
-    trackConnection(seqSync);
+    trackConnection(seqSync, outcomes);
     syncOnTabWake(seqSync);
     syncWhenRunGoesQuiet(seqSync);
     syncRunningClass();
 
     const autoScroll = createAutoScroll(messages, $("#new-content"));
-    const historyWalk = createHistoryWalk(prompt, readPromptHistory());
+    const limit = Number(prompt.dataset.maxChars);
+    const send = () => submitPrompt(form, prompt, limit, outcomes);
     dropBlankPrompts(form);
-    resetPromptAfterSend(form, prompt, historyWalk, autoScroll);
-    bindPromptKeys(form, prompt, historyWalk);
+    jumpToBottomOnSend(form, autoScroll);
+    showPromptLength(prompt, $("#prompt-count"), limit);
+    bindSendStop($("#cancel"), $("#cancel-form"), send);
+    bindPromptKeys(prompt, send, historyWalk);
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt));
 
     copyCodeOnClick(messages);
@@ -370,6 +545,7 @@
     watchMessages(messages, () => {
       addCopyButtons(messages);
       syncRunningClass();
+      outcomes.messagesChanged();
       autoScroll.contentChanged();
     });
     watchComposer();

@@ -38,7 +38,17 @@ def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
 
 
 def ws_error(message: str, code: str = "bad_frame") -> str:
+    """A frame the page never sends (not JSON, an unknown action): an error part."""
     return render_to_string("agent/_ws_error.html", {"message": message, "code": code})
+
+
+def composer_alert(message: str = "", code: str = "", outcome: str = "") -> str:
+    """The alert beside the composer (``#composer-alert``): why a prompt was refused, or why
+    the socket is closing. ``outcome`` answers a prompt frame, on its socket only:
+    ``accepted`` (the alert empties and the page clears its box) or ``refused`` (the typed
+    text stays where it is)."""
+    context = {"message": message, "code": code, "outcome": outcome, "oob": True}
+    return render_to_string("agent/_composer_alert.html", context)
 
 
 def status_fragment(state: str, message: str | None) -> str:

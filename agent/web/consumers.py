@@ -3,9 +3,12 @@
 A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
 run manager (which starts the run as a background task), and forwards the fragments the
 run broadcasts to the conversation's group. Bad frames get an error fragment; the socket
-stays open. Its credential (the session, signed in with the user's current password) is
-checked again on every frame it receives and at most once a second while it sends, besides
-the revocation messages (agent/web/revocation.py).
+stays open. Every prompt frame is answered on its socket: accepted, or refused and why (the
+alert beside the page's composer), so the page clears its box only for a prompt that runs.
+Its credential (the session, signed in with the user's current password) is checked again
+on every frame it receives and at most once a second while it sends, besides the
+revocation messages (agent/web/revocation.py). A socket closed for good says why in its
+code: 4404, the conversation is gone (deleted, or no longer the user's); 4401, signed out.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
-from agent.ui.fragments import render_catch_up, ws_error
+from agent.ui.fragments import composer_alert, render_catch_up, ws_error
 from agent.web.prompts import accept_prompt
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
 
@@ -54,10 +57,11 @@ _refusal = database_sync_to_async(socket_refusal, thread_sensitive=False)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def _catch_up(conversation_id, user, after: int) -> str:
+def _catch_up(conversation_id, user, after: int) -> str | None:
+    """What the page is missing after ``after``; None when the conversation is gone."""
     found = snapshot(conversation_id, user, after)
     if found is None:
-        return ws_error("This conversation is not available.", "forbidden")
+        return None
     conversation, events = found
     return render_catch_up(events, after, conversation)
 
@@ -104,6 +108,10 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """The user was deactivated or this session signed out: the socket goes."""
         await self._refuse("signed_out")
 
+    async def conversation_deleted(self, message: dict) -> None:
+        """The conversation was deleted (agent/web/revocation.py): the page is told now."""
+        await self._refuse(NOT_FOUND)
+
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: this socket goes unless its session was signed in
         (or re-signed) with the new one."""
@@ -113,11 +121,13 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if self.refused:
             return
         self.refused = True
+        # The page tells these closing codes apart, and reconnects after neither.
         if reason == NOT_FOUND:
-            await self.send(text_data=ws_error("This conversation is not available.", "forbidden"))
+            notice = composer_alert("This conversation is not available.", "forbidden")
+            await self.send(text_data=notice)
             await self.close(code=CLOSE_NOT_FOUND)
         else:
-            await self.send(text_data=ws_error("You have been signed out.", "signed_out"))
+            await self.send(text_data=composer_alert("You have been signed out.", "signed_out"))
             await self.close(code=CLOSE_SIGNED_OUT)
 
     async def _recheck(self) -> bool:
@@ -156,7 +166,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             if not isinstance(after, int) or isinstance(after, bool) or after < 0:
                 await self.send(text_data=ws_error("sync needs a whole number 'after'."))
                 return
-            await self.send(text_data=await _catch_up(self.conversation_id, self.user, after))
+            caught_up = await _catch_up(self.conversation_id, self.user, after)
+            if caught_up is None:
+                await self._refuse(NOT_FOUND)
+            else:
+                await self.send(text_data=caught_up)
             return
         if "action" in frame:
             await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
@@ -165,7 +179,12 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await accept_prompt(self.conversation_id, self.user, frame.get("content"),
                                 remember=True)  # fmt: skip
         except RunRefused as refused:
-            await self.send(text_data=ws_error(refused.message, refused.code))
+            if refused.code == "empty_prompt":  # the page sends none: a malformed frame
+                await self.send(text_data=ws_error(refused.message, refused.code))
+            else:
+                await self.send(text_data=composer_alert(refused.message, refused.code, "refused"))
+            return
+        await self.send(text_data=composer_alert(outcome="accepted"))
 
     @staticmethod
     def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:

@@ -7,6 +7,8 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 - deactivating or deleting a user (admin, shell: ``post_save`` / ``post_delete``) ends all
   their sockets and streams and cancels their running prompts;
 - signing out ends the sockets of that session;
+- deleting a conversation (the page, the admin, a deleted user's cascade) ends its sockets
+  at once, with the code that tells the page it is gone;
 - changing a password makes each of the user's sockets check its session against the new
   password hash (``session.recheck``): the sessions signed in with the old password end;
 - revoking an API token (``agent.web.api_tokens.revoke_tokens``, which the admin uses; or saving
@@ -29,6 +31,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY
 from django.contrib.auth.signals import user_logged_out
+from django.db import transaction
 from django.db.models import Exists
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -105,6 +108,16 @@ def _on_user_deleted(sender, instance, **kwargs) -> None:
 
     if sender is User:
         _send(user_group(instance.pk))
+
+
+@receiver(post_delete, dispatch_uid="harness-close-deleted-conversation")
+def _on_conversation_deleted(sender, instance, **kwargs) -> None:
+    from agent.models import Conversation
+    from agent.runs.groups import group_name
+
+    if sender is Conversation:  # once it is committed: a socket's check must not still see it
+        group = group_name(instance.pk)
+        transaction.on_commit(lambda: _send(group, "conversation.deleted"))
 
 
 @receiver(post_save, dispatch_uid="harness-revoke-token-saved")

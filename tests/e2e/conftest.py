@@ -73,11 +73,16 @@ def fresh_model(model):
 
 @pytest.fixture
 def new_context(browser, live):
+    yield from contexts_on(browser, live)
+
+
+def contexts_on(browser, server):
+    """For a fixture: a maker of browser contexts on ``server``, closed after the test."""
     contexts = []
 
     def make(viewport=None):
         context = browser.new_context(
-            base_url=live.url, viewport=viewport or {"width": 1200, "height": 850}
+            base_url=server.url, viewport=viewport or {"width": 1200, "height": 850}
         )
         context.set_default_timeout(15_000)
         contexts.append(context)
