@@ -24,3 +24,13 @@ def test_templates_load_scripts_only_from_this_origin():
         assert "<script>" not in text.replace('<script id="prompt-history"', ""), template
         assert not re.search(r"<script[^>]+src=\"(https?:)?//", text), template
         assert " on" + "click=" not in text and "style=" not in text, template
+
+
+def test_the_test_only_axe_core_matches_its_recorded_checksum():
+    vendor = REPO / "tests" / "e2e" / "vendor"
+    record = (vendor / "README.md").read_text()
+    rows = re.findall(r"\| `([^`]+)` \|[^|]*\|[^|]*\| `([0-9a-f]{64})` \|", record)
+    assert [name for name, _ in rows] == ["axe-4.14.1.min.js"]
+    for name, digest in rows:
+        assert hashlib.sha256((vendor / name).read_bytes()).hexdigest() == digest, name
+    assert (vendor / "axe-core-LICENSE.txt").read_text().startswith("Mozilla Public License")
