@@ -1,9 +1,10 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
 // htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
 // prompt history, what became of a sent prompt (typed text is never lost), the length
-// counter, auto-scroll, copy buttons and the help overlay. Each part is a small
-// function with one job; init() at the end wires them together. The parts share state only
-// through what init() hands them (nothing is put on window).
+// counter, auto-scroll, copy buttons, the help dialog, the drawers (the conversation list and
+// the files panel) and what assistive technology is told while a prompt runs. Each part is
+// a small function with one job; init() at the end wires them together. The parts share
+// state only through what init() hands them (nothing is put on window).
 (function () {
   "use strict";
   const $ = (sel) => document.querySelector(sel);
@@ -152,15 +153,26 @@
   }
 
   // --- running state follows #status -------------------------------------------------
-  // body.running also turns the Send button into Stop (CSS). A prompt refused because one
-  // was running is no longer refused once it ends: that alert goes with it.
+  // body.running also turns the Send button into Stop (CSS), and marks the transcript busy
+  // for assistive technology (what a run adds is announced once it settles). A prompt
+  // refused because one was running is no longer refused once it ends: that alert goes too.
   function syncRunningClass() {
     const status = $("#status");
     const state = status ? status.dataset.state : "idle";
     const wasRunning = isRunning();
     const running = state === "thinking" || state === "running_tool";
     document.body.classList.toggle("running", running);
+    const messages = $("#messages");
+    if (messages) messages.setAttribute("aria-busy", String(running));
     if (wasRunning && !running) clearComposerAlert("prompt_running");
+  }
+
+  // The transcript is a log (role="log", aria-relevant="additions"): each new part is read
+  // once. The streaming block grows by a fragment per frame; it is taken out of the log's
+  // announcements (its finished text arrives as a new part, and that one is read).
+  function quietLiveBlock(messages) {
+    const live = messages.querySelector("#live-text");
+    if (live && live.getAttribute("aria-live") !== "off") live.setAttribute("aria-live", "off");
   }
 
   // #status is swapped inside the composer.
@@ -374,19 +386,127 @@
     });
   }
 
+  // --- focus helpers ---------------------------------------------------------------------
+  const FOCUSABLE = "a[href], button:not([disabled]), input:not([disabled]):not([type=hidden]), " +
+    "select:not([disabled]), textarea:not([disabled]), summary, [tabindex]:not([tabindex='-1'])";
+
+  function focusablesIn(root) {
+    return Array.from(root.querySelectorAll(FOCUSABLE)).filter((el) => el.getClientRects().length > 0);
+  }
+
+  // Tab and Shift+Tab go round inside `root` (a modal dialog), never out of it.
+  function trapTab(root, event) {
+    const items = focusablesIn(root);
+    if (!items.length) { event.preventDefault(); return; }
+    const first = items[0];
+    const last = items[items.length - 1];
+    const inside = root.contains(document.activeElement);
+    if (event.shiftKey && (!inside || document.activeElement === first)) {
+      event.preventDefault();
+      last.focus();
+    } else if (!event.shiftKey && (!inside || document.activeElement === last)) {
+      event.preventDefault();
+      first.focus();
+    }
+  }
+
+  // Focus goes back where it was before a dialog or drawer took it (or to `fallback`).
+  function restoreFocus(previous, fallback) {
+    const target = previous && previous.isConnected && previous !== document.body ? previous : fallback;
+    if (target) target.focus();
+  }
+
   // --- help overlay ----------------------------------------------------------------------
-  // Opening focuses its Close button; closing hands the focus back to the prompt. A click on
-  // the backdrop (outside the box) closes it.
+  // A modal dialog: opening focuses its Close button and makes the page behind it inert;
+  // Tab stays inside; closing hands the focus back to where it was. A click on the backdrop
+  // (outside the box) closes it.
   function createHelpOverlay(help, prompt) {
     const close = $("#help-close");
+    const page = $(".app");
+    let opener = null;
     function toggle(show) {
       const open = show === undefined ? help.hidden : show;
+      if (open === !help.hidden) return;
       help.hidden = !open;
-      if (open) close.focus(); else prompt.focus();
+      if (page) page.inert = open;
+      if (open) {
+        opener = document.activeElement;
+        close.focus();
+      } else {
+        restoreFocus(opener, prompt);
+        opener = null;
+      }
     }
     close.addEventListener("click", () => toggle(false));
     help.addEventListener("click", (event) => { if (event.target === help) toggle(false); });
+    help.addEventListener("keydown", (event) => { if (event.key === "Tab") trapTab(help, event); });
+    const button = $("#help-toggle");
+    if (button) button.addEventListener("click", () => toggle(true));
     return { toggle, isOpen: () => !help.hidden };
+  }
+
+  // --- drawers: the conversation list and the files panel --------------------------------
+  // On a phone each slides over the chat below its header (so it never covers the toggle
+  // that opened it) with a backdrop; a Close button, Esc or a tap on the backdrop close it,
+  // and the focus goes back to its toggle. One is open at a time.
+  function createDrawers(backdrop) {
+    const drawers = [];
+    const head = $(".chat-head");
+    function placeBelowHeader() {
+      if (head) document.documentElement.style.setProperty("--drawer-top", `${Math.round(head.getBoundingClientRect().bottom)}px`);
+    }
+    function anyOpen() { return drawers.find((drawer) => drawer.isOpen()); }
+    function syncBackdrop() { backdrop.hidden = !anyOpen(); }
+    function add(toggleId, panelId, closeId, { isOpen, setOpen }) {
+      const toggle = $(toggleId);
+      const panel = $(panelId);
+      const close = $(closeId);
+      if (!toggle || !panel || !close) return;
+      const drawer = {
+        isOpen,
+        open() {
+          drawers.forEach((other) => { if (other !== drawer && other.isOpen()) other.close(false); });
+          placeBelowHeader();
+          setOpen(true);
+          toggle.setAttribute("aria-expanded", "true");
+          syncBackdrop();
+        },
+        close(refocus = true) {
+          const hadFocus = panel.contains(document.activeElement) || document.activeElement === close;
+          setOpen(false);
+          toggle.setAttribute("aria-expanded", "false");
+          syncBackdrop();
+          if (refocus || hadFocus) toggle.focus();
+        },
+      };
+      toggle.addEventListener("click", () => { if (drawer.isOpen()) drawer.close(); else drawer.open(); });
+      close.addEventListener("click", () => drawer.close());
+      drawers.push(drawer);
+    }
+    backdrop.addEventListener("click", () => { const open = anyOpen(); if (open) open.close(); });
+    window.addEventListener("resize", placeBelowHeader);
+    return {
+      add,
+      // Esc: the drawer open, if any, closes (true when one did).
+      closeOpen() { const open = anyOpen(); if (open) open.close(); return Boolean(open); },
+    };
+  }
+
+  // The files panel (a third column on a wide screen; loaded by htmx on its first opening)
+  // and the conversation list (a drawer only on a phone).
+  function bindDrawers(drawers) {
+    const files = $("#files-panel");
+    drawers.add("#files-toggle", "#files-panel", "#files-close", {
+      isOpen: () => !files.hidden,
+      setOpen(open) {
+        files.hidden = !open;
+        $(".app").classList.toggle("with-files", open);
+      },
+    });
+    drawers.add("#menu-toggle", "#sidebar", "#sidebar-close", {
+      isOpen: () => document.body.classList.contains("sidebar-open"),
+      setOpen(open) { document.body.classList.toggle("sidebar-open", open); },
+    });
   }
 
   // --- global keys ---------------------------------------------------------------------
@@ -418,13 +538,21 @@
     messages.scrollBy({ top: up ? -step : step });
   }
 
-  function bindGlobalKeys(messages, prompt, helpOverlay) {
+  // `?` is a shortcut outside text fields, and in the prompt while it is empty (typed into
+  // any text, it is just a character).
+  function isHelpKey(event, prompt) {
+    if (event.key === "F1") return true;
+    if (event.key !== "?" || event.ctrlKey || event.metaKey || event.altKey) return false;
+    return !isTypingIn(event.target) || (event.target === prompt && prompt.value === "");
+  }
+
+  function bindGlobalKeys(messages, prompt, helpOverlay, drawers) {
     document.addEventListener("keydown", (event) => {
-      if (event.key === "F1" || (event.key === "?" && !isTypingIn(event.target) && !event.ctrlKey && !event.metaKey)) {
+      if (isHelpKey(event, prompt)) {
         event.preventDefault();
         helpOverlay.toggle();
       } else if (event.key === "Escape") {
-        if (helpOverlay.isOpen()) { helpOverlay.toggle(false); event.preventDefault(); } else clearSelection();
+        if (helpOverlay.isOpen()) { helpOverlay.toggle(false); event.preventDefault(); } else if (drawers.closeOpen()) event.preventDefault(); else clearSelection();
       } else if (event.key === "c" && event.ctrlKey && !event.shiftKey && !event.metaKey) {
         cancelRunUnlessCopying(event, prompt);
       } else if (event.key === "C" && event.ctrlKey && event.shiftKey) {
@@ -498,23 +626,6 @@
     });
   }
 
-  function bindFilesPanel() {
-    const filesToggle = $("#files-toggle");
-    const filesPanel = $("#files-panel");
-    if (!filesToggle || !filesPanel) return;
-    filesToggle.addEventListener("click", () => {
-      const open = filesPanel.hidden;
-      filesPanel.hidden = !open;
-      filesToggle.setAttribute("aria-expanded", String(open));
-      $(".app").classList.toggle("with-files", open);
-    });
-  }
-
-  function bindSidebarMenu() {
-    const menu = $("#menu-toggle");
-    if (menu) menu.addEventListener("click", () => document.body.classList.toggle("sidebar-open"));
-  }
-
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     const messages = $("#messages");
@@ -538,11 +649,15 @@
     showPromptLength(prompt, $("#prompt-count"), limit);
     bindSendStop($("#cancel"), $("#cancel-form"), send);
     bindPromptKeys(prompt, send, historyWalk);
-    bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt));
+    const drawers = createDrawers($("#backdrop"));
+    bindDrawers(drawers);
+    bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
     copyCodeOnClick(messages);
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
+    quietLiveBlock(messages);
     watchMessages(messages, () => {
+      quietLiveBlock(messages);
       addCopyButtons(messages);
       syncRunningClass();
       outcomes.messagesChanged();
@@ -553,8 +668,6 @@
 
     confirmBeforeSubmit();
     submitOnSelectChange();
-    bindFilesPanel();
-    bindSidebarMenu();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

@@ -80,9 +80,9 @@ def contexts_on(browser, server):
     """For a fixture: a maker of browser contexts on ``server``, closed after the test."""
     contexts = []
 
-    def make(viewport=None):
+    def make(viewport=None, **options):
         context = browser.new_context(
-            base_url=server.url, viewport=viewport or {"width": 1200, "height": 850}
+            base_url=server.url, viewport=viewport or {"width": 1200, "height": 850}, **options
         )
         context.set_default_timeout(15_000)
         contexts.append(context)

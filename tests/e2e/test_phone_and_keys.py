@@ -1,0 +1,168 @@
+"""On a phone and from the keyboard: drawers that close by a button, Esc or the backdrop and
+never cover their toggle, the meter in reach, `?` and a help button, a help dialog that keeps
+the focus, and focus rings that show."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import sign_in
+
+PHONE = {"width": 390, "height": 844}
+
+# Each drawer: its toggle, its close button, whether it is open, and a point on the backdrop.
+SIDEBAR_OPEN = """() => {
+  const sidebar = document.querySelector('#sidebar');
+  const r = sidebar.getBoundingClientRect();
+  return getComputedStyle(sidebar).visibility === 'visible' && r.left >= 0 && r.right > 0;
+}"""
+FILES_OPEN = "() => !document.querySelector('#files-panel').hidden"
+DRAWERS = {
+    "conversations": ("#menu-toggle", "#sidebar-close", SIDEBAR_OPEN, (375, 600)),
+    "files": ("#files-toggle", "#files-close", FILES_OPEN, (15, 600)),
+}
+
+UNCOVERED = """sel => {
+  const el = document.querySelector(sel);
+  const r = el.getBoundingClientRect();
+  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  return r.width > 0 && (hit === el || el.contains(hit));
+}"""
+
+
+def is_open(page, check: str) -> bool:
+    page.wait_for_timeout(250)  # the slide
+    return page.evaluate(check)
+
+
+def focused_id(page) -> str:
+    return page.evaluate("() => document.activeElement && document.activeElement.id")
+
+
+@pytest.mark.parametrize("name", DRAWERS)
+def test_phone_drawers_close_by_button_escape_and_backdrop(new_context, fresh_model, name):
+    toggle, close, check, backdrop = DRAWERS[name]
+    page = sign_in(new_context(viewport=PHONE), "alice")
+    assert not is_open(page, check)
+    for how in ("button", "escape", "backdrop", "toggle"):
+        page.click(toggle)
+        assert is_open(page, check), how
+        assert page.get_attribute(toggle, "aria-expanded") == "true"
+        assert page.evaluate(UNCOVERED, toggle), f"{name}: the open drawer covers its toggle"
+        assert page.is_visible(close) and page.evaluate(UNCOVERED, close)
+        if how == "button":
+            page.click(close)
+        elif how == "escape":
+            page.keyboard.press("Escape")
+        elif how == "backdrop":
+            assert page.is_visible("#backdrop")
+            page.mouse.click(*backdrop)
+        else:
+            page.click(toggle)
+        assert not is_open(page, check), how
+        assert page.get_attribute(toggle, "aria-expanded") == "false"
+        assert page.is_hidden("#backdrop")
+        assert focused_id(page) == toggle[1:], how  # the focus goes back to the toggle
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= PHONE["width"]
+
+
+def test_one_drawer_at_a_time_on_the_phone(new_context, fresh_model):
+    page = sign_in(new_context(viewport=PHONE), "alice")
+    page.click("#menu-toggle")
+    assert is_open(page, DRAWERS["conversations"][2])
+    assert page.evaluate(UNCOVERED, "#files-toggle")
+    page.click("#files-toggle")
+    assert is_open(page, DRAWERS["files"][2]) and not is_open(page, DRAWERS["conversations"][2])
+
+
+def test_the_meter_is_shown_on_the_phone(new_context, fresh_model):
+    page = sign_in(new_context(viewport=PHONE), "alice")
+    assert page.is_visible("#meter")
+    box = page.locator("#meter").bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    assert "$" in page.inner_text("#meter")
+
+
+def test_question_mark_opens_help_from_an_empty_prompt_only(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    prompt = page.locator("#prompt")
+    prompt.focus()
+    page.keyboard.press("?")
+    assert page.is_visible("#help") and prompt.input_value() == ""
+    page.keyboard.press("Escape")
+    assert page.is_hidden("#help") and focused_id(page) == "prompt"
+    page.keyboard.type("why?")
+    assert page.is_hidden("#help") and prompt.input_value() == "why?"
+
+
+def test_a_visible_help_button_opens_it_and_the_focus_comes_back(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    assert page.is_visible("#help-toggle")
+    page.click("#help-toggle")
+    assert page.is_visible("#help") and focused_id(page) == "help-close"
+    page.keyboard.press("Escape")
+    assert page.is_hidden("#help") and focused_id(page) == "help-toggle"
+    page.click("#help-toggle")
+    page.click("#help-close")
+    assert page.is_hidden("#help") and focused_id(page) == "help-toggle"
+
+
+def test_the_help_dialog_keeps_the_focus_inside(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    page.locator("#prompt").focus()
+    page.keyboard.press("F1")
+    assert page.is_visible("#help")
+    inside = "() => document.querySelector('#help').contains(document.activeElement)"
+    for key in ["Tab"] * 4 + ["Shift+Tab"] * 4:
+        page.keyboard.press(key)
+        assert page.evaluate(inside), key
+    # The page behind the dialog cannot be reached meanwhile.
+    assert page.evaluate("() => document.querySelector('.app').inert")
+    page.keyboard.press("Escape")
+    assert focused_id(page) == "prompt"
+    assert not page.evaluate("() => document.querySelector('.app').inert")
+
+
+FOCUS_RING = """() => {
+  const el = document.activeElement;
+  const style = getComputedStyle(el);
+  return {id: el.id, style: style.outlineStyle, width: parseFloat(style.outlineWidth),
+          color: style.outlineColor, visible: el.matches(':focus-visible')};
+}"""
+
+CONTRAST = """([fg, bg]) => {
+  const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+  const lum = (c) => {
+    const linear = (v) => (v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    const [r, g, b] = rgb(c).map(linear);
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [a, b] = [lum(fg), lum(bg)];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
+    context = new_context(viewport={"width": 1366, "height": 850}, color_scheme=scheme)
+    page = sign_in(context, "alice")
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    page.locator("#cancel").focus()
+    seen = []
+    for _ in range(7):  # Send, the prompt, the transcript, then the header's controls
+        ring = page.evaluate(FOCUS_RING)
+        seen.append(ring["id"])
+        assert ring["visible"] and ring["style"] == "solid" and ring["width"] >= 2, ring
+        assert page.evaluate(CONTRAST, [ring["color"], background]) >= 3, ring  # WCAG 1.4.11
+        page.keyboard.press("Shift+Tab")
+    assert seen[:5] == ["cancel", "prompt", "messages", "help-toggle", "files-toggle"]
+
+
+def test_the_send_and_stop_button_text_has_contrast(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    colours = page.evaluate(
+        "() => { const s = getComputedStyle(document.querySelector('#cancel'));"
+        " return [s.color, s.backgroundColor]; }"
+    )
+    assert page.evaluate(CONTRAST, colours) >= 4.5
