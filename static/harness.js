@@ -290,6 +290,17 @@
   // sent (typing goes on meanwhile). Other tabs get no answer, so their text stays. When the
   // socket closes before the answer, the text stays; if that prompt did run, its user part
   // comes with the catch-up after the reconnect, and that clears it then.
+  // A prompt accepted: the last one's ending (an error, a stop) is stale. Only when the
+  // status line is still the one shown when the prompt went (no newer one came since).
+  function clearStaleError(statusAtSend) {
+    const status = $("#status");
+    if (!status || status !== statusAtSend || status.dataset.state !== "error") return;
+    status.dataset.state = "idle";
+    delete status.dataset.code;
+    const text = status.querySelector(".status-text");
+    if (text) text.textContent = "";
+  }
+
   function trackPromptOutcomes(form, prompt, messages, historyWalk) {
     const waiting = []; // per unanswered prompt frame: the composer's {text, after}, or null
     let unconfirmed = null; // the composer's one whose answer went with a closed socket
@@ -308,7 +319,8 @@
       let frame = null;
       try { frame = JSON.parse(event.detail.message); } catch (e) { return; }
       if (typeof frame.content !== "string") return; // a cancel: not answered
-      waiting.push(event.target === form ? { text: frame.content, after: lastUserSeq() } : null);
+      const status = $("#status");
+      waiting.push({ text: frame.content, after: lastUserSeq(), status, mine: event.target === form });
     });
     document.addEventListener("htmx:wsAfterMessage", () => {
       const alert = $("#composer-alert");
@@ -316,12 +328,14 @@
       if (!outcome) return;
       delete alert.dataset.outcome; // one answer, taken once
       const sent = waiting.shift();
-      if (outcome === "accepted" && sent) accepted(sent.text);
+      if (outcome !== "accepted" || !sent) return;
+      clearStaleError(sent.status);
+      if (sent.mine) accepted(sent.text);
     });
     return {
-      isWaitingFor(text) { return waiting.some((sent) => sent && sent.text === text); },
+      isWaitingFor(text) { return waiting.some((sent) => sent.mine && sent.text === text); },
       socketClosed() {
-        unconfirmed = waiting.filter(Boolean).pop() || unconfirmed;
+        unconfirmed = waiting.filter((sent) => sent.mine).pop() || unconfirmed;
         waiting.length = 0;
       },
       messagesChanged() {

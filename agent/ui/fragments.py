@@ -22,7 +22,7 @@ from agent.core.events import (
     ToolResultEvent,
     UsageEvent,
 )
-from agent.ui.transcript import Part, Transcript, status_text
+from agent.ui.transcript import Part, StatusView, Transcript
 
 
 def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
@@ -51,11 +51,12 @@ def composer_alert(message: str = "", code: str = "", outcome: str = "") -> str:
     return render_to_string("agent/_composer_alert.html", context)
 
 
-def status_fragment(state: str, message: str | None) -> str:
-    return render_to_string(
-        "agent/_status.html",
-        {"status_state": state, "status_text": status_text(state, message), "oob": True},
-    )
+def status_fragment(view: StatusView) -> str:
+    context = {
+        "status_state": view.state, "status_text": view.text, "status_code": view.code,
+        "oob": True,
+    }  # fmt: skip
+    return render_to_string("agent/_status.html", context)
 
 
 def title_fragments(conversation: Any) -> str:
@@ -85,6 +86,18 @@ class FragmentRenderer:
     def __init__(self, transcript: Transcript | None = None, *, live: bool = False) -> None:
         self.transcript = transcript or Transcript()
         self.live = live
+        self.shown_status: StatusView | None = None  # the status line this renderer last sent
+
+    def _status_changes(self, out: list[str], *, always: bool = False) -> None:
+        """The status line, when what it shows changed (a status event always sends it):
+        deltas turn "Thinking" into "Writing" and a completed text block turns it back. (A
+        new prompt's stale ending is cleared by the page when the prompt is accepted, and
+        by the run's first status.)"""
+        view = self.transcript.status_view()
+        known = self.transcript.status is not None  # (a catch-up may not know the state)
+        if always or (known and view != self.shown_status):
+            out.append(status_fragment(view))
+            self.shown_status = view
 
     def render(self, events: list[Event], conversation: Any) -> str:
         out: list[str] = []
@@ -109,6 +122,7 @@ class FragmentRenderer:
             else:
                 self.live = True
                 out.append(_live_block(first_delta_seq, text))
+            self._status_changes(out)
 
         for event in events:
             if isinstance(event, TextDeltaEvent):
@@ -136,13 +150,16 @@ class FragmentRenderer:
                     # crashed process): the live block must not linger.
                     out.append(DELETE_LIVE)
                     self.live = False
-                out.append(status_fragment(event.state, event.message))
+                self._status_changes(out, always=True)
             elif isinstance(event, UsageEvent):
                 flush_parts()
                 context = {"conversation": conversation, "oob": True}
                 out.append(render_to_string("agent/_meter.html", context))
             elif part is not None:
                 parts.append(part)
+                if isinstance(event, TextEvent):
+                    flush_parts()
+                    self._status_changes(out)  # written: back to "Thinking"
         flush_deltas()
         flush_parts()
         return "".join(out)
@@ -163,4 +180,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
         html += DELETE_LIVE + _live_block(live.seq, live.content)
+    transcript.live = live
+    if live is not None and transcript.status is not None:
+        html += status_fragment(transcript.status_view())  # "Writing…" while it streams
     return sync_marker(after + 1, conversation.last_seq, reply=True) + html

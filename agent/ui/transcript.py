@@ -58,8 +58,22 @@ class ToolView:
     exit_code: int | None = None
 
 
+STOPPED_TEXT = "Stopped · Cancelled"  # a cancelled prompt: neutral, not an error
+WRITING_TEXT = "Writing…"  # a text block is streaming (the state is still `thinking`)
+
+
 def status_text(state: str, message: str | None) -> str:
     return STATUS_TEXT.get(state, "").format(message=message or "")
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """What the status line shows: the state (interfaces §4's fixed values), its text,
+    and the code of the error that ended the prompt (``cancelled`` is shown as neutral)."""
+
+    state: str = "idle"
+    text: str = ""
+    code: str = ""
 
 
 def tool_view(call: ToolCallEvent) -> ToolView:
@@ -138,7 +152,21 @@ class Transcript:
         self.tools: dict[str, Part] = {}  # by tool call id
         self.last_prompt = ""  # the prompt the events since answer (an error retries it)
         self.live: LiveText | None = None
-        self.status: StatusEvent | None = None  # the last one
+        self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
+        self.error_code = ""  # of the last error since the last prompt
+
+    def status_view(self) -> StatusView:
+        """The status line: a cancelled prompt says it stopped (not an error), a
+        streaming block says it is being written, a new prompt clears the last ending."""
+        status = self.status
+        if status is None:
+            return StatusView()
+        if status.state == "error" and self.error_code == "cancelled":
+            return StatusView("error", STOPPED_TEXT, "cancelled")
+        if status.state == "thinking" and self.live is not None:
+            return StatusView("thinking", WRITING_TEXT)
+        code = self.error_code if status.state == "error" else ""
+        return StatusView(status.state, status_text(status.state, status.message), code)
 
     def add(self, event: Event) -> Part | None:
         """Fold one event in; returns the part it added or changed (a tool result changes
@@ -167,6 +195,9 @@ class Transcript:
     def _part_for(self, event: Event) -> Part | None:
         if isinstance(event, UserEvent):
             self.last_prompt = event.content
+            if self.status is not None and self.status.state in ("idle", "error"):
+                self.status = None  # a new prompt: the last one's ending is stale
+                self.error_code = ""
             return Part("user", event.seq, content=event.content)
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
@@ -178,6 +209,7 @@ class Transcript:
         if isinstance(event, ReasoningEvent):
             return Part("reasoning", event.seq, content=event.content)
         if isinstance(event, ErrorEvent):
+            self.error_code = event.code
             retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""
             return Part("error", event.seq, content=event.message, code=event.code, retry=retry)
         return None  # usage: shown by the meter, from the conversation's totals

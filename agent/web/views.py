@@ -19,7 +19,7 @@ from agent.runs.recovery import expired
 from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
-from agent.ui.transcript import Transcript, status_text
+from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
 TITLE_MAX = 200
@@ -66,11 +66,11 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         raise Http404("No such conversation")
     conversation, events = found
     transcript = Transcript.of(events)
-    status, live = transcript.status, transcript.live
+    live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
-    state = status.state if status else "idle"
+    status = transcript.status_view()
     if conversation.state == Conversation.State.IDLE:
-        state = "idle"
+        status = StatusView("idle", status.text if status.state == "idle" else "")
     context = {
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],
@@ -78,8 +78,9 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         # A text block still streaming: shown as the live block the socket continues.
         "live_text": live.content if live else "",
         "live_seq": live.seq if live else 0,
-        "status_state": state,
-        "status_text": status_text(state, status.message if status else None),
+        "status_state": status.state,
+        "status_text": status.text,
+        "status_code": status.code,
         "models": model_choices(),
         "offline": agent_config().offline,
         "prompt_history": request.user.prompt_history or [],
