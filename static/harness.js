@@ -612,11 +612,19 @@
     });
   }
 
+  // A code block's text, or a tool's whole result (its collapsed parts too).
+  function copiedText(button) {
+    const result = button.closest(".tool-result");
+    if (!result) return button.parentElement.querySelector("pre").innerText;
+    const pres = result.querySelectorAll("pre.tool-output, pre.diff");
+    return Array.from(pres, (pre) => pre.textContent).join("");
+  }
+
   function copyCodeOnClick(messages) {
     messages.addEventListener("click", (event) => {
       const button = event.target.closest(".copy");
       if (!button) return;
-      const text = button.parentElement.querySelector("pre").innerText;
+      const text = copiedText(button);
       const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1200); };
       if (navigator.clipboard) navigator.clipboard.writeText(text).then(done, () => {});
     });

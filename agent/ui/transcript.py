@@ -29,6 +29,8 @@ from agent.ui.markdown import render_markdown
 # server stopped): offer to send the same prompt again.
 NOT_RETRYABLE = {"cancelled", "max_turns", "max_tokens", "refusal", "invalid_tool_input"}
 RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
+LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
+TARGET_CHARS = 80  # a tool card's header names its target, cut to this
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
                "error": "Error: {message}", "idle": ""}  # fmt: skip
 
@@ -56,6 +58,48 @@ class ToolView:
     error: str = ""
     diff: list[tuple[str, str]] = field(default_factory=list)  # (css class, line)
     exit_code: int | None = None
+    target: str = ""  # what the call works on, for the collapsed header
+    lines: int = 0  # of the result's text (or its diff): a long one starts collapsed
+
+    @property
+    def long(self) -> bool:
+        return self.lines > LONG_RESULT_LINES
+
+
+def _clip(text: str, limit: int = TARGET_CHARS) -> str:
+    first, *more = text.strip().splitlines() or [""]
+    if len(first) > limit or more:
+        return first[: limit - 1].rstrip() + "…"
+    return first
+
+
+def _line_range(start: Any, end: Any) -> str:
+    start = start if isinstance(start, int) and not isinstance(start, bool) else None
+    end = end if isinstance(end, int) and not isinstance(end, bool) else None
+    if start is None and end is None:
+        return ""
+    return f":{start if start is not None else 1}-{end if end is not None else ''}"
+
+
+def tool_target(name: str, params: Any) -> str:
+    """What a call works on, as its card's header names it: ``read src/app.py:10-40``,
+    ``bash ls -la``, ``grep pattern path``, ``edit path``. Plain text (templates escape it),
+    one line, cut to ``TARGET_CHARS``."""
+    if not isinstance(params, dict):
+        return ""
+
+    def text(key: str) -> str:
+        value = params.get(key)
+        return value if isinstance(value, str) else ""
+
+    if name == "bash":
+        return _clip(text("command"))
+    if name == "read":
+        path = text("path")
+        return _clip(path + _line_range(params.get("start_line"), params.get("end_line")))
+    if name == "grep":
+        return _clip(" ".join(part for part in (text("pattern"), text("path")) if part))
+    return _clip(text("path"))
 
 
 STOPPED_TEXT = "Stopped · Cancelled"  # a cancelled prompt: neutral, not an error
@@ -81,6 +125,7 @@ def tool_view(call: ToolCallEvent) -> ToolView:
         id=call.id,
         name=call.name,
         input_json=json.dumps(call.input, indent=2, ensure_ascii=False),
+        target=tool_target(call.name, call.input),
     )
 
 
@@ -108,12 +153,14 @@ def apply_result(view: ToolView, result: ToolResultEvent) -> None:
     if isinstance(payload, dict) and isinstance(payload.get("exit_code"), int):
         view.exit_code = payload["exit_code"]
     lines = text.splitlines(keepends=True)
+    view.lines = len(lines)
     view.head = "".join(lines[:RESULT_LINES])
     view.rest = "".join(lines[RESULT_LINES:])
     view.more_lines = max(0, len(lines) - RESULT_LINES)
     display = result.display or {}
     if display.get("kind") == "diff" and isinstance(display.get("diff"), str):
         view.diff = [(_diff_class(line), line) for line in display["diff"].splitlines()]
+        view.lines = len(view.diff)  # the diff is what the card shows (and copies)
 
 
 def _diff_class(line: str) -> str:

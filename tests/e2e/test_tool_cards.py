@@ -1,0 +1,45 @@
+"""Tool cards as a person sees them: the collapsed header names the target, a long result
+starts collapsed, and Copy copies the whole result."""
+
+from __future__ import annotations
+
+from testkit.model_server import text_reply, tool_reply
+from tests.e2e.conftest import send, sign_in, wait_idle
+
+
+def test_headers_name_targets_long_results_collapse_and_copy_copies_all(new_context, fresh_model):
+    body = "".join(f"line {i}\n" for i in range(1, 31))
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "notes/long.txt", "content": body}),
+                   ("read", {"path": "notes/long.txt", "start_line": 1, "end_line": 30}),
+                   ("list_dir", {"path": "notes"})),
+        text_reply("Read it."),
+    )  # fmt: skip
+    context = new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = sign_in(context, "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "write and read a long note")
+    wait_idle(page)
+    cards = page.locator("[data-part=tool]")
+    headers = [cards.nth(i).locator("summary").first.inner_text() for i in range(3)]
+    assert headers[0].startswith("write notes/long.txt")
+    assert headers[1].startswith("read notes/long.txt:1-30")
+    assert headers[2].startswith("list_dir notes")
+    read = cards.nth(1)
+    assert read.get_attribute("data-tool-status") == "ok"
+    assert not read.locator(".tool-long").evaluate("(el) => el.open")  # starts collapsed
+    assert not read.locator(".tool-output").first.is_visible()
+    assert "30 lines" in read.locator(".tool-long > summary").inner_text()
+    listing = cards.nth(2)
+    assert listing.locator(".tool-output").first.is_visible()  # short: open
+    assert "long.txt" in listing.locator(".tool-result").inner_text()
+    read.locator(".copy-result").click()
+    page.wait_for_function(
+        "(el) => el.textContent === 'Copied'", arg=read.locator(".copy-result").element_handle()
+    )
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert "line 1\n" in copied and "line 30" in copied
+    read.locator(".tool-long > summary").click()
+    assert read.locator(".tool-output").first.is_visible()
