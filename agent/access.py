@@ -42,5 +42,16 @@ def conversations_of(user) -> QuerySet[Conversation]:
     return accessible_to(user.pk).order_by("-updated")
 
 
+def empty_conversation_of(user) -> Conversation | None:
+    """The user's newest conversation with nothing in it yet (no events, no title): "New
+    conversation" goes back to it rather than piling up empty ones."""
+    return (
+        conversations_of(user)
+        .filter(last_seq=0, title="", events__isnull=True)
+        .exclude(state=Conversation.State.RUNNING)
+        .first()
+    )
+
+
 def new_conversation(user: User, model: str) -> Conversation:
     return Conversation.objects.create(owner=user, model=model)

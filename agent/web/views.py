@@ -8,7 +8,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from agent.access import conversation_for, conversations_of, new_conversation
+from agent.access import (
+    conversation_for,
+    conversations_of,
+    empty_conversation_of,
+    new_conversation,
+)
 from agent.core.config import MODELS
 from agent.core.tools import PathError
 from agent.models import Conversation
@@ -92,6 +97,9 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
 @login_required
 @require_POST
 def create_conversation(request: HttpRequest) -> HttpResponse:
+    empty = empty_conversation_of(request.user)
+    if empty is not None:  # reused, not made: it does not count towards the hourly limit
+        return redirect("conversation", conversation_id=empty.id)
     try:
         check_new_conversation(request.user)  # per user and hour (agent/web/throttle.py)
     except Throttled as refusal:

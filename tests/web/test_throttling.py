@@ -150,8 +150,10 @@ def test_browser_conversation_creation_is_throttled_with_a_clear_message(grace, 
     settings.HARNESS_CONVERSATIONS_PER_HOUR = 2
     client = Client()
     client.force_login(grace)
-    for _ in range(2):
+    for n in range(2):
         assert client.post("/c/new/").status_code == 302
+        # used, so the next "New conversation" makes one (an empty one would be reused)
+        Conversation.objects.filter(owner=grace, title="").update(title=f"used {n}")
     response = client.post("/c/new/")
     assert response.status_code == 429 and response["Retry-After"]
     page = response.content.decode()

@@ -1,0 +1,52 @@
+"""The workbench around a conversation: reusing an empty one, the sidebar's controls, the
+welcome, the model switch without a reload, no internal labels, export from the page."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.models import Conversation, Event, User
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ada(client):
+    user = User.objects.create_user(username="ada", password="pw-ada-123")
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
+def bob():
+    return User.objects.create_user(username="bob", password="pw-bob-123")
+
+
+def add_event(conversation, payload):
+    seq = conversation.last_seq + 1
+    stamped = {**payload, "seq": seq, "timestamp": 1_700_000_000_000}
+    Event.objects.create(conversation=conversation, seq=seq, type=payload["type"], payload=stamped)
+    conversation.last_seq = seq
+    conversation.save()
+
+
+# -- 2. "New conversation" reuses the newest empty one ------------------------------------
+
+
+def test_new_conversation_reuses_the_newest_empty_one(client, ada, settings):
+    settings.HARNESS_CONVERSATIONS_PER_HOUR = 1
+    first = client.post("/c/new/")
+    for _ in range(4):  # reusing does not count towards the hourly limit
+        again = client.post("/c/new/")
+        assert again.status_code == 302 and again["Location"] == first["Location"]
+    assert Conversation.objects.filter(owner=ada).count() == 1
+
+
+def test_a_used_conversation_is_not_reused(client, ada, bob):
+    titled = Conversation.objects.create(owner=ada, model="m", title="named")
+    spoken = Conversation.objects.create(owner=ada, model="m")
+    add_event(spoken, {"type": "user", "content": "hi"})
+    Conversation.objects.create(owner=bob, model="m")  # someone else's empty one
+    location = client.post("/c/new/")["Location"]
+    made = Conversation.objects.get(owner=ada, title="", last_seq=0)
+    assert location == f"/c/{made.id}/" and made.id not in (titled.id, spoken.id)
