@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from agent.core.events import USAGE_FIELDS
 from agent.models import ApiToken, Conversation, Event, User
 from agent.runs.eventlog import from_stored
-from agent.ui.export import conversation_json, conversation_markdown
+from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
 from agent.web import api_tokens as tokens
 from agent.web.api_tokens import digest, new_token_value
@@ -37,19 +37,7 @@ class UserAdmin(BaseUserAdmin):
         )
 
 
-def _meta(conversation: Conversation) -> dict:
-    return {
-        "id": str(conversation.id),
-        "title": conversation.title,
-        "owner": conversation.owner.username,
-        "model": conversation.model,
-        "state": conversation.state,
-        "created": conversation.created.isoformat(),
-        "updated": conversation.updated.isoformat(),
-        "input_tokens": conversation.input_tokens,
-        "output_tokens": conversation.output_tokens,
-        "cost_usd": str(conversation.cost_usd),
-    }
+_meta = conversation_meta
 
 
 def _events(conversation: Conversation) -> list[dict]:

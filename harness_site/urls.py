@@ -11,6 +11,18 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
+    path(
+        "c/<uuid:conversation_id>/export.md",
+        views.export_conversation,
+        {"extension": "md"},
+        name="export_md",
+    ),  # fmt: skip
+    path(
+        "c/<uuid:conversation_id>/export.json",
+        views.export_conversation,
+        {"extension": "json"},
+        name="export_json",
+    ),  # fmt: skip
     path("files/", views.workspace_files, name="files"),
     path("api/conversations", api.conversations, name="api_conversations"),
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),

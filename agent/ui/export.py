@@ -1,4 +1,4 @@
-"""A conversation as Markdown or JSON, for the admin's export."""
+"""A conversation as Markdown or JSON, for the admin's export and the owner's, from the page."""
 
 from __future__ import annotations
 
@@ -21,6 +21,22 @@ def _longest_backtick_run(text: str) -> int:
         run = run + 1 if char == "`" else 0
         best = max(best, run)
     return best
+
+
+def conversation_meta(conversation) -> dict[str, Any]:
+    """A conversation's header for either export (any object with the model's fields)."""
+    return {
+        "id": str(conversation.id),
+        "title": conversation.title,
+        "owner": conversation.owner.username,
+        "model": conversation.model,
+        "state": conversation.state,
+        "created": conversation.created.isoformat(),
+        "updated": conversation.updated.isoformat(),
+        "input_tokens": conversation.input_tokens,
+        "output_tokens": conversation.output_tokens,
+        "cost_usd": str(conversation.cost_usd),
+    }
 
 
 def conversation_json(meta: dict[str, Any], events: list[dict[str, Any]]) -> str:

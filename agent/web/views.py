@@ -24,6 +24,7 @@ from agent.runs.recovery import expired
 from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
+from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
@@ -136,6 +137,28 @@ def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
         conversation.model = model
         conversation.save(update_fields=["model", "updated"])
     return redirect("conversation", conversation_id=conversation.id)
+
+
+EXPORTS = {
+    "md": ("text/markdown", conversation_markdown),
+    "json": ("application/json", conversation_json),
+}
+
+
+@login_required
+@require_GET
+def export_conversation(request: HttpRequest, conversation_id, extension: str) -> HttpResponse:
+    """One's own conversation as a Markdown or JSON download (others' are 404)."""
+    conversation = _owned_or_404(request, conversation_id)
+    kind, render_export = EXPORTS[extension]
+    events = list(conversation.events.order_by("seq").values_list("payload", flat=True))
+    response = HttpResponse(
+        render_export(conversation_meta(conversation), events),
+        content_type=f"{kind}; charset=utf-8",
+    )
+    name = f"conversation-{conversation.id}.{extension}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 @login_required

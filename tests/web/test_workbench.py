@@ -3,6 +3,8 @@ welcome, the model switch without a reload, no internal labels, export from the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.models import Conversation, Event, User
@@ -50,3 +52,30 @@ def test_a_used_conversation_is_not_reused(client, ada, bob):
     location = client.post("/c/new/")["Location"]
     made = Conversation.objects.get(owner=ada, title="", last_seq=0)
     assert location == f"/c/{made.id}/" and made.id not in (titled.id, spoken.id)
+
+
+# -- 6. Export from the page ----------------------------------------------------------------
+
+
+def test_one_exports_ones_own_conversation_as_markdown_and_json(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="m", title="Plans")
+    add_event(conversation, {"type": "user", "content": "hello there"})
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    for extension in ("md", "json"):
+        assert f'href="/c/{conversation.id}/export.{extension}"' in page
+    md = client.get(f"/c/{conversation.id}/export.md")
+    assert md.status_code == 200 and md["Content-Type"].startswith("text/markdown")
+    assert md["Content-Disposition"] == f'attachment; filename="conversation-{conversation.id}.md"'
+    assert "# Plans" in md.content.decode() and "hello there" in md.content.decode()
+    js = client.get(f"/c/{conversation.id}/export.json")
+    assert js.status_code == 200 and js["Content-Disposition"].startswith("attachment")
+    body = json.loads(js.content)
+    assert body["title"] == "Plans" and body["events"][0]["content"] == "hello there"
+
+
+def test_another_users_conversation_does_not_export(client, ada, bob):
+    theirs = Conversation.objects.create(owner=bob, model="m", title="bob's secret")
+    for extension in ("md", "json"):
+        assert client.get(f"/c/{theirs.id}/export.{extension}").status_code == 404
+    client.logout()
+    assert client.get(f"/c/{theirs.id}/export.md").status_code == 302  # to sign in
