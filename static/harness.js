@@ -648,6 +648,22 @@
     });
   }
 
+  // The offline demo's banner, once dismissed, stays away (this browser remembers).
+  const OFFLINE_DISMISSED = "harness.offlineBannerDismissed";
+  function dismissibleOfflineBanner() {
+    const banner = $("#offline-banner");
+    const button = $("#offline-dismiss");
+    if (!banner || !button) return;
+    let dismissed = false;
+    try { dismissed = window.localStorage.getItem(OFFLINE_DISMISSED) === "1"; } catch (e) { /* storage off */ }
+    if (dismissed) banner.hidden = true;
+    button.addEventListener("click", () => {
+      banner.hidden = true;
+      try { window.localStorage.setItem(OFFLINE_DISMISSED, "1"); } catch (e) { /* storage off */ }
+      $("#prompt").focus();
+    });
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     const messages = $("#messages");
@@ -690,6 +706,7 @@
 
     confirmBeforeSubmit();
     submitOnSelectChange();
+    dismissibleOfflineBanner();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

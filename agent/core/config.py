@@ -8,15 +8,16 @@ from dataclasses import dataclass
 DEFAULT_MODEL = "claude-haiku-4-5"
 DEMO_MODEL = "offline-demo"
 
-# Selectable models: current Claude models first, then seed 001's list, which stays selectable.
+# Selectable models: current Claude models first, then the earlier Claude 3 models,
+# which stay selectable (the labels are what the model menu shows).
 MODELS: tuple[tuple[str, str], ...] = (
     ("claude-haiku-4-5", "Claude Haiku 4.5"),
     ("claude-sonnet-4-5", "Claude Sonnet 4.5"),
     ("claude-opus-4-5", "Claude Opus 4.5"),
     ("claude-opus-4-1", "Claude Opus 4.1"),
-    ("claude-3-haiku-20240307", "Claude 3 Haiku (seed)"),
-    ("claude-3-5-sonnet-20241022", "Claude 3.5 Sonnet (seed)"),
-    ("claude-3-opus-20240229", "Claude 3 Opus (seed)"),
+    ("claude-3-haiku-20240307", "Claude 3 Haiku"),
+    ("claude-3-5-sonnet-20241022", "Claude 3.5 Sonnet"),
+    ("claude-3-opus-20240229", "Claude 3 Opus"),
 )
 
 # The smallest budget the API accepts for extended thinking.

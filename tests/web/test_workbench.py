@@ -79,3 +79,20 @@ def test_another_users_conversation_does_not_export(client, ada, bob):
         assert client.get(f"/c/{theirs.id}/export.{extension}").status_code == 404
     client.logout()
     assert client.get(f"/c/{theirs.id}/export.md").status_code == 302  # to sign in
+
+
+# -- 5. No internal labels; the offline notice can be dismissed --------------------------
+
+
+def test_no_internal_labels_are_shown(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert "(seed)" not in page and "seed" not in page.lower()
+
+
+def test_the_offline_notice_has_a_dismiss_control(client, ada, settings):
+    settings.ANTHROPIC_API_KEY = None
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert 'id="offline-banner"' in page and 'id="offline-dismiss"' in page
+    assert page.count("answers are scripted") == 1
