@@ -664,6 +664,19 @@
     });
   }
 
+  // An empty conversation's welcome: a suggestion fills the prompt (it is not sent), and
+  // the welcome goes once the transcript has a part.
+  function bindWelcome(welcome, prompt, messages) {
+    if (!welcome) return () => {};
+    welcome.querySelectorAll("[data-suggestion]").forEach((button) => {
+      button.addEventListener("click", () => {
+        setPrompt(prompt, button.dataset.suggestion);
+        prompt.focus();
+      });
+    });
+    return () => { if (messages.children.length) welcome.hidden = true; };
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     const messages = $("#messages");
@@ -694,7 +707,9 @@
     copyCodeOnClick(messages);
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
+    const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);
     watchMessages(messages, () => {
+      welcomeChanged();
       quietLiveBlock(messages);
       addCopyButtons(messages);
       syncRunningClass();

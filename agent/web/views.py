@@ -45,6 +45,16 @@ def model_choices() -> list[tuple[str, str]]:
     return choices
 
 
+# What an empty conversation offers to start with. The offline demo's are the requests its
+# scripted model answers with real tool calls (agent/core/model/demo.py).
+DEMO_SUGGESTIONS = ("list files", "write hello.py", "run ls -la")
+SUGGESTIONS = (
+    "What is in my workspace?",
+    "Write a Python script that prints the first 10 primes",
+    "Find the TODO comments in my files",
+)
+
+
 def _throttled_page(request: HttpRequest, refusal: Throttled) -> HttpResponse:
     response = render(request, "agent/throttled.html", {"message": refusal.message}, status=429)
     response["Retry-After"] = str(refusal.retry_after)
@@ -77,6 +87,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     status = transcript.status_view()
     if conversation.state == Conversation.State.IDLE:
         status = StatusView("idle", status.text if status.state == "idle" else "")
+    offline = agent_config().offline
     context = {
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],
@@ -88,7 +99,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "status_text": status.text,
         "status_code": status.code,
         "models": model_choices(),
-        "offline": agent_config().offline,
+        "offline": offline,
+        "suggestions": DEMO_SUGGESTIONS if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
     }

@@ -33,3 +33,19 @@ def test_the_offline_notice_can_be_dismissed_and_stays_dismissed(demo_context):
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
     assert page.locator("#offline-banner").is_hidden()
+
+
+def test_a_welcome_suggestion_fills_the_prompt_without_sending(demo_context):
+    page = sign_in(demo_context(), "dana")
+    welcome = page.locator("#welcome")
+    assert welcome.is_visible()
+    labels = [b.inner_text() for b in welcome.locator("button.suggestion").all()]
+    assert labels == ["list files", "write hello.py", "run ls -la"]
+    page.click("#welcome >> text=write hello.py")
+    assert page.input_value("#prompt") == "write hello.py"
+    assert page.evaluate("document.activeElement.id") == "prompt"
+    page.wait_for_timeout(300)
+    assert page.locator("#messages [data-part]").count() == 0  # filled, not sent
+    page.press("#prompt", "Enter")
+    page.wait_for_selector("#messages [data-part=user]")
+    assert welcome.is_hidden()

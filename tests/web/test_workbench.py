@@ -96,3 +96,25 @@ def test_the_offline_notice_has_a_dismiss_control(client, ada, settings):
     page = client.get(f"/c/{conversation.id}/").content.decode()
     assert 'id="offline-banner"' in page and 'id="offline-dismiss"' in page
     assert page.count("answers are scripted") == 1
+
+
+# -- 1. An empty conversation's welcome ---------------------------------------------------
+
+
+def test_an_empty_conversation_welcomes_with_the_demos_suggestions_offline(client, ada, settings):
+    settings.ANTHROPIC_API_KEY = None
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert 'id="welcome"' in page
+    for suggestion in ("list files", "write hello.py", "run ls -la"):
+        assert f'data-suggestion="{suggestion}"' in page
+
+
+def test_a_conversation_with_parts_has_no_welcome(client, ada, settings):
+    settings.ANTHROPIC_API_KEY = "sk-ant-test"
+    empty = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{empty.id}/").content.decode()
+    assert 'id="welcome"' in page and 'data-suggestion="list files"' not in page
+    spoken = Conversation.objects.create(owner=ada, model="m")
+    add_event(spoken, {"type": "user", "content": "hi"})
+    assert 'id="welcome"' not in client.get(f"/c/{spoken.id}/").content.decode()
