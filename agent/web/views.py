@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import (
@@ -36,6 +37,17 @@ def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
     if conversation is None:
         raise Http404("No such conversation")
     return conversation
+
+
+def _back_to(request: HttpRequest, fallback) -> HttpResponse:
+    """Back to the page a sidebar control was used on (``next``, this site only), else
+    ``fallback``."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return fallback
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -127,7 +139,7 @@ def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
     conversation.save(update_fields=["title", "updated"])
-    return redirect("conversation", conversation_id=conversation.id)
+    return _back_to(request, redirect("conversation", conversation_id=conversation.id))
 
 
 @login_required
@@ -137,7 +149,7 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     if conversation.state == Conversation.State.RUNNING:
         cancel_from_sync(conversation.id)
     conversation.delete()
-    return redirect("home")
+    return _back_to(request, redirect("home"))
 
 
 @login_required

@@ -49,3 +49,42 @@ def test_a_welcome_suggestion_fills_the_prompt_without_sending(demo_context):
     page.press("#prompt", "Enter")
     page.wait_for_selector("#messages [data-part=user]")
     assert welcome.is_hidden()
+
+
+def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
+    page = sign_in(demo_context(), "dana")
+    here = page.url
+    entries = page.locator(".conv-list .conv-item")
+    other_id = page.evaluate(
+        "() => [...document.querySelectorAll('.conv-item')]"
+        ".map(e => e.dataset.conversationId).find(id => !location.pathname.includes(id)) || null"
+    )
+    if other_id is None:  # make a second conversation, then come back
+        page.fill("#prompt", "list files")
+        page.press("#prompt", "Enter")
+        page.wait_for_selector("#messages [data-part=user]")
+        page.click(".new-conv")
+        page.wait_for_selector("body[data-ws=open]")
+        here = page.url
+        other_id = page.evaluate(
+            "() => [...document.querySelectorAll('.conv-item')]"
+            ".map(e => e.dataset.conversationId).find(id => !location.pathname.includes(id))"
+        )
+    entry = page.locator(f".conv-item[data-conversation-id='{other_id}']")
+    entry.locator("summary").click()
+    entry.locator("input[name=title]").fill("From the sidebar")
+    entry.locator("button:text('Rename')").click()
+    page.wait_for_selector("a.conv-link:text('From the sidebar')")
+    assert page.url == here  # the page stays where it was
+    count = entries.count()
+    messages = []
+    page.once("dialog", lambda dialog: (messages.append(dialog.message), dialog.dismiss()))
+    entry = page.locator(f".conv-item[data-conversation-id='{other_id}']")
+    entry.locator("summary").click()
+    entry.locator("button.danger").click()
+    assert messages and "From the sidebar" in messages[0]
+    assert entries.count() == count  # dismissed: nothing deleted
+    page.once("dialog", lambda dialog: dialog.accept())
+    entry.locator("button.danger").click()
+    page.wait_for_function("n => document.querySelectorAll('.conv-item').length < n", arg=count)
+    assert page.url == here and "From the sidebar" not in page.inner_text(".conv-list")

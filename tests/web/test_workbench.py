@@ -118,3 +118,34 @@ def test_a_conversation_with_parts_has_no_welcome(client, ada, settings):
     spoken = Conversation.objects.create(owner=ada, model="m")
     add_event(spoken, {"type": "user", "content": "hi"})
     assert 'id="welcome"' not in client.get(f"/c/{spoken.id}/").content.decode()
+
+
+# -- 3. The sidebar: running marks, rename and delete per entry ----------------------------
+
+
+def test_the_sidebar_marks_running_conversations_and_has_controls_per_entry(client, ada):
+    running = Conversation.objects.create(owner=ada, model="m", title="busy one",
+                                          state=Conversation.State.RUNNING)  # fmt: skip
+    idle = Conversation.objects.create(owner=ada, model="m", title="quiet one")
+    page = client.get(f"/c/{idle.id}/").content.decode()
+    assert page.count('class="conv-running" role="img" aria-label="Running"') == 1
+    start = page.index(f'data-conversation-id="{running.id}"')
+    entry = page[start : page.index("</details></div>", start)]
+    assert 'class="conv-running"' in entry
+    for c in (running, idle):
+        assert f'action="/c/{c.id}/rename" class="conv-rename"' in page
+        assert f'action="/c/{c.id}/delete" class="conv-delete" data-confirm=' in page
+
+
+def test_sidebar_actions_go_back_to_the_page_they_were_used_on(client, ada):
+    here = Conversation.objects.create(owner=ada, model="m", title="here")
+    other = Conversation.objects.create(owner=ada, model="m", title="other")
+    back = client.post(f"/c/{other.id}/rename", {"title": "renamed", "next": f"/c/{here.id}/"})
+    assert back["Location"] == f"/c/{here.id}/"
+    other.refresh_from_db()
+    assert other.title == "renamed"
+    away = client.post(f"/c/{other.id}/rename", {"title": "x", "next": "https://evil.example/"})
+    assert away["Location"] == f"/c/{other.id}/"
+    gone = client.post(f"/c/{other.id}/delete", {"next": f"/c/{here.id}/"})
+    assert gone["Location"] == f"/c/{here.id}/"
+    assert not Conversation.objects.filter(id=other.id).exists()
