@@ -642,9 +642,26 @@
     });
   }
 
+  // The model select saves in the background: the page (and its socket) stays. Should
+  // that fail, the form is submitted the plain way, which shows what happened.
   function submitOnSelectChange() {
     document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
-      select.addEventListener("change", () => select.form.submit());
+      select.addEventListener("change", async () => {
+        const form = select.form;
+        form.setAttribute("aria-busy", "true");
+        try {
+          const response = await fetch(form.action, {
+            method: "POST", body: new FormData(form), credentials: "same-origin",
+            headers: { "HX-Request": "true" },
+          });
+          if (!response.ok) throw new Error(String(response.status));
+          form.dataset.saved = select.value;
+        } catch (error) {
+          form.submit();
+        } finally {
+          form.removeAttribute("aria-busy");
+        }
+      });
     });
   }
 

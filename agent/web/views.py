@@ -157,9 +157,12 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
 def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     model = request.POST.get("model", "")
-    if model in dict(model_choices()):
+    known = model in dict(model_choices())
+    if known:
         conversation.model = model
         conversation.save(update_fields=["model", "updated"])
+    if request.headers.get("HX-Request"):  # the page's select, which stays where it is
+        return HttpResponse(status=204 if known else 400)
     return redirect("conversation", conversation_id=conversation.id)
 
 

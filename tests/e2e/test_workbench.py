@@ -88,3 +88,18 @@ def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
     entry.locator("button.danger").click()
     page.wait_for_function("n => document.querySelectorAll('.conv-item').length < n", arg=count)
     assert page.url == here and "From the sidebar" not in page.inner_text(".conv-list")
+
+
+def test_changing_the_model_keeps_the_page(demo_context):
+    page = sign_in(demo_context(), "eli")
+    page.fill("#prompt", "half-typed")
+    page.evaluate("window.__samePage = true")
+    with page.expect_response(lambda r: r.url.endswith("/model")) as answer:
+        page.select_option("#model", "claude-opus-4-5")
+    assert answer.value.status == 204
+    page.wait_for_timeout(200)
+    assert page.evaluate("window.__samePage === true")  # no reload
+    assert page.input_value("#prompt") == "half-typed"
+    assert page.get_attribute("body", "data-ws") == "open"
+    page.reload()
+    assert page.input_value("#model") == "claude-opus-4-5"

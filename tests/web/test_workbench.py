@@ -149,3 +149,21 @@ def test_sidebar_actions_go_back_to_the_page_they_were_used_on(client, ada):
     gone = client.post(f"/c/{other.id}/delete", {"next": f"/c/{here.id}/"})
     assert gone["Location"] == f"/c/{here.id}/"
     assert not Conversation.objects.filter(id=other.id).exists()
+
+
+# -- 4. The model changes without a reload -------------------------------------------------
+
+
+def test_the_pages_model_select_saves_without_a_redirect(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5")
+    url = f"/c/{conversation.id}/model"
+    saved = client.post(url, {"model": "claude-opus-4-5"}, headers={"HX-Request": "true"})
+    assert saved.status_code == 204
+    conversation.refresh_from_db()
+    assert conversation.model == "claude-opus-4-5"
+    unknown = client.post(url, {"model": "no-such-model"}, headers={"HX-Request": "true"})
+    assert unknown.status_code == 400
+    plain = client.post(url, {"model": "claude-sonnet-4-5"})  # the no-JS form
+    assert plain.status_code == 302 and plain["Location"] == f"/c/{conversation.id}/"
+    conversation.refresh_from_db()
+    assert conversation.model == "claude-sonnet-4-5"
