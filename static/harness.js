@@ -694,6 +694,25 @@
     return () => { if (messages.children.length) welcome.hidden = true; };
   }
 
+  // Every part shows when it happened on hover: its event's time (data-ts, or the page's
+  // #part-times for tool cards), or, for a tool card that arrived live, when it arrived.
+  function createPartTimes() {
+    const times = new Map();
+    try {
+      const loaded = JSON.parse(($("#part-times") || {}).textContent || "{}");
+      Object.entries(loaded).forEach(([seq, ts]) => times.set(seq, Number(ts)));
+    } catch (e) { /* no times: the arrival time stands in */ }
+    const format = (ts) => new Date(ts).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    return function stamp(root) {
+      root.querySelectorAll("[data-part][data-seq]").forEach((part) => {
+        const seq = part.dataset.seq;
+        const ts = Number(part.dataset.ts) || times.get(seq) || Date.now();
+        times.set(seq, ts);
+        if (!part.title) part.title = format(ts);
+      });
+    };
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     const messages = $("#messages");
@@ -725,8 +744,11 @@
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);
+    const stampTimes = createPartTimes();
+    stampTimes(messages);
     watchMessages(messages, () => {
       welcomeChanged();
+      stampTimes(messages);
       quietLiveBlock(messages);
       addCopyButtons(messages);
       syncRunningClass();

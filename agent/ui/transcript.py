@@ -44,6 +44,7 @@ class Part:
     code: str = ""  # error parts
     retry: str = ""  # error parts: the prompt a Retry button sends again
     tool: ToolView | None = None
+    timestamp: int = 0  # the event's (Unix ms): shown on hover
 
 
 @dataclass
@@ -236,6 +237,7 @@ class Transcript:
             return None
         part = self._part_for(event)
         if part is not None:
+            part.timestamp = event.timestamp
             self.parts.append(part)
         return part
 

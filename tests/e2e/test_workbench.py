@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testkit.live import LiveServer
-from tests.e2e.conftest import contexts_on, sign_in
+from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +103,23 @@ def test_changing_the_model_keeps_the_page(demo_context):
     assert page.get_attribute("body", "data-ws") == "open"
     page.reload()
     assert page.input_value("#model") == "claude-opus-4-5"
+
+
+def test_every_part_shows_its_time_on_hover(demo_context):
+    page = sign_in(demo_context(), "eli")
+    send(page, "list files")
+    wait_idle(page)
+    page.wait_for_selector("#messages [data-part=tool][data-tool-status=ok]")
+
+    def titles():
+        return page.eval_on_selector_all(
+            "#messages > [data-part]", "els => els.map(e => [e.dataset.part, e.title])"
+        )
+
+    live = titles()
+    assert {kind for kind, _ in live} >= {"user", "text", "tool"}
+    assert all(title for _, title in live), live
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert all(title for _, title in titles())
+    assert [kind for kind, _ in titles()] == [kind for kind, _ in live]

@@ -167,3 +167,17 @@ def test_the_pages_model_select_saves_without_a_redirect(client, ada):
     assert plain.status_code == 302 and plain["Location"] == f"/c/{conversation.id}/"
     conversation.refresh_from_db()
     assert conversation.model == "claude-sonnet-4-5"
+
+
+# -- 6. Every part's time on hover ----------------------------------------------------------
+
+
+def test_parts_carry_their_events_time(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    add_event(conversation, {"type": "user", "content": "hi"})
+    add_event(conversation, {"type": "tool_call", "id": "t1", "name": "read",
+                             "input": {"path": "a"}})  # fmt: skip
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert 'data-part="user" data-seq="1" data-ts="1700000000000"' in page
+    times = page[page.index('id="part-times"') :]
+    assert '"1": 1700000000000' in times and '"2": 1700000000000' in times
