@@ -165,6 +165,25 @@
     const messages = $("#messages");
     if (messages) messages.setAttribute("aria-busy", String(running));
     if (wasRunning && !running) clearComposerAlert("prompt_running");
+    markCurrentEntry(running);
+  }
+
+  // The sidebar's entry for this conversation follows its run as it starts and ends.
+  function markCurrentEntry(running) {
+    const link = $(".conv-list a[aria-current=page]");
+    const entry = link && link.closest(".conv-item");
+    if (!entry) return;
+    let mark = entry.querySelector(".conv-running");
+    if (running && !mark) {
+      mark = document.createElement("span");
+      mark.className = "conv-running";
+      mark.setAttribute("role", "img");
+      mark.setAttribute("aria-label", "Running");
+      mark.title = "Running";
+      link.after(mark);
+    } else if (!running && mark) {
+      mark.remove();
+    }
   }
 
   // The transcript is a log (role="log", aria-relevant="additions"): each new part is read

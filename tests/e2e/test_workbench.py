@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testkit.live import LiveServer
+from testkit.model_server import text_reply
 from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 
@@ -123,3 +124,21 @@ def test_every_part_shows_its_time_on_hover(demo_context):
     page.wait_for_selector("body[data-ws=open]")
     assert all(title for _, title in titles())
     assert [kind for kind, _ in titles()] == [kind for kind, _ in live]
+
+
+def test_the_sidebar_marks_a_running_conversation(new_context, fresh_model):
+    fresh_model.enqueue(text_reply("streaming " * 200, delay=0.02))
+    first = sign_in(new_context(), "mallory")
+    first.click(".new-conv")
+    first.wait_for_selector("body[data-ws=open]")
+    here = first.url.rstrip("/").rsplit("/", 1)[-1]
+    mark = f".conv-item[data-conversation-id='{here}'] .conv-running[aria-label=Running]"
+    assert first.locator(mark).count() == 0
+    send(first, "talk for a while")
+    first.wait_for_selector(mark)  # this page's entry, live
+    other = first.context.new_page()  # another page of the same account, loaded mid-run
+    other.goto("/files/")
+    other.goto(f"/c/{here}/")
+    assert other.locator(mark).count() == 1
+    wait_idle(first)
+    first.wait_for_selector(mark, state="detached")
