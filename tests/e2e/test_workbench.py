@@ -74,7 +74,8 @@ def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
     entry = page.locator(f".conv-item[data-conversation-id='{other_id}']")
     entry.locator("summary").click()
     entry.locator("input[name=title]").fill("From the sidebar")
-    entry.locator("button:text('Rename')").click()
+    with page.expect_navigation():
+        entry.locator("button:text('Rename')").click()
     page.wait_for_selector("a.conv-link:text('From the sidebar')")
     assert page.url == here  # the page stays where it was
     count = entries.count()
@@ -86,7 +87,8 @@ def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
     assert messages and "From the sidebar" in messages[0]
     assert entries.count() == count  # dismissed: nothing deleted
     page.once("dialog", lambda dialog: dialog.accept())
-    entry.locator("button.danger").click()
+    with page.expect_navigation():  # the form posts, and comes back here
+        entry.locator("button.danger").click()
     page.wait_for_function("n => document.querySelectorAll('.conv-item').length < n", arg=count)
     assert page.url == here and "From the sidebar" not in page.inner_text(".conv-list")
 
@@ -128,7 +130,7 @@ def test_every_part_shows_its_time_on_hover(demo_context):
 
 def test_the_sidebar_marks_a_running_conversation(new_context, fresh_model):
     fresh_model.enqueue(text_reply("streaming " * 200, delay=0.02))
-    first = sign_in(new_context(), "mallory")
+    first = sign_in(new_context(), "alice")  # mallory's newest is test_xss's
     first.click(".new-conv")
     first.wait_for_selector("body[data-ws=open]")
     here = first.url.rstrip("/").rsplit("/", 1)[-1]
