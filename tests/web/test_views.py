@@ -12,18 +12,6 @@ from agent.models import Conversation, Event, User
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def ada(client):
-    user = User.objects.create_user(username="ada", password="pw-ada-123")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
-def bob():
-    return User.objects.create_user(username="bob", password="pw-bob-123")
-
-
 def add_events(conversation, *payloads):
     for seq, payload in enumerate(payloads, start=conversation.last_seq + 1):
         Event.objects.create(conversation=conversation, seq=seq, type=payload["type"],
@@ -153,7 +141,6 @@ def test_event_seq_is_unique_per_conversation_in_the_database(ada):
 
 
 def test_page_load_queries_do_not_grow_with_the_transcript(client, django_assert_max_num_queries):
-    from agent.models import User
 
     user = User.objects.create_user("quentin", password="pw-quentin-123")
     client.force_login(user)

@@ -8,21 +8,9 @@ import json
 import pytest
 from django.core.cache import cache
 
-from agent.models import Conversation, Event, User
+from agent.models import Conversation, Event
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ada(client):
-    user = User.objects.create_user(username="ada", password="pw-ada-123")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
-def bob():
-    return User.objects.create_user(username="bob", password="pw-bob-123")
 
 
 def add_event(conversation, payload):
