@@ -26,6 +26,8 @@ from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
+from agent.ui.fragments import live_block
+from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
@@ -107,8 +109,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
         "part_times": {part.seq: part.timestamp for part in transcript.parts},
         # A text block still streaming: shown as the live block the socket continues.
-        "live_text": live.content if live else "",
-        "live_seq": live.seq if live else 0,
+        "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
         "status_state": status.state,
         "status_text": status.text,
         "status_code": status.code,
