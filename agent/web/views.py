@@ -15,7 +15,7 @@ from agent.access import (
     empty_conversation_of,
     new_conversation,
 )
-from agent.core.config import MODELS
+from agent.core.config import MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation
 from agent.runs.broadcast import interrupt_and_announce
@@ -114,6 +114,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "status_text": status.text,
         "status_code": status.code,
         "models": model_choices(),
+        "thinking_levels": THINKING_LEVELS,
+        "thinking": conversation.thinking or _default_thinking(),
         "offline": offline,
         "suggestions": DEMO_SUGGESTIONS if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
@@ -155,6 +157,12 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     return _back_to(request, redirect("home"))
 
 
+def _default_thinking() -> str:
+    """The level the deployment's HARNESS_THINKING budget is closest to (what "" means)."""
+    budget = settings.HARNESS_THINKING
+    return min(THINKING_LEVELS, key=lambda level: abs(THINKING_LEVELS[level] - budget))
+
+
 @login_required
 @require_POST
 def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
@@ -164,6 +172,20 @@ def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
     if known:
         conversation.model = model
         conversation.save(update_fields=["model", "updated"])
+    if request.headers.get("HX-Request"):  # the page's select, which stays where it is
+        return HttpResponse(status=204 if known else 400)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    level = request.POST.get("thinking", "")
+    known = level in THINKING_LEVELS
+    if known:
+        conversation.thinking = level
+        conversation.save(update_fields=["thinking", "updated"])
     if request.headers.get("HX-Request"):  # the page's select, which stays where it is
         return HttpResponse(status=204 if known else 400)
     return redirect("conversation", conversation_id=conversation.id)
