@@ -13,11 +13,18 @@ PROMPT_HISTORY_LIMIT = 100
 
 
 class User(AbstractUser):
+    class Theme(models.TextChoices):
+        SYSTEM = "system", "System"  # follows the browser's prefers-color-scheme
+        LIGHT = "light", "Light"
+        DARK = "dark", "Dark"
+
     # Newest last, at most 100, FIFO, never two equal neighbours (seed 000's prompt history).
     prompt_history = models.JSONField(default=list, blank=True)
     bash_enabled = models.BooleanField(
         default=True, help_text="Let the agent run bash (in the sandbox) for this user."
     )
+    # The page's colours, rendered into <html data-theme> on every page (no flash).
+    theme = models.CharField(max_length=6, choices=Theme.choices, default=Theme.SYSTEM)
 
     def remember_prompt(self, prompt: str) -> None:
         history = list(self.prompt_history or [])

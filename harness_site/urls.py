@@ -25,6 +25,7 @@ urlpatterns = [
         name="export_json",
     ),  # fmt: skip
     path("files/", views.workspace_files, name="files"),
+    path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
     path("api/conversations/<uuid:conversation_id>", api.conversation, name="api_conversation"),
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),

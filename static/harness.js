@@ -661,26 +661,34 @@
     });
   }
 
-  // The model select saves in the background: the page (and its socket) stays. Should
-  // that fail, the form is submitted the plain way, which shows what happened.
-  function submitOnSelectChange() {
-    document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
-      select.addEventListener("change", async () => {
-        const form = select.form;
+  // The model select and the theme switch save in the background: the page (and its
+  // socket) stays. Should that fail, the form is submitted the plain way, which shows what
+  // happened.
+  function submitOnChange() {
+    document.querySelectorAll("form[data-autosubmit]").forEach((form) => {
+      form.addEventListener("change", async (event) => {
         form.setAttribute("aria-busy", "true");
         try {
           const response = await fetch(form.action, {
             method: "POST", body: new FormData(form), credentials: "same-origin",
-            headers: { "HX-Request": "true" },
+            headers: { "HX-Request": "true" }, redirect: "manual",
           });
           if (!response.ok) throw new Error(String(response.status));
-          form.dataset.saved = select.value;
+          form.dataset.saved = event.target.value;
         } catch (error) {
           form.submit();
         } finally {
           form.removeAttribute("aria-busy");
         }
       });
+    });
+  }
+
+  // The theme is <html data-theme> (rendered by the server from the account, so the first
+  // paint has it): a choice applies at once, while the form saves it.
+  function applyThemeOnChange() {
+    document.querySelectorAll("input[name=theme]").forEach((radio) => {
+      radio.addEventListener("change", () => { document.documentElement.dataset.theme = radio.value; });
     });
   }
 
@@ -778,7 +786,8 @@
     autoScroll.jumpToBottom();
 
     confirmBeforeSubmit();
-    submitOnSelectChange();
+    applyThemeOnChange();
+    submitOnChange();
     dismissibleOfflineBanner();
   }
 

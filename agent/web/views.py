@@ -17,7 +17,7 @@ from agent.access import (
 )
 from agent.core.config import MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
-from agent.models import Conversation
+from agent.models import Conversation, User
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
@@ -120,6 +120,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "suggestions": DEMO_SUGGESTIONS if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
+        "themes": User.Theme.choices,
     }
     return render(request, "agent/conversation.html", context)
 
@@ -189,6 +190,22 @@ def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
     if request.headers.get("HX-Request"):  # the page's select, which stays where it is
         return HttpResponse(status=204 if known else 400)
     return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def set_theme(request: HttpRequest) -> HttpResponse:
+    """The account's theme (system, light or dark): every page renders it into
+    ``<html data-theme>``. The page's switch saves in the background (204); without
+    script the form posts and comes back to ``next``."""
+    theme = request.POST.get("theme", "")
+    if theme not in User.Theme.values:
+        return HttpResponse("Unknown theme", status=400, content_type="text/plain")
+    request.user.theme = theme
+    request.user.save(update_fields=["theme"])
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204)
+    return _back_to(request, redirect("home"))
 
 
 EXPORTS = {
