@@ -1,9 +1,10 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
 // htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
 // prompt history, what became of a sent prompt (typed text is never lost), the length
-// counter, auto-scroll, copy buttons, the help dialog, the drawers (the conversation list and
-// the files panel) and what assistive technology is told while a prompt runs. Each part is
-// a small function with one job; init() at the end wires them together. The parts share
+// counter, auto-scroll, copy buttons (code, tool results, every message part), the help
+// dialog, the drawers (the conversation list and the files panel), the theme switch and
+// what assistive technology is told while a prompt runs. Each part is a small function
+// with one job; init() at the end wires them together. The parts share
 // state only through what init() hands them (nothing is put on window).
 (function () {
   "use strict";
@@ -615,7 +616,7 @@
     };
   }
 
-  // --- copy buttons on code blocks -----------------------------------------------------
+  // --- copy buttons ----------------------------------------------------------------------
   function addCopyButtons(root) {
     root.querySelectorAll(".md pre").forEach((pre) => {
       if (pre.parentElement.classList.contains("code-wrap")) return;
@@ -631,21 +632,61 @@
     });
   }
 
-  // A code block's text, or a tool's whole result (its collapsed parts too).
+  // What a copy button copies: a message part's text (data-copy="text": the prompt as typed,
+  // the answer as shown) or the answer's markdown as the model wrote it (data-copy=
+  // "markdown", kept escaped in its inert <template class="md-source">), a tool's whole
+  // result (its collapsed parts too), or a code block's text.
   function copiedText(button) {
+    const part = button.closest("[data-part]");
+    if (button.dataset.copy === "markdown") return part.querySelector("template.md-source").content.textContent;
+    if (button.dataset.copy === "text") {
+      const user = part.querySelector(".user-text");
+      return user ? user.textContent : part.querySelector(".md").innerText;
+    }
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
     const pres = result.querySelectorAll("pre.tool-output, pre.diff");
     return Array.from(pres, (pre) => pre.textContent).join("");
   }
 
-  function copyCodeOnClick(messages) {
-    messages.addEventListener("click", (event) => {
+  // Without the Clipboard API (a page served over plain http to another host) or when it
+  // refuses, a selected off-screen textarea and execCommand("copy").
+  function copyWithSelection(text) {
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "sr-only";
+    document.body.appendChild(area);
+    area.select();
+    let copied = false;
+    try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
+    area.remove();
+    return copied;
+  }
+
+  async function writeClipboard(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      try { await navigator.clipboard.writeText(text); return true; } catch (e) { /* the fallback */ }
+    }
+    return copyWithSelection(text);
+  }
+
+  // Every copy button in the transcript: it says "Copied" (or "Copy failed") for a moment,
+  // and #copy-status tells assistive technology the same.
+  function copyOnClick(messages) {
+    const status = $("#copy-status");
+    messages.addEventListener("click", async (event) => {
       const button = event.target.closest(".copy");
       if (!button) return;
-      const text = copiedText(button);
-      const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1200); };
-      if (navigator.clipboard) navigator.clipboard.writeText(text).then(done, () => {});
+      if (!button.dataset.label) button.dataset.label = button.textContent;
+      const copied = await writeClipboard(copiedText(button));
+      button.textContent = copied ? "Copied" : "Copy failed";
+      if (status) status.textContent = copied ? "Copied to the clipboard" : "Could not copy";
+      clearTimeout(Number(button.dataset.timer));
+      button.dataset.timer = String(setTimeout(() => {
+        button.textContent = button.dataset.label;
+        if (status) status.textContent = "";
+      }, 1500));
     });
   }
 
@@ -767,7 +808,7 @@
     bindDrawers(drawers);
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
-    copyCodeOnClick(messages);
+    copyOnClick(messages);
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);

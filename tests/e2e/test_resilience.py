@@ -105,7 +105,8 @@ def test_upstream_failure_shows_the_api_message_and_retry_resends_the_prompt(
     page.wait_for_selector("text=Here is the summary.")
     wait_idle(page)
     users = page.locator("[data-part=user]")
-    assert users.count() == 2 and users.last.inner_text() == "please summarise the repo"
+    assert users.count() == 2
+    assert users.last.locator(".user-text").inner_text() == "please summarise the repo"
     assert fresh_model.bodies[-1]["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "please summarise the repo"}]}
     ]  # the failed attempt left no trace in the history sent upstream
