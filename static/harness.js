@@ -284,6 +284,24 @@
     });
   }
 
+  // The placeholder is the whole hint where the box has room for it, and the short one
+  // (data-placeholder-narrow) where the whole would be cut off, as on a phone. Measured with
+  // the text in the empty box (the same font and padding), whenever the box changes size.
+  function fitPlaceholder(prompt) {
+    const narrow = prompt.dataset.placeholderNarrow;
+    if (!narrow) return;
+    const wide = prompt.placeholder;
+    function fits(text) {
+      prompt.value = text;
+      const fit = prompt.scrollHeight <= prompt.clientHeight && prompt.scrollWidth <= prompt.clientWidth;
+      prompt.value = "";
+      return fit;
+    }
+    const apply = () => { if (prompt.value === "") prompt.placeholder = fits(wide) ? wide : narrow; };
+    new ResizeObserver(apply).observe(prompt);
+    prompt.addEventListener("input", apply);
+  }
+
   // --- the alert beside the composer --------------------------------------------------------
   // #composer-alert says why a prompt was not sent: the server's refusals replace it whole
   // (htmx), the page's own set its text. Looked up each time, since a swap replaces it.
@@ -802,6 +820,7 @@
     dropBlankPrompts(form);
     jumpToBottomOnSend(form, autoScroll);
     showPromptLength(prompt, $("#prompt-count"), limit);
+    fitPlaceholder(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), send);
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));

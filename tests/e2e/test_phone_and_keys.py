@@ -1,6 +1,6 @@
 """On a phone and from the keyboard: drawers that close by a button, Esc or the backdrop and
-never cover their toggle, the meter in reach, `?` and a help button, a help dialog that keeps
-the focus, and focus rings that show."""
+never cover their toggle, the meter in reach, a prompt placeholder that is not cut off, `?`
+and a help button, a help dialog that keeps the focus, and focus rings that show."""
 
 from __future__ import annotations
 
@@ -74,6 +74,32 @@ def test_one_drawer_at_a_time_on_the_phone(new_context, fresh_model):
     assert page.evaluate(UNCOVERED, "#files-toggle")
     page.click("#files-toggle")
     assert is_open(page, DRAWERS["files"][2]) and not is_open(page, DRAWERS["conversations"][2])
+
+
+# The placeholder's text, put in the box as its value, fits without scrolling: what the
+# placeholder shows is not cut off.
+PLACEHOLDER = """() => {
+  const prompt = document.querySelector('#prompt');
+  const shown = prompt.placeholder;
+  prompt.value = shown;
+  const fits = prompt.scrollHeight <= prompt.clientHeight
+    && prompt.scrollWidth <= prompt.clientWidth;
+  prompt.value = '';
+  return {shown, fits};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 800, 1366])
+def test_the_prompt_placeholder_is_fully_visible(new_context, fresh_model, width):
+    page = sign_in(new_context(viewport={"width": width, "height": 844}), "alice")
+    placeholder = page.evaluate(PLACEHOLDER)
+    assert placeholder["fits"], placeholder
+    assert placeholder["shown"].startswith("Ask the agent") and "? for help" in placeholder["shown"]
+    if width == 1366:
+        assert "Shift+Enter" in placeholder["shown"]  # the desktop keeps the whole hint
+    page.set_viewport_size({"width": 390, "height": 844})  # a window made narrow follows
+    page.wait_for_timeout(100)
+    assert page.evaluate(PLACEHOLDER)["fits"]
 
 
 def test_the_meter_is_shown_on_the_phone(new_context, fresh_model):
