@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import send, sign_in, wait_idle
 
 PHONE = {"width": 390, "height": 844}
 
@@ -153,8 +153,9 @@ def test_the_help_dialog_keeps_the_focus_inside(new_context, fresh_model):
 FOCUS_RING = """() => {
   const el = document.activeElement;
   const style = getComputedStyle(el);
-  return {id: el.id, style: style.outlineStyle, width: parseFloat(style.outlineWidth),
-          color: style.outlineColor, visible: el.matches(':focus-visible')};
+  return {id: el.id || el.getAttribute('aria-label') || el.textContent, style: style.outlineStyle,
+          width: parseFloat(style.outlineWidth), color: style.outlineColor,
+          visible: el.matches(':focus-visible')};
 }"""
 
 CONTRAST = """([fg, bg]) => {
@@ -173,16 +174,23 @@ CONTRAST = """([fg, bg]) => {
 def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
     context = new_context(viewport={"width": 1366, "height": 850}, color_scheme=scheme)
     page = sign_in(context, "alice")
+    page.click(".new-conv")  # a conversation of one prompt and its answer, whatever came before
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "focus")
+    wait_idle(page)
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     page.locator("#cancel").focus()
     seen = []
-    for _ in range(7):  # Send, the prompt, the transcript, then the header's controls
+    for _ in range(9):  # Send, the prompt, the parts' copy buttons, the transcript, the header
         ring = page.evaluate(FOCUS_RING)
         seen.append(ring["id"])
         assert ring["visible"] and ring["style"] == "solid" and ring["width"] >= 2, ring
         assert page.evaluate(CONTRAST, [ring["color"], background]) >= 3, ring  # WCAG 1.4.11
         page.keyboard.press("Shift+Tab")
-    assert seen[:5] == ["cancel", "prompt", "messages", "help-toggle", "files-toggle"]
+    assert seen[:8] == [
+        "cancel", "prompt", "Copy as markdown (this answer)", "Copy (this answer)",
+        "Copy (this prompt)", "messages", "help-toggle", "files-toggle",
+    ]  # fmt: skip
 
 
 def test_the_send_and_stop_button_text_has_contrast(new_context, fresh_model):
