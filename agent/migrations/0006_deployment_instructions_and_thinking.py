@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent', '0004_api_token'),
+        ('agent', '0005_user_theme'),
     ]
 
     operations = [
