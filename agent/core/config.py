@@ -20,6 +20,9 @@ MODELS: tuple[tuple[str, str], ...] = (
     ("claude-3-opus-20240229", "Claude 3 Opus"),
 )
 
+# Tokens of context every listed model takes (the API's limit for the request's input).
+CONTEXT_WINDOW = 200_000
+
 # The smallest budget the API accepts for extended thinking.
 MIN_THINKING_BUDGET = 1024
 # A conversation's thinking level (the page's select, the API's PATCH) → budget in tokens.
@@ -42,9 +45,10 @@ class Config:
     max_turns: int = 10
     base_url: str | None = None
     thinking_budget: int = 0  # 0 is off
-    # Context window budget in characters of serialised history (~4 chars per token).
-    # 720 KB is ~180K tokens, leaving room for the system prompt, tools and the answer.
-    history_budget_chars: int = 720_000
+    # The model's context window in tokens, and the share of it at which the history is
+    # compacted (HARNESS_COMPACT_AT; the model summarises the older exchanges).
+    context_window: int = CONTEXT_WINDOW
+    compact_at: float = 0.8
 
     def __post_init__(self) -> None:
         if not self.model or not self.model.strip():
@@ -60,8 +64,10 @@ class Config:
                 raise ConfigError(f"thinking_budget must be 0 or at least {MIN_THINKING_BUDGET}")
             if self.thinking_budget >= self.max_tokens:
                 raise ConfigError("thinking_budget must be smaller than max_tokens")
-        if self.history_budget_chars < 10_000:
-            raise ConfigError("history_budget_chars must be at least 10000")
+        if self.context_window < 2 * self.max_tokens:
+            raise ConfigError("context_window must be at least twice max_tokens")
+        if not 0.1 <= self.compact_at <= 1:
+            raise ConfigError("compact_at must be between 0.1 and 1")
 
     @property
     def offline(self) -> bool:

@@ -100,6 +100,8 @@ class UsageEvent(Event):
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cost_usd: float = 0.0
+    context_tokens: int = 0  # the call's whole input (what fills the context window)
+    context_window: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +109,17 @@ class ErrorEvent(Event):
     type: ClassVar[str] = "error"
     message: str
     code: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionEvent(Event):
+    """The history before ``through_seq`` was summarised: later calls send the summary."""
+
+    type: ClassVar[str] = "compaction"
+    summary: str
+    through_seq: int
+    tokens_before: int
+    tokens_after: int
 
 
 # The token counts of a usage event, summed into a conversation's totals.
@@ -136,6 +149,7 @@ TYPES: dict[str, type[Event]] = {
         StatusEvent,
         UsageEvent,
         ErrorEvent,
+        CompactionEvent,
     )
 }
 

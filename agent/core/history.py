@@ -1,4 +1,5 @@
-"""Conversation history helpers: keep user/assistant alternation valid, trim to fit.
+"""Conversation history helpers: keep user/assistant alternation valid (what does not fit the
+context window is compacted, never trimmed: ``compaction.py``).
 
 The API needs strict alternation and a ``tool_result`` for every ``tool_use`` in the very
 next user message. After a failure, a cancel or a crash these invariants are restored here,
@@ -52,52 +53,3 @@ def repair(messages: list[Message], reason: str = "the run was interrupted") -> 
     if dangling:
         fixed.append({"role": "user", "content": [error_result(b["id"], reason) for b in dangling]})
     return fixed
-
-
-def _size(message: Message) -> int:
-    return len(json.dumps(message, ensure_ascii=False))
-
-
-def _is_exchange_start(message: Message) -> bool:
-    """A user message that opens an exchange: it carries no tool results."""
-    if message["role"] != "user":
-        return False
-    return not any(b.get("type") == "tool_result" for b in _blocks(message))
-
-
-OVERSIZE_BLOCK = 10_000
-
-
-def trim(messages: list[Message], budget_chars: int) -> list[Message]:
-    """The newest messages that fit in ``budget_chars``, cut only at exchange boundaries
-    so tool_use/tool_result pairs are never split. The stored history is not changed."""
-    sizes = [_size(m) for m in messages]
-    total = sum(sizes)
-    if total <= budget_chars:
-        return messages
-    starts = [i for i, m in enumerate(messages) if _is_exchange_start(m)]
-    cut = 0
-    for start in starts:
-        if start == 0:
-            continue
-        cut = start
-        if sum(sizes[cut:]) <= budget_chars:
-            break
-    kept = messages[cut:]
-    if sum(sizes[cut:]) <= budget_chars:
-        return kept
-    # One exchange alone is too big (a huge tool result): shorten big blocks, oldest first.
-    return [_shorten(m) for m in kept[:-1]] + kept[-1:]
-
-
-def _shorten(message: Message) -> Message:
-    blocks = []
-    for block in _blocks(message):
-        block = dict(block)
-        for key in ("text", "content"):
-            value = block.get(key)
-            if isinstance(value, str) and len(value) > OVERSIZE_BLOCK:
-                block[key] = value[:4000] + "\n[... truncated to fit the context window ...]\n"
-                block[key] += value[-4000:]
-        blocks.append(block)
-    return {"role": message["role"], "content": blocks}

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.core import history
+from agent.core import compaction, history
 from agent.core.config import Config
 from agent.core.errors import classify
 from agent.core.events import (
     USAGE_FIELDS,
+    CompactionEvent,
     ErrorEvent,
     Event,
     StatusEvent,
@@ -83,6 +84,9 @@ class AgentLoop:
         self._messages: list[dict[str, Any]] = history.repair(list(messages or []))
         self.next_seq = next_seq
         self.instructions = instructions  # a subdirectory's AGENTS.md, when first touched
+        # The last call's input as the API counted it, and the characters it was made of:
+        # the estimate of the next call's (compaction decides by it).
+        self._context: tuple[int, int] | None = None
         self._task: asyncio.Task | None = None
         self._cancel_requested = False
         # State of the turn in progress, so an abnormal end can keep what was produced.
@@ -136,6 +140,7 @@ class AgentLoop:
         self._emit(UserEvent(content=content))
         prompt_index = len(self._messages)
         history.append_user_blocks(self._messages, [{"type": "text", "text": content}])
+        self._mark()
         try:
             result = await self._loop(prompt_index)
         except asyncio.CancelledError:
@@ -182,6 +187,7 @@ class AgentLoop:
             content = acc.content()
             if content:
                 self._messages.append({"role": "assistant", "content": content})
+                self._mark()
             self._acc = None
             if stop == "max_tokens":
                 cut = acc.unfinished_tool_names() + acc.invalid_tool_names
@@ -204,10 +210,12 @@ class AgentLoop:
             await self._run_tools(tool_uses)
 
     async def _stream_turn(self) -> TurnAccumulator:
+        await self._fit_context()
+        messages = compaction.for_request(self._messages)
         request: dict[str, Any] = {
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
-            "messages": history.trim(self._messages, self.config.history_budget_chars),
+            "messages": messages,
             "stream": True,
         }
         if self.system:
@@ -238,7 +246,7 @@ class AgentLoop:
             if stream is not None and hasattr(stream, "close"):
                 with contextlib.suppress(Exception):
                     await asyncio.shield(stream.close())
-            self._report_usage(acc)
+            self._report_usage(acc, compaction.size(messages))
         if acc.stop_reason is None:
             # No message_delta: the connection dropped. A stream that lost only its final
             # message_stop still told us how it ended, so that one is complete.
@@ -247,13 +255,86 @@ class AgentLoop:
             )
         return acc
 
-    def _report_usage(self, acc: TurnAccumulator) -> None:
+    def _report_usage(self, acc: TurnAccumulator, chars: int) -> None:
         u = acc.usage
         if not (u.input_tokens or u.output_tokens):
             return
         counts = {name: getattr(u, name) for name in USAGE_FIELDS}
+        context = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+        self._context = (context, chars)
         model = acc.model or self.config.model
-        self._emit(UsageEvent(**counts, cost_usd=cost_usd(model, **counts)))
+        self._emit(UsageEvent(**counts, cost_usd=cost_usd(model, **counts),
+                              context_tokens=context,
+                              context_window=self.config.context_window))  # fmt: skip
+
+    # -- the context window ----------------------------------------------------------------
+    def _mark(self) -> None:
+        """Note on the newest message the seq of the last event it came with (a compaction
+        says which events its summary replaced)."""
+        if self._messages:
+            self._messages[-1]["_seq"] = self.next_seq - 1
+
+    def _estimate(self) -> int:
+        """Tokens the history will take: scaled from the last call's count, or estimated."""
+        chars = compaction.size(self._messages) + len(self.system or "")
+        if self._context is not None and self._context[1]:
+            tokens, counted_chars = self._context
+            return int(tokens * chars / (counted_chars + len(self.system or "")))
+        return int(chars / compaction.CHARS_PER_TOKEN) + 1_000  # + tools, roughly
+
+    async def _fit_context(self) -> None:
+        """Compact when the history reaches ``compact_at`` of the window; when it still
+        does not leave room for the answer, end the run with a clear error."""
+        window = self.config.context_window
+        if self._estimate() < self.config.compact_at * window:
+            return
+        await self._compact()
+        if self._estimate() + self.config.max_tokens > window:
+            raise _RunFailed(
+                "context_too_large",
+                "The conversation does not fit the model's context window even after "
+                "compaction (the latest exchange alone is too large). Start a new "
+                "conversation or ask for a smaller step.",
+            )
+
+    async def _compact(self) -> bool:
+        """Summarise the older messages (a non-streamed call, metered); False when there is
+        nothing before the recent ones to summarise."""
+        keep_chars = int(self.config.context_window * compaction.KEEP_SHARE
+                         * compaction.CHARS_PER_TOKEN)  # fmt: skip
+        cut = compaction.cut_point(self._messages, keep_chars)
+        if cut is None:
+            return False
+        older = self._messages[:cut]
+        before = self._estimate()
+        request: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": compaction.SUMMARY_MAX_TOKENS,
+            "messages": compaction.summary_messages(older),
+        }
+        if self.system:
+            request["system"] = self.system
+        try:
+            response = await self.client.messages.create(**request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code, message = classify(exc)
+            raise _RunFailed(code, f"Compaction failed: {message}") from exc
+        summary = compaction.summary_text(response)
+        usage = response.get("usage") if isinstance(response, dict) else response.usage
+        counts = {name: (usage.get(name) if isinstance(usage, dict) else getattr(usage, name, 0))
+                  or 0 for name in USAGE_FIELDS}  # fmt: skip
+        self._emit(UsageEvent(**counts, cost_usd=cost_usd(self.config.model, **counts)))
+        if not summary:
+            raise _RunFailed("compaction_failed", "Compaction failed: the summary was empty.")
+        self._messages = compaction.compacted(self._messages, cut, summary)
+        self._context = None  # the count was of the history before
+        self._emit(CompactionEvent(
+            summary=summary, through_seq=compaction.through_seq(older),
+            tokens_before=before, tokens_after=self._estimate(),
+        ))  # fmt: skip
+        return True
 
     async def _run_tools(self, tool_uses: list[dict[str, Any]]) -> None:
         """Run tools in order; after the first error the rest are skipped (fail-fast), but
@@ -272,6 +353,7 @@ class AgentLoop:
                     notes = await self._instructions_after(use)
             self._record_result(use["id"], result, notes)
         history.append_user_blocks(self._messages, self._results)
+        self._mark()
         self._results = []
 
     async def _execute(self, use: dict[str, Any]) -> ToolResult:
