@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 StatusState = Literal["thinking", "running_tool", "idle", "error"]
+QueueMode = Literal["steer", "follow_up"]
+QUEUE_MODES: tuple[str, ...] = ("steer", "follow_up")
 
 
 def now_ms() -> int:
@@ -41,9 +43,23 @@ class _ContentEvent(Event):
     content: str
 
 
+def _without_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
+    for name in names:
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserEvent(_ContentEvent):
+    """A prompt; ``mode`` when it was queued while the agent ran and delivered in that run
+    (``steer`` or ``follow_up``, interfaces §8), absent for a prompt that started a run."""
+
     type: ClassVar[str] = "user"
+    mode: QueueMode | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "mode")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,10 +102,7 @@ class StatusEvent(Event):
     message: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = Event.to_dict(self)
-        if self.message is None:
-            del data["message"]
-        return data
+        return _without_none(Event.to_dict(self), "message")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +135,30 @@ class CompactionEvent(Event):
     tokens_after: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedEvent(Event):
+    """A prompt sent while the agent ran, waiting in the run's queue (interfaces §8)."""
+
+    type: ClassVar[str] = "queued"
+    id: str
+    content: str
+    mode: QueueMode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnqueuedEvent(Event):
+    """A queued prompt that left the queue without being delivered. ``reason``: ``removed``
+    (someone took it out), ``cancelled`` (the run was cancelled) or ``not_sent`` (the run
+    ended otherwise: an error, the server stopping); the last two give its text back."""
+
+    type: ClassVar[str] = "unqueued"
+    id: str
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "reason")
+
+
 # The token counts of a usage event, summed into a conversation's totals.
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                 "cache_creation_input_tokens")  # fmt: skip
@@ -150,6 +187,8 @@ TYPES: dict[str, type[Event]] = {
         UsageEvent,
         ErrorEvent,
         CompactionEvent,
+        QueuedEvent,
+        UnqueuedEvent,
     )
 }
 

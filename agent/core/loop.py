@@ -2,7 +2,10 @@
 
 ``AgentLoop.prompt`` streams a response, runs the tools it asks for one by one (fail-fast),
 sends the results back and repeats until the model stops calling tools, ``max_turns`` is
-reached, the run is cancelled or an error occurs. Everything is reported through ``emit``
+reached, the run is cancelled or an error occurs. While it runs, prompts can be queued
+(interfaces §8): a steer is delivered after the tool that is executing (the turn's other
+calls are not run) or at the end of the turn being streamed; a follow-up when the agent
+would otherwise stop, one at a time, in the same run. Everything is reported through ``emit``
 as events; a run ends with exactly one ``status`` of state idle or error, never with an
 exception (except a cancellation that came from outside the harness, which propagates).
 """
@@ -13,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,14 +25,17 @@ from agent.core import compaction, history
 from agent.core.config import Config
 from agent.core.errors import classify
 from agent.core.events import (
+    QUEUE_MODES,
     USAGE_FIELDS,
     CompactionEvent,
     ErrorEvent,
     Event,
+    QueuedEvent,
     StatusEvent,
     TextEvent,
     ToolCallEvent,
     ToolResultEvent,
+    UnqueuedEvent,
     UsageEvent,
     UserEvent,
 )
@@ -47,6 +54,25 @@ Emit = Callable[[Event], None]
 class PromptAlreadyRunning(RuntimeError):
     def __init__(self) -> None:
         super().__init__("a prompt is already running; wait for it or cancel it")
+
+
+class NotRunning(RuntimeError):
+    """A prompt was queued on a loop that runs none (it may have just finished)."""
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+MAX_QUEUED = 20  # prompts waiting in one run's queue
+STEERED = "not run: the user sent a steering message before this call ran"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPrompt:
+    id: str
+    content: str
+    mode: str  # steer | follow_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +119,8 @@ class AgentLoop:
         self._acc: TurnAccumulator | None = None
         self._open_calls: dict[str, str] = {}  # tool_use id -> name, emitted without result
         self._results: list[dict[str, Any]] = []
+        self._queue: list[QueuedPrompt] = []  # prompts sent while running, in order
+        self._prompt_index = 0  # where the prompt being answered sits in the history
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -112,6 +140,34 @@ class AgentLoop:
         self._task.cancel()
         return True
 
+    @property
+    def queued(self) -> list[QueuedPrompt]:
+        return list(self._queue)
+
+    def queue(self, content: str, mode: str, queue_id: str | None = None) -> str:
+        """Queue a prompt on the running one (a ``queued`` event); returns its id. Raises
+        ``NotRunning`` when no prompt runs, ``QueueFull`` past ``MAX_QUEUED``."""
+        if mode not in QUEUE_MODES:
+            raise ValueError(f"unknown queue mode {mode!r}")
+        if self._task is None or self._task.done():
+            raise NotRunning("no prompt is running")
+        if len(self._queue) >= MAX_QUEUED:
+            raise QueueFull(f"{MAX_QUEUED} prompts are queued already")
+        item = QueuedPrompt(queue_id or uuid.uuid4().hex, content, mode)
+        self._queue.append(item)
+        self._emit(QueuedEvent(id=item.id, content=content, mode=item.mode))
+        return item.id
+
+    def unqueue(self, queue_id: str) -> bool:
+        """Take a queued prompt out (an ``unqueued`` event); False when there is no such
+        prompt in the queue (unknown, or delivered already)."""
+        for index, item in enumerate(self._queue):
+            if item.id == queue_id:
+                del self._queue[index]
+                self._emit(UnqueuedEvent(id=queue_id, reason="removed"))
+                return True
+        return False
+
     async def prompt(self, content: str) -> RunResult:
         if self._task is not None:
             raise PromptAlreadyRunning()
@@ -124,6 +180,7 @@ class AgentLoop:
             self._acc = None
             self._open_calls.clear()
             self._results = []
+            self._queue.clear()
 
     # -- the loop --------------------------------------------------------------------
     def _emit(self, event: Event) -> Event:
@@ -137,14 +194,16 @@ class AgentLoop:
         return event
 
     async def _run(self, content: str) -> RunResult:
-        self._emit(UserEvent(content=content))
-        prompt_index = len(self._messages)
-        history.append_user_blocks(self._messages, [{"type": "text", "text": content}])
-        self._mark()
+        self._deliver([QueuedPrompt("", content, "")])
         try:
-            result = await self._loop(prompt_index)
+            result = await self._loop(self._prompt_index)
+            while next_prompts := self._next_queued():
+                # The agent would stop here: what was queued goes on in this run.
+                self._deliver(next_prompts)
+                result = await self._loop(self._prompt_index)
         except asyncio.CancelledError:
             self._close_turn("cancelled by the user before it ran")
+            self._drop_queue("cancelled" if self._cancel_requested else "not_sent")
             self._emit(ErrorEvent(message="Cancelled", code="cancelled"))
             self._emit(StatusEvent(state="error", message="Cancelled"))
             task = asyncio.current_task()
@@ -155,12 +214,44 @@ class AgentLoop:
             return RunResult("error", "Cancelled", "cancelled")
         except _RunFailed as failure:
             self._close_turn(f"not run: {failure.message}")
-            self._drop_unanswered_prompt(prompt_index)
+            self._drop_unanswered_prompt(self._prompt_index)
+            self._drop_queue("not_sent")
             self._emit(ErrorEvent(message=failure.message, code=failure.code))
             self._emit(StatusEvent(state="error", message=failure.message))
             return RunResult("error", failure.message, failure.code)
         self._emit(StatusEvent(state="idle"))
         return result
+
+    # -- the queue -------------------------------------------------------------------
+    def _deliver(self, prompts: list[QueuedPrompt]) -> None:
+        """Prompts join the history as one user message (after the tool results, if any,
+        of the turn they follow), each a ``user`` event."""
+        self._prompt_index = len(self._messages)
+        blocks = []
+        for item in prompts:
+            self._emit(UserEvent(content=item.content, mode=item.mode or None))
+            blocks.append({"type": "text", "text": item.content})
+        history.append_user_blocks(self._messages, blocks)
+        self._mark()
+
+    def _steers(self) -> list[QueuedPrompt]:
+        """The steering prompts waiting, taken out of the queue."""
+        steers = [item for item in self._queue if item.mode == "steer"]
+        if steers:
+            self._queue = [item for item in self._queue if item.mode != "steer"]
+        return steers
+
+    def _next_queued(self) -> list[QueuedPrompt]:
+        """When the agent would stop: every steer waiting, else the first follow-up."""
+        steers = self._steers()
+        if steers or not self._queue:
+            return steers
+        return [self._queue.pop(0)]
+
+    def _drop_queue(self, reason: str) -> None:
+        queue, self._queue = self._queue, []
+        for item in queue:
+            self._emit(UnqueuedEvent(id=item.id, reason=reason))
 
     async def _loop(self, prompt_index: int) -> RunResult:
         turns = 0
@@ -205,9 +296,15 @@ class AgentLoop:
             if stop == "pause_turn":
                 continue  # the API resumes the paused turn from the assistant message
             tool_uses = acc.tool_uses()
+            # Steering sent while this turn streamed: none of its calls run, it goes now.
+            steers = self._steers()
+            if tool_uses:
+                steers += await self._run_tools(tool_uses, steered=bool(steers))
+            if steers:
+                self._deliver(steers)
+                continue
             if not tool_uses:
                 return RunResult("idle")
-            await self._run_tools(tool_uses)
 
     async def _stream_turn(self) -> TurnAccumulator:
         await self._fit_context()
@@ -336,14 +433,21 @@ class AgentLoop:
         ))  # fmt: skip
         return True
 
-    async def _run_tools(self, tool_uses: list[dict[str, Any]]) -> None:
-        """Run tools in order; after the first error the rest are skipped (fail-fast), but
-        each still gets a tool_result, as the API requires."""
+    async def _run_tools(
+        self, tool_uses: list[dict[str, Any]], *, steered: bool = False
+    ) -> list[QueuedPrompt]:
+        """Run tools in order; after the first error the rest are skipped (fail-fast), and
+        once the user steered (``steered``, or a steer queued while a tool ran) the rest
+        are not run; each still gets a tool_result, as the API requires. Returns the
+        steering prompts taken from the queue."""
         self._results = []
         failed = False
+        steers: list[QueuedPrompt] = []
         for use in tool_uses:
             notes = None
-            if failed:
+            if steered or steers:
+                result = fail(STEERED)
+            elif failed:
                 result = fail("skipped: an earlier tool call in this turn failed")
             else:
                 self._emit(StatusEvent(state="running_tool", message=use["name"]))
@@ -351,10 +455,12 @@ class AgentLoop:
                 failed = result.is_error
                 if not failed and self.instructions is not None:
                     notes = await self._instructions_after(use)
+                steers = self._steers()
             self._record_result(use["id"], result, notes)
         history.append_user_blocks(self._messages, self._results)
         self._mark()
         self._results = []
+        return steers
 
     async def _execute(self, use: dict[str, Any]) -> ToolResult:
         tool = self.tools.get(use["name"])
