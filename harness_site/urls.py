@@ -31,6 +31,11 @@ urlpatterns = [
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
     path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),
+    path(
+        "api/conversations/<uuid:conversation_id>/queue/<str:queue_id>",
+        api.unqueue,
+        name="api_unqueue",
+    ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -37,6 +37,10 @@ async def announce_interrupted(done: list[tuple[Conversation, list[Event]]]) -> 
     for conversation, events in done:
         renderer = FragmentRenderer()
         renderer.live = True  # pages may hold the dead run's live block: replace it
+        # Prompts dropped from the dead run's queue are shown as not sent, with their text
+        # (agent/runs/recovery.py keeps the queue's events on the instance).
+        for event in getattr(conversation, "queue_events", ()):
+            renderer.transcript.fold_queue(event)
         await broadcast(conversation.id, events, renderer.render(events, conversation))
 
 

@@ -106,6 +106,8 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
         owner = conversation.owner
         if not owner.is_active:
             raise RunRefused("forbidden", "This account cannot run prompts.")
+        if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
+            raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
         # The per-minute limit protects spend: the offline demo model costs nothing.
         _check_quotas(owner_id, per_minute=not config.offline)
@@ -131,6 +133,16 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
             User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
     bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
     return Setup(conversation, config, titled, bash_mode)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def remember_prompt(owner_id: int, prompt: str) -> None:
+    """A prompt typed in the page and queued (not claimed) joins the prompt history too."""
+    with transaction.atomic():
+        owner = User.objects.select_for_update().filter(id=owner_id).first()
+        if owner is not None:
+            owner.remember_prompt(prompt)
+            owner.save(update_fields=["prompt_history"])
 
 
 @partial(database_sync_to_async, thread_sensitive=False)

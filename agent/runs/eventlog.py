@@ -25,10 +25,13 @@ from django.db.models import F
 
 from agent.core.events import (
     USAGE_FIELDS,
+    QueuedEvent,
     StatusEvent,
     TextDeltaEvent,
     TextEvent,
+    UnqueuedEvent,
     UsageEvent,
+    UserEvent,
     from_dict,
 )
 from agent.core.events import Event as CoreEvent
@@ -69,6 +72,26 @@ def storage_full(exc: BaseException | None) -> bool:
 def from_stored(payloads) -> list[CoreEvent]:
     """Stored rows' payloads back as typed events (the read side of this edge)."""
     return [from_dict(payload) for payload in payloads]
+
+
+QUEUE_TYPES = (QueuedEvent.type, UnqueuedEvent.type, UserEvent.type)
+RUN_START_SCAN = 200  # user events looked through, newest first, for the run's own prompt
+
+
+def queue_events(conversation_id, upto: int | None = None) -> list[CoreEvent]:
+    """The events that make the queue of the latest run up to seq ``upto`` (its prompt,
+    then what was queued, removed and delivered): a run's queue starts empty with it."""
+    rows = Event.objects.filter(conversation_id=conversation_id)
+    if upto is not None:
+        rows = rows.filter(seq__lte=upto)
+    prompts = rows.filter(type=UserEvent.type).order_by("-seq")
+    start = 0
+    for seq, payload in prompts.values_list("seq", "payload")[:RUN_START_SCAN]:
+        if "mode" not in payload:  # not a queued prompt: the one that started the run
+            start = seq
+            break
+    found = rows.filter(type__in=QUEUE_TYPES, seq__gte=start).order_by("seq")
+    return from_stored(found.values_list("payload", flat=True))
 
 
 def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The runs of a server process: one asyncio task per running conversation.
 
 ``runs.start`` claims the conversation, prepares the owner's workspace and starts a
-``Run``; ``runs.cancel`` reaches a run in whichever process has it. Each process listens
+``Run``; ``runs.cancel``, ``runs.submit`` (a prompt queued on the running one) and
+``runs.unqueue`` reach a run in whichever process has it. Each process listens
 on a channel of its own and joins a control group per running conversation, and reaps the
 runs (of any process) whose lease lapsed.
 """
@@ -12,18 +13,20 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import uuid
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from agent.core.loop import NotRunning, QueueFull
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
 from agent.models import DeploymentInstructions
 from agent.runs import eventlog
 from agent.runs.broadcast import announce_interrupted
-from agent.runs.claim import STORAGE_REFUSED, RunRefused, claim, release
+from agent.runs.claim import STORAGE_REFUSED, RunRefused, claim, release, remember_prompt
 from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
@@ -44,6 +47,14 @@ def _prepare(owner_id: int, identity: str | None) -> tuple[Workspace, str]:
 
 def _cancel_message(conversation_id) -> dict:
     return {"type": "run.cancel", "conversation": str(conversation_id)}
+
+
+# How long a process waits for the one running a conversation to answer a queue request
+# (seconds); no answer: no process runs it any more.
+REPLY_TIMEOUT = 5.0
+SUBMIT_ATTEMPTS = 3  # a run may end between "running" and the queue request: start it then
+QUEUE_FULL = "Too many prompts are queued on this one already; wait, or remove one."
+NOT_REACHED = "A prompt is running but could not be reached to queue this one; try again."
 
 
 class RunManager:
@@ -97,8 +108,31 @@ class RunManager:
                 log.exception("run control channel failed")
                 await asyncio.sleep(1)
                 continue
-            if message.get("type") == "run.cancel":
+            kind = message.get("type")
+            if kind == "run.cancel":
                 self.cancel_local(message.get("conversation"))
+            elif kind in ("run.queue", "run.unqueue") and isinstance(message.get("reply"), str):
+                await self._answer(layer, message)
+
+    async def _answer(self, layer, message: dict) -> None:
+        """A queue request from another process: done here if this process runs the
+        conversation (only then is it in the control group), answered on its channel."""
+        conversation = message.get("conversation")
+        try:
+            if message["type"] == "run.unqueue":
+                answer = {"removed": self.unqueue_local(conversation, str(message.get("id")))}
+            else:
+                queued = self.queue_local(
+                    conversation, str(message.get("content")), str(message.get("mode")),
+                    str(message.get("id")),
+                )  # fmt: skip
+                answer = {"queued": queued} if queued else {"refused": "not_running"}
+        except RunRefused as refused:
+            answer = {"refused": refused.code}
+        try:
+            await layer.send(message["reply"], {"type": "run.reply", **answer})
+        except Exception:
+            log.exception("could not answer a queue request for %s", conversation)
 
     async def start(
         self, conversation_id, owner_id: int, content: str, *, remember: bool = False
@@ -162,6 +196,84 @@ class RunManager:
             control_group(conversation_id), _cancel_message(conversation_id)
         )
         return False
+
+    # -- the queue (interfaces §8) -----------------------------------------------------
+    def _running_here(self, conversation_id) -> Run | None:
+        run = self._runs.get(str(conversation_id))
+        return run if run is not None and run.agent.running else None
+
+    def queue_local(self, conversation_id, content: str, mode: str, queue_id=None) -> str | None:
+        """Queue on the run of this process; None when it runs no prompt of it."""
+        run = self._running_here(conversation_id)
+        if run is None:
+            return None
+        try:
+            return run.agent.queue(content, mode, queue_id)
+        except NotRunning:
+            return None
+        except QueueFull as exc:
+            raise RunRefused("queue_full", QUEUE_FULL) from exc
+
+    def unqueue_local(self, conversation_id, queue_id: str) -> bool:
+        run = self._running_here(conversation_id)
+        return run.agent.unqueue(queue_id) if run is not None else False
+
+    async def _ask(self, conversation_id, message: dict) -> dict | None:
+        """Send a request to the process running the conversation and wait for its answer
+        (None: no answer in time, so none runs it)."""
+        layer = get_channel_layer()
+        reply = await layer.new_channel()
+        await layer.group_send(control_group(conversation_id), {
+            **message, "conversation": str(conversation_id), "reply": reply,
+        })  # fmt: skip
+        try:
+            return await asyncio.wait_for(layer.receive(reply), REPLY_TIMEOUT)
+        except TimeoutError:
+            return None
+
+    async def submit(
+        self, conversation_id, owner_id: int, content: str, mode: str, *, remember: bool = False
+    ) -> str | None:
+        """A prompt with a mode: queued on the running prompt, wherever it runs (its queue
+        id), or, when none runs, started at once (None)."""
+        await self._ensure_listener()
+        queue_id = None
+        for _ in range(SUBMIT_ATTEMPTS):
+            queue_id = self.queue_local(conversation_id, content, mode)
+            if queue_id is not None:
+                break
+            try:
+                await self.start(conversation_id, owner_id, content, remember=remember)
+                return None
+            except RunRefused as refused:
+                if refused.code != "prompt_running":
+                    raise
+            if self._running_here(conversation_id) is not None:
+                continue  # it started here meanwhile
+            queue_id = uuid.uuid4().hex  # chosen here: the answer need only confirm it
+            answer = await self._ask(conversation_id, {
+                "type": "run.queue", "id": queue_id, "content": content, "mode": mode,
+            })  # fmt: skip
+            if answer is not None and answer.get("queued") == queue_id:
+                break
+            queue_id = None
+            if answer is not None and answer.get("refused") == "queue_full":
+                raise RunRefused("queue_full", QUEUE_FULL)
+        if queue_id is None:
+            raise RunRefused("prompt_running", NOT_REACHED)
+        if remember:
+            await remember_prompt(owner_id, content)
+        return queue_id
+
+    async def unqueue(self, conversation_id, queue_id: str, *, running: bool = True) -> bool:
+        """Take a queued prompt out, wherever its run is; False when it is not waiting (never
+        queued, delivered, dropped). ``running``: whether the conversation was seen running
+        (if not, no process is asked)."""
+        if str(conversation_id) in self._runs or not running:
+            return self.unqueue_local(conversation_id, queue_id)
+        await self._ensure_listener()
+        answer = await self._ask(conversation_id, {"type": "run.unqueue", "id": queue_id})
+        return bool(answer and answer.get("removed"))
 
     async def wait(self, conversation_id) -> None:
         run = self._runs.get(str(conversation_id))

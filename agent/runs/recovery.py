@@ -4,7 +4,9 @@ A run holds a lease that its process renews; when the lease has lapsed (the proc
 killed, the machine rebooted) the conversation is marked interrupted: the partial text that
 was streaming becomes a text event, the history is repaired (a tool call without a result
 gets an error result, the partial text is kept) so the next prompt works, and the
-transcript gets an error and a final status. Tool side effects are never replayed. Any
+transcript gets an error and a final status. Prompts still queued on the run (interfaces
+§8) are dropped as not sent (an ``unqueued`` each, their text kept in the log and shown).
+Tool side effects are never replayed. Any
 process may do this; the row lock makes it happen once.
 """
 
@@ -15,10 +17,10 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agent.core import history
-from agent.core.events import ErrorEvent, StatusEvent, TextDeltaEvent, TextEvent
+from agent.core.events import ErrorEvent, StatusEvent, TextDeltaEvent, TextEvent, UnqueuedEvent
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
-from agent.runs.eventlog import from_stored
+from agent.runs.eventlog import from_stored, queue_events
 from agent.ui.transcript import Transcript
 
 MESSAGE = "The server stopped while this prompt was running; what it produced is kept."
@@ -53,6 +55,17 @@ def interrupt(
     return done
 
 
+def _still_queued(conversation: Conversation) -> list[str]:
+    """The ids of the prompts queued on the dead run and never delivered nor removed. The
+    queue's events are kept on the instance (``queue_events``) for the announcement, which
+    shows these prompts' text as not sent."""
+    conversation.queue_events = queue_events(conversation.id)
+    transcript = Transcript()
+    for event in conversation.queue_events:
+        transcript.fold_queue(event)
+    return [item.id for item in transcript.queued]
+
+
 def _close(conversation: Conversation) -> list[CoreEvent]:
     deltas = Event.objects.filter(conversation=conversation, type=TextDeltaEvent.type)
     live = Transcript.of(from_stored(deltas.order_by("seq").values_list("payload", flat=True))).live
@@ -61,6 +74,8 @@ def _close(conversation: Conversation) -> list[CoreEvent]:
     closing: list[CoreEvent] = []
     if partial:
         closing.append(TextEvent(seq=seq + 1, content=partial))
+    for queue_id in _still_queued(conversation):
+        closing.append(UnqueuedEvent(seq=seq + len(closing) + 1, id=queue_id, reason="not_sent"))
     closing += [
         ErrorEvent(seq=seq + len(closing) + 1, message=MESSAGE, code="interrupted"),
         StatusEvent(seq=seq + len(closing) + 2, state="error", message="Interrupted"),

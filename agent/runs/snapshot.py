@@ -12,14 +12,15 @@ from agent.access import accessible_to
 from agent.core.events import Event as CoreEvent
 from agent.core.events import TextDeltaEvent, ToolCallEvent, ToolResultEvent
 from agent.models import Conversation, Event
-from agent.runs.eventlog import from_stored
+from agent.runs.eventlog import from_stored, queue_events
 
 
 def snapshot(conversation_id, user, after: int = 0) -> tuple[Conversation, list[CoreEvent]] | None:
     """The conversation and its stored events after ``after``, consistent with its
     ``last_seq`` (the row is locked while reading, so a batch is either wholly in or out),
-    plus the tool calls that the included results answer. None when ``user`` may not reach
-    it."""
+    plus the tool calls that the included results answer and, after a seq, the events
+    that made the running prompt's queue up to it (a catch-up shows the queue whole).
+    None when ``user`` may not reach it."""
     # PostgreSQL: lock the row so a batch is wholly in or out. SQLite (no row locks, and an
     # IMMEDIATE transaction would queue every reader behind the writer): reading last_seq
     # first and events up to it gives the same guarantee, since a batch commits its events
@@ -45,4 +46,8 @@ def snapshot(conversation_id, user, after: int = 0) -> tuple[Conversation, list[
                 payload__id__in=list(answered - have),
             ).values_list("payload", flat=True)  # fmt: skip
             events = sorted([*from_stored(calls), *events], key=lambda e: e.seq)
+        if after and conversation.state == Conversation.State.RUNNING:
+            earlier = [e for e in queue_events(conversation.id, after) if e.seq <= after]
+            if earlier:
+                events = sorted([*earlier, *events], key=lambda e: e.seq)
     return conversation, events

@@ -24,7 +24,7 @@ from agent.core.events import (
     UsageEvent,
 )
 from agent.ui.live import LiveFrame, LiveMarkdown
-from agent.ui.transcript import Part, StatusView, Transcript
+from agent.ui.transcript import Part, StatusView, Transcript, is_queue_event
 
 
 def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
@@ -59,6 +59,11 @@ def status_fragment(view: StatusView) -> str:
         "oob": True,
     }  # fmt: skip
     return render_to_string("agent/_status.html", context)
+
+
+def queue_fragment(transcript: Transcript) -> str:
+    """The queued prompts (``#queue``), whole: it changes rarely and is short."""
+    return render_to_string("agent/_queue.html", {"queue": transcript.queued, "oob": True})
 
 
 def title_fragments(conversation: Any) -> str:
@@ -130,6 +135,7 @@ class FragmentRenderer:
         parts: list[Part] = []
         deltas: list[str] = []
         first_delta_seq = 0
+        queue_changed = False
 
         def flush_parts() -> None:
             if parts:
@@ -161,6 +167,7 @@ class FragmentRenderer:
                 self.transcript.add(event)
                 continue
             flush_deltas()
+            queue_changed = queue_changed or is_queue_event(event)
             if isinstance(event, TextEvent) and self.live:
                 flush_parts()
                 out.append(DELETE_LIVE)
@@ -190,6 +197,8 @@ class FragmentRenderer:
                     self._status_changes(out)  # written: back to "Thinking"
         flush_deltas()
         flush_parts()
+        if queue_changed:
+            out.append(queue_fragment(self.transcript))
         return "".join(out)
 
 
@@ -201,6 +210,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     for event in events:  # the calls whose results are missing (their cards get them)
         if isinstance(event, ToolCallEvent) and event.seq <= after:
             transcript.add(event)
+        elif is_queue_event(event) and event.seq <= after:  # the queue the page has
+            transcript.fold_queue(event)
     # The page may hold a live block: a completed text removes it.
     renderer = FragmentRenderer(transcript, live=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]

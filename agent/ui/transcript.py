@@ -15,19 +15,28 @@ from typing import Any
 from agent.core.events import (
     ErrorEvent,
     Event,
+    QueuedEvent,
     ReasoningEvent,
     StatusEvent,
     TextDeltaEvent,
     TextEvent,
     ToolCallEvent,
     ToolResultEvent,
+    UnqueuedEvent,
     UserEvent,
 )
 from agent.ui.markdown import render_markdown
 
 # Errors that say nothing about the prompt itself (the API was down, the stream broke, the
 # server stopped): offer to send the same prompt again.
-NOT_RETRYABLE = {"cancelled", "max_turns", "max_tokens", "refusal", "invalid_tool_input"}
+NOT_RETRYABLE = {
+    "not_sent",
+    "cancelled",
+    "max_turns",
+    "max_tokens",
+    "refusal",
+    "invalid_tool_input",
+}
 RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
 LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
 TARGET_CHARS = 80  # a tool card's header names its target, cut to this
@@ -45,6 +54,25 @@ class Part:
     retry: str = ""  # error parts: the prompt a Retry button sends again
     tool: ToolView | None = None
     timestamp: int = 0  # the event's (Unix ms): shown on hover
+    mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
+    queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
+
+
+@dataclass
+class QueuedView:
+    """A prompt waiting in the running prompt's queue (interfaces §8)."""
+
+    id: str
+    content: str
+    mode: str
+    seq: int
+
+
+def is_queue_event(event: Event) -> bool:
+    """Whether the event changes the queue: queued, unqueued, or a queued prompt delivered."""
+    return isinstance(event, (QueuedEvent, UnqueuedEvent)) or (
+        isinstance(event, UserEvent) and event.mode is not None
+    )
 
 
 @dataclass
@@ -202,6 +230,25 @@ class Transcript:
         self.live: LiveText | None = None
         self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
         self.error_code = ""  # of the last error since the last prompt
+        self.queue: dict[str, QueuedView] = {}  # by id, in the order they were queued
+
+    @property
+    def queued(self) -> list[QueuedView]:
+        return list(self.queue.values())
+
+    def fold_queue(self, event: Event) -> QueuedView | None:
+        """Fold an event into the queue alone; returns the prompt that left it, if any. A
+        delivered prompt is the oldest waiting of its mode (the loop delivers each mode in
+        order)."""
+        if isinstance(event, QueuedEvent):
+            self.queue[event.id] = QueuedView(event.id, event.content, event.mode, event.seq)
+        elif isinstance(event, UnqueuedEvent):
+            return self.queue.pop(event.id, None)
+        elif isinstance(event, UserEvent) and event.mode is not None:
+            for item in self.queue.values():
+                if item.mode == event.mode:
+                    return self.queue.pop(item.id)
+        return None
 
     def status_view(self) -> StatusView:
         """The status line: a cancelled prompt says it stopped (not an error), a
@@ -242,12 +289,23 @@ class Transcript:
         return part
 
     def _part_for(self, event: Event) -> Part | None:
+        if isinstance(event, QueuedEvent):
+            self.fold_queue(event)
+            return None  # shown in the queue, not the transcript
+        if isinstance(event, UnqueuedEvent):
+            item = self.fold_queue(event)
+            if item is None or event.reason not in ("cancelled", "not_sent"):
+                return None  # removed by someone: gone
+            # Dropped with the run: shown as not sent, its text kept (and the page puts it
+            # back into the composer).
+            return Part("error", event.seq, content=item.content, code="not_sent", queued=item)
         if isinstance(event, UserEvent):
+            self.fold_queue(event)
             self.last_prompt = event.content
             if self.status is not None and self.status.state in ("idle", "error"):
                 self.status = None  # a new prompt: the last one's ending is stale
                 self.error_code = ""
-            return Part("user", event.seq, content=event.content)
+            return Part("user", event.seq, content=event.content, mode=event.mode or "")
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
             html = render_markdown(event.content)

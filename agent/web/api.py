@@ -34,7 +34,7 @@ from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
-from agent.web.prompts import accept_prompt
+from agent.web.prompts import accept_prompt, remove_queued
 from agent.web.revocation import token_group, user_group
 from agent.web.throttle import (
     Throttled,
@@ -46,7 +46,7 @@ from agent.web.views import TITLE_MAX, model_choices
 
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
-                  "prompt_too_large": 400}  # fmt: skip
+                  "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429}  # fmt: skip
 
 
 # An open stream re-checks its token at most this often (seconds) while events flow.
@@ -159,11 +159,11 @@ def of_conversation(view):
     access helper), else 404 (another user's conversation is not found, never forbidden)."""
 
     @wraps(view)
-    async def wrapper(request: HttpRequest, conversation_id) -> HttpResponse:
+    async def wrapper(request: HttpRequest, conversation_id, **kwargs) -> HttpResponse:
         conversation = await sync_to_async(conversation_for)(request.api_user, conversation_id)
         if conversation is None:
             return api_error(404, "not_found", "No such conversation.")
-        return await view(request, conversation)
+        return await view(request, conversation, **kwargs)
 
     return wrapper
 
@@ -171,15 +171,29 @@ def of_conversation(view):
 @api_view("POST")
 @of_conversation
 async def prompt(request: HttpRequest, conversation: Conversation) -> JsonResponse:
-    body = _json_body(request)
-    content = body.get("content") if body is not None else None
+    body = _json_body(request) or {}
+    content, mode = body.get("content"), body.get("mode")
     try:
-        await accept_prompt(conversation.id, request.api_user, content)
+        queued = await accept_prompt(conversation.id, request.api_user, content, mode)
     except RunRefused as refused:
         if refused.code == "empty_prompt":  # here: a body without a prompt's text
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
+        if refused.code == "bad_mode":
+            return api_error(400, "bad_request", refused.message)
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
-    return JsonResponse({"accepted": True}, status=202)
+    answer = {"accepted": True} if queued is None else {"accepted": True, "queued": queued}
+    return JsonResponse(answer, status=202)
+
+
+@api_view("DELETE")
+@of_conversation
+async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: str) -> HttpResponse:
+    """Remove a queued prompt (interfaces §8): 204, or 404 when it is not waiting (unknown,
+    delivered already, or dropped with its run)."""
+    running = conversation.state == Conversation.State.RUNNING
+    if not await remove_queued(conversation.id, queue_id, running=running):
+        return api_error(404, "not_found", "No such prompt in the queue (it may have been sent).")
+    return HttpResponse(status=204)
 
 
 @api_view("GET", "PATCH")

@@ -1,4 +1,5 @@
-"""The browser's WebSocket: frames in (prompt, cancel), rendered fragments out.
+"""The browser's WebSocket: frames in (prompt, queued prompt, unqueue, cancel, sync),
+rendered fragments out.
 
 A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
 run manager (which starts the run as a background task), and forwards the fragments the
@@ -25,12 +26,13 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY
 
 from agent.access import conversation_for
+from agent.models import Conversation
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
-from agent.web.prompts import accept_prompt
+from agent.web.prompts import accept_prompt, remove_queued
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
 
 log = logging.getLogger(__name__)
@@ -172,12 +174,18 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             else:
                 await self.send(text_data=caught_up)
             return
+        if frame.get("action") == "unqueue":
+            if not await self._unqueue(frame.get("id")):
+                await self.send(text_data=composer_alert(
+                    "That prompt is no longer queued: it was sent or removed.", "not_queued",
+                ))  # fmt: skip
+            return
         if "action" in frame:
             await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
             return
         try:
             await accept_prompt(self.conversation_id, self.user, frame.get("content"),
-                                remember=True)  # fmt: skip
+                                frame.get("mode"), remember=True)  # fmt: skip
         except RunRefused as refused:
             if refused.code == "empty_prompt":  # the page sends none: a malformed frame
                 await self.send(text_data=ws_error(refused.message, refused.code))
@@ -185,6 +193,12 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(refused.message, refused.code, "refused"))
             return
         await self.send(text_data=composer_alert(outcome="accepted"))
+
+    async def _unqueue(self, queue_id) -> bool:
+        # Other processes are asked only while the conversation runs (one query).
+        conversation, _ = await _owned(self.conversation_id, self.user)
+        running = conversation is not None and conversation.state == Conversation.State.RUNNING
+        return await remove_queued(self.conversation_id, queue_id, running=running)
 
     @staticmethod
     def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:

@@ -1,14 +1,17 @@
 """The one place a prompt is accepted, for the page's socket and the API alike.
 
-Its text first (present, within ``HARNESS_MAX_PROMPT_CHARS``), then the run layer's claim:
-the conversation reachable and idle, the owner active and within their quotas, the storage
-able to take it. A refusal is a ``RunRefused`` whose code each adapter shows in its medium.
+Its text first (present, within ``HARNESS_MAX_PROMPT_CHARS``) and its mode (none, or
+``follow_up`` / ``steer``: interfaces §8), then the run layer's claim: the conversation
+reachable and idle, the owner active and within their quotas, the storage able to take it.
+With a mode, a prompt sent while one runs is queued on it instead (wherever it runs). A
+refusal is a ``RunRefused`` whose code each adapter shows in its medium.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 
+from agent.core.events import QUEUE_MODES
 from agent.runs.claim import RunRefused
 from agent.runs.manager import runs
 
@@ -26,7 +29,39 @@ def checked_text(content) -> str:
     return content
 
 
-async def accept_prompt(conversation_id, user, content, *, remember: bool = False) -> None:
-    """Start the prompt on the conversation, or raise ``RunRefused`` saying why not;
-    ``remember``: it joins the user's prompt history (the page's prompts, not the API's)."""
-    await runs.start(conversation_id, user.pk, checked_text(content), remember=remember)
+def checked_mode(mode) -> str | None:
+    """The prompt's queue mode (None: none given), or ``RunRefused`` (``bad_mode``)."""
+    if mode is None:
+        return None
+    if mode not in QUEUE_MODES:
+        shown = str(mode)[:40]
+        raise RunRefused("bad_mode", f'Unknown mode {shown!r}: use "follow_up" or "steer".')
+    return mode
+
+
+# What identifies a queued prompt (the run layer makes them: uuid4().hex).
+QUEUE_ID_CHARS = frozenset("0123456789abcdef")
+
+
+def is_queue_id(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and set(value) <= QUEUE_ID_CHARS
+
+
+async def accept_prompt(
+    conversation_id, user, content, mode=None, *, remember: bool = False
+) -> str | None:
+    """Start the prompt on the conversation or, with a ``mode`` while one runs, queue it
+    (its queue id is returned); or raise ``RunRefused`` saying why not. ``remember``: it
+    joins the user's prompt history (the page's prompts, not the API's)."""
+    text, mode = checked_text(content), checked_mode(mode)
+    if mode is None:
+        await runs.start(conversation_id, user.pk, text, remember=remember)
+        return None
+    return await runs.submit(conversation_id, user.pk, text, mode, remember=remember)
+
+
+async def remove_queued(conversation_id, queue_id, *, running: bool = True) -> bool:
+    """Take a queued prompt out of the running prompt's queue; False when it is not there."""
+    if not is_queue_id(queue_id):
+        return False
+    return await runs.unqueue(conversation_id, queue_id, running=running)

@@ -106,6 +106,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],
         "parts": transcript.parts,
+        "queue": transcript.queued,
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
         "part_times": {part.seq: part.timestamp for part in transcript.parts},
         # A text block still streaming: shown as the live block the socket continues.
