@@ -1,6 +1,7 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
 // htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
-// prompt history, what became of a sent prompt (typed text is never lost), the length
+// prompt history, what became of a sent prompt (typed text is never lost), prompts queued
+// while the agent works (a follow-up or steering; a dropped one comes back), the length
 // counter, auto-scroll, copy buttons (code, tool results, every message part), the help
 // dialog, the drawers (the conversation list and the files panel), the theme switch and
 // what assistive technology is told while a prompt runs. Each part is a small function
@@ -243,10 +244,39 @@
   function caretOnLastLine(prompt) { return prompt.value.indexOf("\n", prompt.selectionEnd) === -1; }
   function isPlainKey(event) { return !event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey; }
 
+  // While a prompt runs, a prompt sent is queued on it (interfaces §8): Enter as a
+  // follow-up, Alt+Enter as steering. The mode rides on the frame of the next submit.
+  function createPromptModes(form) {
+    let next = null;
+    document.addEventListener("htmx:wsConfigSend", (event) => {
+      if (event.target !== form) return;
+      if (next) event.detail.parameters.mode = next;
+      next = null;
+    });
+    return { set(mode) { next = mode; } };
+  }
+
+  // A queued prompt dropped with its run (cancelled, or the run ended otherwise) arrives as
+  // a "not sent" part: its text goes back into #prompt, after what is typed there, once.
+  // Those the page loaded with stay where they are (their part has a Send button).
+  function createDroppedPromptRestore(messages, prompt) {
+    const restored = new Set(Array.from(messages.querySelectorAll("[data-restore]"), (part) => part.dataset.restore));
+    return function restore() {
+      messages.querySelectorAll("[data-restore]").forEach((part) => {
+        if (restored.has(part.dataset.restore)) return;
+        restored.add(part.dataset.restore);
+        const text = part.querySelector(".not-sent-text").textContent;
+        if (prompt.value.includes(text)) return;
+        setPrompt(prompt, prompt.value.trim() ? `${prompt.value}\n\n${text}` : text);
+      });
+    };
+  }
+
   // Enter and the Send button. A prompt that cannot go (the socket is not open, or it is
   // over the length limit, which the server refuses too) stays in #prompt, and the alert
-  // beside it says why; one already on its way is not sent twice.
-  function submitPrompt(form, prompt, limit, outcomes) {
+  // beside it says why; one already on its way is not sent twice. While a prompt runs it
+  // is queued: as steering with ``steer``, else as a follow-up.
+  function submitPrompt(form, prompt, limit, outcomes, modes, steer) {
     const text = prompt.value;
     if (!text.trim() || outcomes.isWaitingFor(text)) return;
     const length = charCount(text);
@@ -258,6 +288,7 @@
       showComposerAlert("prompt_too_large",
         `The prompt is ${formatCount(length)} characters; the limit is ${formatCount(limit)}. Nothing was sent.`);
     } else {
+      modes.set(isRunning() ? (steer ? "steer" : "follow_up") : null);
       form.requestSubmit();
     }
   }
@@ -412,14 +443,18 @@
     update();
   }
 
-  // Enter sends, Ctrl+Enter adds a newline, ↑/↓ walk the history, Ctrl+U clears.
+  // Enter sends (queues a follow-up while a prompt runs), Alt+Enter steers the running
+  // prompt, Ctrl+Enter adds a newline, ↑/↓ walk the history, Ctrl+U clears.
   function bindPromptKeys(prompt, send, historyWalk) {
     prompt.addEventListener("keydown", (event) => {
       const plain = isPlainKey(event);
       if (event.key === "Enter" && !event.isComposing) {
         if (plain) {
           event.preventDefault();
-          send();
+          send(false);
+        } else if (event.altKey && !event.ctrlKey && !event.metaKey && !event.shiftKey) {
+          event.preventDefault();
+          send(true);
         } else if (event.ctrlKey) { // Ctrl+Enter: a newline (Shift+Enter is native)
           event.preventDefault();
           prompt.setRangeText("\n", prompt.selectionStart, prompt.selectionEnd, "end");
@@ -816,12 +851,13 @@
 
     const autoScroll = createAutoScroll(messages, $("#new-content"));
     const limit = Number(prompt.dataset.maxChars);
-    const send = () => submitPrompt(form, prompt, limit, outcomes);
+    const modes = createPromptModes(form);
+    const send = (steer) => submitPrompt(form, prompt, limit, outcomes, modes, steer);
     dropBlankPrompts(form);
     jumpToBottomOnSend(form, autoScroll);
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
-    bindSendStop($("#cancel"), $("#cancel-form"), send);
+    bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
     bindDrawers(drawers);
@@ -833,6 +869,7 @@
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);
     const stampTimes = createPartTimes();
     stampTimes(messages);
+    const restoreDropped = createDroppedPromptRestore(messages, prompt);
     watchMessages(messages, () => {
       welcomeChanged();
       stampTimes(messages);
@@ -840,6 +877,7 @@
       addCopyButtons(messages);
       syncRunningClass();
       outcomes.messagesChanged();
+      restoreDropped();
       autoScroll.contentChanged();
     });
     watchComposer();

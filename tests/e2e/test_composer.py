@@ -1,5 +1,6 @@
 """Typed text is never lost: every refusal of a prompt leaves the text in #prompt and says why
-beside the composer (not in the transcript); Send becomes Stop while a prompt runs; an
+beside the composer (not in the transcript), a prompt queued while one runs and then dropped
+by Stop comes back into #prompt; Send becomes Stop while a prompt runs; an
 over-long prompt is flagged while typing; a conversation deleted elsewhere says so and the
 page stops reconnecting."""
 
@@ -49,7 +50,7 @@ def new_conversation(page) -> None:
     page.wait_for_selector("body[data-ws=open]")
 
 
-def test_while_a_prompt_runs_send_is_stop_and_enter_is_refused_keeping_the_text(
+def test_while_a_prompt_runs_send_is_stop_and_enter_queues_the_text_which_stop_gives_back(
     new_context, fresh_model
 ):
     fresh_model.enqueue(text_reply("streaming " * 300, delay=0.02))
@@ -69,16 +70,19 @@ def test_while_a_prompt_runs_send_is_stop_and_enter_is_refused_keeping_the_text(
     assert page.input_value("#prompt") == ""  # accepted: the box is cleared
     other.wait_for_function("() => document.body.classList.contains('running')")
     other.fill("#prompt", "a second thought")
-    other.press("#prompt", "Enter")
-    assert "already running" in alert_text(other)
-    assert other.input_value("#prompt") == "a second thought"
+    other.press("#prompt", "Enter")  # while it runs: queued as a follow-up (interfaces §8)
+    for tab in (page, other):
+        tab.wait_for_selector("#queue [data-queued][data-mode=follow_up]")
+        assert tab.inner_text("#queue .queued-text") == "a second thought"
+    other.wait_for_function("() => document.querySelector('#prompt').value === ''")
     assert transcript_errors(other) == 0 and other.locator("[data-part=user]").count() == 1
-    assert page.is_hidden("#composer-alert")  # told only where it was sent
+    assert page.is_hidden("#composer-alert") and other.is_hidden("#composer-alert")
 
-    other.click("#cancel")  # Stop
+    other.click("#cancel")  # Stop: the queue is dropped and its text comes back
     other.wait_for_function("() => document.querySelector('#status').dataset.state === 'error'")
     assert other.inner_text("#cancel") == "Send"
-    other.wait_for_selector("#composer-alert", state="hidden")  # the run it waited for has ended
+    other.wait_for_function("() => document.querySelector('#prompt').value === 'a second thought'")
+    assert other.is_hidden("#queue")
     fresh_model.enqueue(text_reply("now it runs"))
     other.press("#prompt", "Enter")
     other.wait_for_selector("text=now it runs")
