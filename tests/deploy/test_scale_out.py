@@ -131,3 +131,28 @@ def test_deactivating_a_user_from_a_third_process_ends_their_streams_on_both(clu
         assert [_ends_within(stream, 10) for stream in streams] == [True, True]
     finally:
         a.manage("shell", "-c", set_active.format(True))
+
+
+def test_queue_and_unqueue_through_one_process_on_a_run_on_the_other(cluster, model):
+    """Interfaces §8 across processes: the request goes through Redis to the process that
+    runs the prompt, which answers on the requester's channel."""
+    _, _, on_a, on_b = cluster
+    conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
+    _, stream = on_a.events(conversation)
+    model.enqueue(text_reply("long " * 300, delay=0.01), text_reply("follow-up answered"))
+    on_a.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on A"})
+    seen = read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
+    base = f"/api/conversations/{conversation}"
+    answers = [on_b.call("POST", f"{base}/prompt", {"content": text, "mode": "follow_up"})
+               for text in ("removed on B", "kept from B")]  # fmt: skip
+    assert [status for status, _ in answers] == [202, 202]
+    removed, kept = (payload["queued"] for _, payload in answers)
+    assert on_b.call("DELETE", f"{base}/queue/{removed}") == (204, "")
+    assert on_b.call("DELETE", f"{base}/queue/{removed}")[0] == 404
+    events = events_of(seen + read_until(stream, is_final))
+    assert [(e["id"], e["reason"]) for e in events if e["type"] == "unqueued"] == [
+        (removed, "removed")]  # fmt: skip
+    users = [(e["content"], e.get("mode")) for e in events if e["type"] == "user"]
+    assert users == [("run on A", None), ("kept from B", "follow_up")]
+    assert events[-1]["state"] == "idle"
+    assert [e for e in events if e["type"] == "status" and e["state"] == "idle"] == [events[-1]]
