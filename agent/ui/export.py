@@ -57,7 +57,8 @@ def conversation_markdown(meta: dict[str, Any], events: list[dict[str, Any]]) ->
         )  # fmt: skip
         lines.append("")
         if part.kind == "user":
-            lines += [f"## User · #{part.seq} · {when}", "", part.content]
+            mode = {"steer": " (steering)", "follow_up": " (follow-up)"}.get(part.mode, "")
+            lines += [f"## User{mode} · #{part.seq} · {when}", "", part.content]
         elif part.kind == "text":
             lines += [f"## Assistant · #{part.seq} · {when}", "", part.content]
         elif part.kind == "reasoning":

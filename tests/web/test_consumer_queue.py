@@ -62,10 +62,10 @@ async def receive_until(ws, *needles: str, timeout: float = 10.0) -> str:
     return html
 
 
-def page(user, conversation) -> str:
+def page(user, conversation, path: str = "") -> str:
     client = Client()
     client.force_login(user)
-    return client.get(f"/c/{conversation.id}/").content.decode()
+    return client.get(f"/c/{conversation.id}/{path}").content.decode()
 
 
 async def test_websocket_queues_and_unqueues_and_a_reload_shows_the_queue(
@@ -115,6 +115,8 @@ async def test_websocket_queues_and_unqueues_and_a_reload_shows_the_queue(
     # After the run the page shows an empty queue and the steer's user part.
     shown = await sync_to_async(page)(user, conversation)
     assert "data-queued" not in shown and 'data-mode="steer"' in shown
+    exported = await sync_to_async(page)(user, conversation, "export.md")
+    assert "## User (steering) · #" in exported and "keep me" in exported
     # Typed prompts join the prompt history, queued ones too.
     history = await sync_to_async(lambda: type(user).objects.get(id=user.id).prompt_history)()
     assert history == ["go", "drop me", "keep me"]
