@@ -15,11 +15,12 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agent.access import owned_by
 from agent.core.config import Config
-from agent.core.events import UserEvent, now_ms
+from agent.core.events import QueuedEvent, UserEvent, now_ms
 from agent.models import Conversation, Event, User
 from agent.runs.config import agent_config
 
@@ -80,11 +81,17 @@ def _check_quotas(owner_id: int, *, per_minute: bool = True) -> None:
             f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
             "one to finish or cancel it.",
         )
-    if not per_minute:
-        return
+    if per_minute:
+        _check_rate(owner_id)
+
+
+def _check_rate(owner_id: int) -> None:
+    """Prompts sent in the last minute: those that started a run and those queued on one
+    (each once: a queued prompt's delivery, a ``user`` event with a mode, is not counted)."""
     minute_ago = now_ms() - 60_000
+    sent = Q(type=UserEvent.type, payload__mode__isnull=True) | Q(type=QueuedEvent.type)
     recent = Event.objects.filter(
-        conversation__owner_id=owner_id, type=UserEvent.type, payload__timestamp__gte=minute_ago
+        sent, conversation__owner_id=owner_id, payload__timestamp__gte=minute_ago
     ).count()
     if recent >= settings.HARNESS_RUNS_PER_MINUTE:
         raise RunRefused(
@@ -133,6 +140,19 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
             User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
     bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
     return Setup(conversation, config, titled, bash_mode)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def check_queueing(conversation_id, owner_id: int) -> None:
+    """A prompt about to be queued on a running one: the conversation reachable, its owner
+    active, and the per-minute limit, as for a prompt that starts a run (``RunRefused``)."""
+    conversation = owned_by(owner_id).select_related("owner").filter(id=conversation_id).first()
+    if conversation is None:
+        raise RunRefused("not_found", "Conversation not found.")
+    if not conversation.owner.is_active:
+        raise RunRefused("forbidden", "This account cannot run prompts.")
+    if not agent_config(model=conversation.model).offline:
+        _check_rate(owner_id)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)

@@ -26,7 +26,14 @@ from agent.core.tools import Workspace
 from agent.models import DeploymentInstructions
 from agent.runs import eventlog
 from agent.runs.broadcast import announce_interrupted
-from agent.runs.claim import STORAGE_REFUSED, RunRefused, claim, release, remember_prompt
+from agent.runs.claim import (
+    STORAGE_REFUSED,
+    RunRefused,
+    check_queueing,
+    claim,
+    release,
+    remember_prompt,
+)
 from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
@@ -239,6 +246,8 @@ class RunManager:
         await self._ensure_listener()
         queue_id = None
         for _ in range(SUBMIT_ATTEMPTS):
+            if self._running_here(conversation_id) is not None:
+                await check_queueing(conversation_id, owner_id)
             queue_id = self.queue_local(conversation_id, content, mode)
             if queue_id is not None:
                 break
@@ -250,6 +259,7 @@ class RunManager:
                     raise
             if self._running_here(conversation_id) is not None:
                 continue  # it started here meanwhile
+            await check_queueing(conversation_id, owner_id)  # (the claim said: running)
             queue_id = uuid.uuid4().hex  # chosen here: the answer need only confirm it
             answer = await self._ask(conversation_id, {
                 "type": "run.queue", "id": queue_id, "content": content, "mode": mode,

@@ -177,6 +177,7 @@ async def test_a_queue_request_reaches_the_run_through_the_control_group(
 
 
 async def test_the_queue_has_a_limit(alice, model_server, agent_settings):
+    agent_settings.HARNESS_RUNS_PER_MINUTE = 100
     user, conversation = alice
     gate = Gate(agent_settings, user)
     model_server.enqueue(tool_reply(gate.call))
@@ -227,3 +228,30 @@ def test_a_crash_mid_run_shows_the_undelivered_queued_prompts_as_not_sent(agent_
     assert "data-queued=" not in shown
     assert shown.count('data-code="not_sent"') == 2
     assert "never sent" in shown and "steer lost" in shown
+
+
+async def test_queued_prompts_count_once_towards_the_per_minute_limit(
+    alice, model_server, agent_settings
+):
+    agent_settings.HARNESS_RUNS_PER_MINUTE = 3
+    user, conversation = alice
+    first, second = Gate(agent_settings, user), Gate(agent_settings, user)
+    model_server.enqueue(tool_reply(first.call), text_reply("done"), text_reply("a done"),
+                         tool_reply(second.call), text_reply("done again"))  # fmt: skip
+
+    await runs.start(conversation.id, user.id, "go")
+    while not runs._runs[str(conversation.id)].agent.running:
+        await asyncio.sleep(0)
+    assert await runs.submit(conversation.id, user.id, "a", "follow_up")  # 2 sent
+    first.open()
+    await runs.wait(conversation.id)
+    # "a" was delivered: counted once (when it was queued), so a third prompt may go.
+    await runs.start(conversation.id, user.id, "third")
+    while not runs._runs[str(conversation.id)].agent.running:
+        await asyncio.sleep(0)
+    with pytest.raises(RunRefused) as refused:
+        await runs.submit(conversation.id, user.id, "fourth", "follow_up")
+    assert refused.value.code == "quota_rate"
+    assert runs._runs[str(conversation.id)].agent.queued == []
+    second.open()
+    await runs.wait(conversation.id)
