@@ -255,3 +255,36 @@ async def test_queued_prompts_count_once_towards_the_per_minute_limit(
     assert runs._runs[str(conversation.id)].agent.queued == []
     second.open()
     await runs.wait(conversation.id)
+
+
+async def test_a_catch_up_shows_the_queue_whole(alice, model_server, agent_settings):
+    """A page that missed frames asks for what follows its seq: the queue it gets back
+    includes what was queued before that seq (and not what left it since)."""
+    agent_settings.HARNESS_RUNS_PER_MINUTE = 100
+    user, conversation = alice
+    gate = Gate(agent_settings, user)
+    model_server.enqueue(tool_reply(gate.call), text_reply("done"), text_reply("b done"))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "go"}))
+    await receive_until(ws, 'data-state="running_tool"')
+    ids = []
+    for text in ("a", "b"):
+        await ws.send_to(text_data=json.dumps({"content": text, "mode": "follow_up"}))
+        html = await receive_until(ws, 'data-outcome="accepted"', f"{text}</span>")
+        ids.append([qid for qid in QUEUED_ID.findall(html) if qid not in ids][-1])
+    await ws.send_to(text_data=json.dumps({"action": "unqueue", "id": ids[0]}))
+    await receive_until(ws, 'id="queue"')
+    queued_b = await sync_to_async(
+        lambda: (
+            Event.objects.get(conversation=conversation, type="queued", payload__id=ids[1]).seq
+        )  # fmt: skip
+    )()
+    await ws.send_to(text_data=json.dumps({"action": "sync", "after": queued_b}))
+    reply = await receive_until(ws, 'data-sync="1"', 'id="queue"')
+    queue = reply[reply.index('<ul id="queue"') :]
+    queue = queue[: queue.index("</ul>")]
+    assert f'data-queued="{ids[1]}"' in queue and f'data-queued="{ids[0]}"' not in queue
+    gate.open()
+    await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    await ws.disconnect()
