@@ -99,6 +99,25 @@ def test_axe_mid_run(axe_context, fresh_model):
     assert violations == []
 
 
+def test_axe_with_queued_prompts_and_then_not_sent_ones(axe_context, fresh_model):
+    fresh_model.enqueue(text_reply("streaming **slowly** " * 300, delay=0.03))
+    page = sign_in(axe_context(), "alice")
+    new_conversation(page)
+    send(page, "talk slowly")
+    page.wait_for_function("() => document.body.classList.contains('running')")
+    for text, key in (("then this", "Enter"), ("no, that", "Alt+Enter")):
+        page.fill("#prompt", text)
+        page.press("#prompt", key)
+        page.wait_for_selector(f"#queue .queued-text:text-is('{text}')")
+    queued = axe(page, "chat, prompts queued")
+    page.click("#cancel")
+    page.wait_for_selector("[data-code=not_sent] >> nth=1")
+    not_sent = axe(page, "chat, queued prompts not sent")
+    page.fill("#prompt", "")
+    new_conversation(page)  # the user's newest conversation is left idle for other tests
+    assert queued == [] and not_sent == []
+
+
 def test_axe_with_tool_cards(axe_context, fresh_model):
     fresh_model.enqueue(
         tool_reply(("write", {"path": "a.txt", "content": "hello\n"}), ("read", {"path": "a.txt"}),
