@@ -4,8 +4,10 @@
 Each user has a signed-in session and a conversation of their own, sends prompts, and
 receives the live stream the way the page does (seq-ranged batches; a sync on connect, on
 a gap or an overlap). At random moments a user's socket is dropped mid-run and reconnected
-after a random pause. At the end every user's view is compared with the server's event
-log: events delivered, lost and duplicated, per user and in total.
+after a random pause; with ``--follow-up-rate``, a follow-up is queued on a run as soon as
+it has started (interfaces §8: it runs in the same run, or as a new one if that had ended).
+At the end every user's view is compared with the server's event log: events delivered,
+lost and duplicated, per user and in total.
 
     python scripts/chaos.py --spawn --users 200            # own server + test model server
     python scripts/chaos.py --url http://127.0.0.1:8000    # a running server; users are
@@ -59,6 +61,7 @@ class UserStats:
     retries: int = 0  # reconnect attempts that failed and were tried again
     last_retry_error: str = ""
     prompts_done: int = 0
+    follow_ups: int = 0
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -72,6 +75,8 @@ class Client:
         self.ws = None
         self.finished = False  # an applied batch carried the prompt's final status
         self.accepted = False  # an applied batch carried the prompt's user part
+        self.users = 0  # user parts applied since the prompt was sent
+        self.expected_users = 1  # the prompt's, and its follow-up's if one was queued
 
     async def connect(self, attempts: int = 6):
         """Connect, retrying with backoff and jitter as the page does (an overloaded
@@ -128,8 +133,9 @@ class Client:
     def apply(self, start: int, end: int, message: str) -> None:
         if 'class="part user"' in message:
             self.accepted = True
+            self.users += message.count('class="part user"')
         if 'data-state="idle"' in message or 'data-state="error"' in message:
-            self.finished = self.accepted
+            self.finished = self.accepted and self.users >= self.expected_users
         if end >= start:
             self.s.applied.append((start, end))
         self.s.last_seq = max(self.s.last_seq, end)
@@ -138,18 +144,28 @@ class Client:
             self.s.parts_seen[key] = self.s.parts_seen.get(key, 0) + 1
 
 
-async def run_user(stats: UserStats, base: str, prompts: int, drop_rate: float, rng) -> None:
+async def run_user(
+    stats: UserStats, base: str, prompts: int, drop_rate: float, rng, follow_up_rate: float = 0.0
+) -> None:
     ws_base = base.replace("http://", "ws://").replace("https://", "wss://")
     client = Client(stats, f"{ws_base}/ws/c/{stats.conversation}/", base)
     await client.connect()
     for n in range(prompts):
         started = time.monotonic()
         client.finished = client.accepted = False
+        client.users, client.expected_users = 0, 1
+        follow_up = rng.random() < follow_up_rate
         await client.ws.send(json.dumps({"content": f"chaos prompt {n} from {stats.name}"}))
         # Drops happen mid-run: once the server has shown it took the prompt.
         drop_in = rng.uniform(0.05, 1.5) if rng.random() < drop_rate else None
         drop_at = None
         while not client.finished:
+            if follow_up and client.accepted:  # queued on the run it started
+                follow_up = False
+                client.expected_users = 2
+                stats.follow_ups += 1
+                text = f"chaos follow-up {n} from {stats.name}"
+                await client.ws.send(json.dumps({"content": text, "mode": "follow_up"}))
             if drop_in is not None and drop_at is None and client.accepted:
                 drop_at = time.monotonic() + drop_in
             timeout = None if drop_at is None else max(0.0, drop_at - time.monotonic())
@@ -214,6 +230,7 @@ def report(all_stats: list[UserStats], base: str, elapsed: float) -> dict:
         "reconnect_retries": sum(s.retries for s in all_stats),
         "syncs": sum(s.syncs for s in all_stats),
         "prompts_completed": sum(s.prompts_done for s in all_stats),
+        "follow_ups": sum(s.follow_ups for s in all_stats),
         "prompt_seconds_p50": round(statistics.median(latencies), 3) if latencies else None,
         "prompt_seconds_max": round(max(latencies), 3) if latencies else None,
         "errors": sum(len(s.errors) for s in all_stats),
@@ -233,8 +250,8 @@ async def main_async(args, base: str, env: dict | None) -> dict:
     rng = random.Random(args.seed)
     started = time.monotonic()
     results = await asyncio.gather(
-        *(run_user(s, base, args.prompts, args.drop_rate, random.Random(rng.random()))
-          for s in all_stats),
+        *(run_user(s, base, args.prompts, args.drop_rate, random.Random(rng.random()),
+                   args.follow_up_rate) for s in all_stats),
         return_exceptions=True,
     )  # fmt: skip
     for stats, result in zip(all_stats, results, strict=True):
@@ -259,6 +276,12 @@ def main(argv=None) -> int:
         default=0.5,
         help="chance that a prompt's socket is dropped mid-run",
     )
+    parser.add_argument(
+        "--follow-up-rate",
+        type=float,
+        default=0.0,
+        help="chance that a follow-up is queued on a prompt's run as soon as it started",
+    )
     parser.add_argument("--words", type=int, default=120, help="words per streamed answer")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", help="also write the full report to this file")
@@ -275,7 +298,7 @@ def main(argv=None) -> int:
         answer = " ".join(f"word{i}" for i in range(args.words))
         model.fallback = lambda body: text_reply(answer, delay=0.01, chunk=12)
         root = Path(tempfile.mkdtemp(prefix="harness-chaos-"))
-        limit = str(args.prompts * 10 + 10)
+        limit = str(args.prompts * 20 + 10)  # (queued follow-ups count too)
         server = LiveServer(root, ANTHROPIC_API_KEY="chaos", ANTHROPIC_BASE_URL=model.url,
                             HARNESS_BASH="off", HARNESS_RUNS_PER_MINUTE=limit,
                             HARNESS_CONCURRENT_RUNS="3", DJANGO_DEBUG="1")  # fmt: skip
