@@ -23,7 +23,8 @@ def live(tmp_path_factory, model):
     server = LiveServer(tmp_path_factory.mktemp("queue-api"), ANTHROPIC_API_KEY="test-key",
                         ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="unsafe",
                         HARNESS_SSE_HEARTBEAT="1", HARNESS_RUNS_PER_MINUTE="100",
-                        HARNESS_CONCURRENT_RUNS="5", HARNESS_MAX_PROMPT_CHARS="500")  # fmt: skip
+                        HARNESS_CONCURRENT_RUNS="5", HARNESS_MAX_PROMPT_CHARS="500",
+                        HARNESS_RUN_LEASE="3")  # fmt: skip
     server.start()
     server.create_users("quinn", "rob")
     yield server
@@ -265,3 +266,30 @@ def test_bad_queue_requests_change_nothing(quinn, rob, fresh, workspace):
     events = events_of(seen + read_until(stream, is_final))
     assert [e["content"] for e in events if e["type"] == "queued"] == ["kept"]
     assert [e["content"] for e in events if e["type"] == "user"] == ["go", "kept"]
+
+
+def test_a_server_killed_mid_run_shows_the_queued_prompts_as_not_sent(
+    quinn, fresh, workspace, live
+):
+    """Last in this module: it restarts the server."""
+    conversation = new_conversation(quinn)
+    gate = Gate(workspace)
+    fresh.enqueue(tool_reply(gate.call))
+    stream, _ = start_with_gate(quinn, conversation, gate)
+    queued = prompt(quinn, conversation, "do not lose me", "follow_up")[1]["queued"]
+    read_until(stream, is_event("queued"))  # stored before it is sent
+    live.kill()  # SIGKILL: the run's lease is no longer renewed
+    gate.open()
+    live.start()
+    # Any process's reaper (this one's starts with the stream) marks it interrupted.
+    _, replay = quinn.events(conversation)
+    events = events_of(read_until(replay, is_final, timeout=30))
+    assert [e["code"] for e in events if e["type"] == "error"] == ["interrupted"]
+    assert [(e["id"], e["content"]) for e in events if e["type"] == "queued"] == [
+        (queued, "do not lose me")]  # fmt: skip
+    assert [(e["id"], e["reason"]) for e in events if e["type"] == "unqueued"] == [
+        (queued, "not_sent")]  # fmt: skip
+    assert [e["content"] for e in events if e["type"] == "user"] == ["go"]
+    # Idle again: the next prompt runs (its text, kept, can be sent again).
+    fresh.enqueue(text_reply("back"))
+    assert prompt(quinn, conversation, "do not lose me", "follow_up") == (202, {"accepted": True})
