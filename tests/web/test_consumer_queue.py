@@ -247,8 +247,9 @@ async def test_queued_prompts_count_once_towards_the_per_minute_limit(
     await runs.wait(conversation.id)
     # "a" was delivered: counted once (when it was queued), so a third prompt may go.
     await runs.start(conversation.id, user.id, "third")
-    while not runs._runs[str(conversation.id)].agent.running:
-        await asyncio.sleep(0)
+    stored = Event.objects.filter(conversation=conversation, type="user", payload__content="third")
+    while not await sync_to_async(stored.exists)():  # the count reads the event log
+        await asyncio.sleep(0.01)
     with pytest.raises(RunRefused) as refused:
         await runs.submit(conversation.id, user.id, "fourth", "follow_up")
     assert refused.value.code == "quota_rate"
