@@ -180,7 +180,7 @@ def test_steer_during_a_tool_skips_the_other_calls_and_the_run_goes_on(quinn, fr
 
 def test_steer_while_text_streams_is_delivered_at_the_end_of_the_turn(quinn, fresh):
     conversation = new_conversation(quinn)
-    fresh.enqueue(text_reply("a long answer " * 40, delay=0.01), text_reply("Shorter then."))
+    fresh.enqueue(text_reply("a long answer " * 80, delay=0.02), text_reply("Shorter then."))
     _, stream = quinn.events(conversation)
     assert prompt(quinn, conversation, "explain")[0] == 202
     seen = read_until(stream, is_event("text_delta"))
@@ -190,7 +190,7 @@ def test_steer_while_text_streams_is_delivered_at_the_end_of_the_turn(quinn, fre
               if e["type"] != "text_delta"]  # fmt: skip
     kinds = [e["type"] for e in events]
     first_text, steer = kinds.index("text"), kinds.index("user", 1)
-    assert first_text < steer and events[first_text]["content"] == "a long answer " * 40
+    assert first_text < steer and events[first_text]["content"] == "a long answer " * 80
     assert events[steer]["mode"] == "steer"
     assert [e["content"] for e in events if e["type"] == "text"][-1] == "Shorter then."
     assert finals(events) == [events[-1]]
