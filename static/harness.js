@@ -168,6 +168,33 @@
     if (messages) messages.setAttribute("aria-busy", String(running));
     if (wasRunning && !running) clearComposerAlert("prompt_running");
     markCurrentEntry(running);
+    showPromptPlaceholder(running);
+  }
+
+  // While a prompt runs, the empty prompt box says what Enter and Alt+Enter do now.
+  function showPromptPlaceholder(running) {
+    const prompt = $("#prompt");
+    if (!prompt || !prompt.dataset.placeholderRunning) return;
+    if (prompt.dataset.placeholderIdle === undefined) prompt.dataset.placeholderIdle = prompt.placeholder;
+    const wanted = running ? prompt.dataset.placeholderRunning : prompt.dataset.placeholderIdle;
+    if (prompt.placeholder !== wanted) prompt.placeholder = wanted; // (the observer sees this)
+  }
+
+  // Removing a queued prompt re-renders #queue, and the focused Remove button goes with it:
+  // the focus moves to the first Remove button left, else back to the prompt.
+  function keepFocusInQueue(prompt) {
+    let removedFrom = null; // the #queue a Remove button was pressed in
+    document.addEventListener("htmx:wsAfterSend", (event) => {
+      const queue = event.target.closest && event.target.closest("#queue");
+      if (queue) removedFrom = queue;
+    });
+    return function queueChanged() {
+      if (!removedFrom || $("#queue") === removedFrom) return;
+      removedFrom = null;
+      const active = document.activeElement;
+      if (active && active !== document.body && active.isConnected) return; // moved on
+      ($("#queue:not([hidden]) .unqueue") || prompt).focus();
+    };
   }
 
   // The sidebar's entry for this conversation follows its run as it starts and ends.
@@ -196,9 +223,10 @@
     if (live && live.getAttribute("aria-live") !== "off") live.setAttribute("aria-live", "off");
   }
 
-  // #status is swapped inside the composer.
-  function watchComposer() {
-    new MutationObserver(syncRunningClass).observe($(".composer"), { childList: true, subtree: true, attributes: true });
+  // #status and #queue are swapped inside the composer.
+  function watchComposer(queueChanged) {
+    new MutationObserver(() => { syncRunningClass(); queueChanged(); })
+      .observe($(".composer"), { childList: true, subtree: true, attributes: true });
   }
 
   // --- prompt history (saved on the user; newest last) -------------------------------
@@ -880,7 +908,7 @@
       restoreDropped();
       autoScroll.contentChanged();
     });
-    watchComposer();
+    watchComposer(keepFocusInQueue(prompt));
     autoScroll.jumpToBottom();
 
     confirmBeforeSubmit();

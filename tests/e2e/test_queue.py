@@ -60,6 +60,7 @@ def start_gated(page, gate, model, *more):
     model.enqueue(tool_reply(gate.call, *more))
     send(page, "start working")
     page.wait_for_selector("#status[data-state=running_tool]")
+    assert "Alt+Enter steers" in page.get_attribute("#prompt", "placeholder")
 
 
 def queue(page, text, *, steer=False):
@@ -98,6 +99,9 @@ def test_queue_two_follow_ups_remove_one_and_the_other_runs_after(context, fresh
     page.keyboard.press("Enter")
     page.wait_for_function("() => document.querySelectorAll('#queue [data-queued]').length === 1")
     assert queued(page) == [["follow_up", "second follow-up"]]
+    # The focus went to the Remove button left (its own went with its row).
+    page.wait_for_function("() => document.activeElement.matches('#queue .unqueue')")
+    assert "second follow-up" in page.evaluate("() => document.activeElement.ariaLabel")
     gate.open()
     page.wait_for_selector("text=Answered the follow-up.")
     wait_idle(page)
@@ -107,6 +111,7 @@ def test_queue_two_follow_ups_remove_one_and_the_other_runs_after(context, fresh
     )
     assert users == [["", "start working"], ["follow_up", "second follow-up"]]
     assert page.is_hidden("#queue") and page.input_value("#prompt") == ""
+    assert page.get_attribute("#prompt", "placeholder").startswith("Ask the agent")
     assert page.locator("#messages [data-part=error]").count() == 0
 
 
