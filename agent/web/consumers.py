@@ -175,7 +175,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=caught_up)
             return
         if frame.get("action") == "unqueue":
-            if not await self._unqueue(frame.get("id")):
+            if not isinstance(frame.get("id"), str):
+                await self.send(text_data=ws_error("unqueue needs the queued prompt's 'id'."))
+            elif not await self._unqueue(frame["id"]):
                 await self.send(text_data=composer_alert(
                     "That prompt is no longer queued: it was sent or removed.", "not_queued",
                 ))  # fmt: skip

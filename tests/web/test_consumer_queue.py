@@ -97,6 +97,8 @@ async def test_websocket_queues_and_unqueues_and_a_reload_shows_the_queue(
     assert "not_queued" in await ws.receive_from()
     await ws.send_to(text_data=json.dumps({"content": "x", "mode": "sideways"}))
     assert "bad_mode" in await ws.receive_from()
+    await ws.send_to(text_data=json.dumps({"action": "unqueue", "id": 7}))
+    assert 'data-code="bad_frame"' in await ws.receive_from()
     gate.open()
     html = await collect_until_idle(ws)
     await runs.wait(conversation.id)
