@@ -171,13 +171,11 @@
     showPromptPlaceholder(running);
   }
 
-  // While a prompt runs, the empty prompt box says what Enter and Alt+Enter do now.
+  // While a prompt runs, the empty prompt box says what Enter and Alt+Enter do now (the
+  // hint that fits: see fitPlaceholder).
+  let fitPromptPlaceholder = () => {};
   function showPromptPlaceholder(running) {
-    const prompt = $("#prompt");
-    if (!prompt || !prompt.dataset.placeholderRunning) return;
-    if (prompt.dataset.placeholderIdle === undefined) prompt.dataset.placeholderIdle = prompt.placeholder;
-    const wanted = running ? prompt.dataset.placeholderRunning : prompt.dataset.placeholderIdle;
-    if (prompt.placeholder !== wanted) prompt.placeholder = wanted; // (the observer sees this)
+    fitPromptPlaceholder(running);
   }
 
   // Removing a queued prompt re-renders #queue, and the focused Remove button goes with it:
@@ -347,18 +345,25 @@
   // (data-placeholder-narrow) where the whole would be cut off, as on a phone. Measured with
   // the text in the empty box (the same font and padding), whenever the box changes size.
   function fitPlaceholder(prompt) {
-    const narrow = prompt.dataset.placeholderNarrow;
-    if (!narrow) return;
-    const wide = prompt.placeholder;
+    const hints = {
+      idle: [prompt.placeholder, prompt.dataset.placeholderNarrow],
+      running: [prompt.dataset.placeholderRunning, prompt.dataset.placeholderRunningNarrow],
+    };
     function fits(text) {
       prompt.value = text;
       const fit = prompt.scrollHeight <= prompt.clientHeight && prompt.scrollWidth <= prompt.clientWidth;
       prompt.value = "";
       return fit;
     }
-    const apply = () => { if (prompt.value === "") prompt.placeholder = fits(wide) ? wide : narrow; };
-    new ResizeObserver(apply).observe(prompt);
-    prompt.addEventListener("input", apply);
+    const apply = (running = isRunning()) => {
+      if (prompt.value !== "") return;
+      const [wide, narrow] = hints[running && hints.running[0] ? "running" : "idle"];
+      const wanted = !narrow || fits(wide) ? wide : narrow;
+      if (prompt.placeholder !== wanted) prompt.placeholder = wanted; // (the observer sees this)
+    };
+    new ResizeObserver(() => apply()).observe(prompt);
+    prompt.addEventListener("input", () => apply());
+    fitPromptPlaceholder = apply;
   }
 
   // --- the alert beside the composer --------------------------------------------------------

@@ -46,6 +46,6 @@ def test_the_streaming_answer_is_markdown_and_does_not_jump_when_complete(new_co
     # Once past them, completed constructs never show their syntax again.
     after_table = [s["text"] for s in states if "All of" in s["text"]]
     assert after_table and not any("|" in t or "**" in t or "```" in t for t in after_table)
-    final = page.query_selector_all("[data-part=text]")[-1]
+    final = page.query_selector_all("[data-part=text]")[-1].query_selector(".md")
     assert abs(final.bounding_box()["height"] - last["height"]) <= 2  # no jump at the end
     page.screenshot(path="/tmp/shots/live-markdown-done.png")
