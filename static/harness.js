@@ -635,7 +635,7 @@
   function copiedText(button) {
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
-    const pres = result.querySelectorAll("pre.tool-output, pre.diff");
+    const pres = result.querySelectorAll("pre.tool-output, pre.diff, .tool-code pre");
     return Array.from(pres, (pre) => pre.textContent).join("");
   }
 

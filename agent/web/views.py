@@ -26,6 +26,7 @@ from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
+from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
@@ -203,6 +204,9 @@ def workspace_files(request: HttpRequest) -> HttpResponse:
         context["crumbs"] = browse.crumbs(rel)
         if isinstance(shown, browse.FileView):
             context["file"] = shown
+            if shown.text is not None:  # highlighted by its name's type, up to the cap
+                context["file_html"] = highlighted(shown.text, shown.path)
+                context["too_long_to_highlight"] = len(shown.text) > HIGHLIGHT_CAP
         else:
             context["entries"], context["truncated"] = shown, truncated
     except PathError as exc:
