@@ -6,7 +6,8 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import reverse
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import (
@@ -193,12 +194,17 @@ def export_conversation(request: HttpRequest, conversation_id, extension: str) -
 
 @login_required
 @require_GET
-def workspace_files(request: HttpRequest) -> HttpResponse:
+def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     """The signed-in user's workspace: a directory listing or a file view (read-only).
-    Loaded into the chat's side panel by htmx, or shown as a page on its own."""
+    Loaded into a conversation's side panel by htmx (``/c/<id>/files/``, with download
+    links), or shown as a page on its own (``/files/``)."""
+    context: dict = {"error": None, "files_url": reverse("files"), "download_url": ""}
+    if conversation_id is not None:
+        conversation = _owned_or_404(request, conversation_id)
+        context["files_url"] = reverse("conversation_files", args=[conversation.id])
+        context["download_url"] = reverse("download_file", args=[conversation.id])
     workspace = workspace_for(request.user.pk)
     path = request.GET.get("path", "")
-    context: dict = {"error": None}
     try:
         rel, shown, truncated = browse.browse(workspace, path)
         context["crumbs"] = browse.crumbs(rel)
@@ -214,3 +220,33 @@ def workspace_files(request: HttpRequest) -> HttpResponse:
     template = "agent/_files.html" if request.headers.get("HX-Request") else "agent/files.html"
     status = 404 if context["error"] else 200
     return render(request, template, context, status=status)
+
+
+def _refusal(message: str, status: int) -> HttpResponse:
+    response = HttpResponse(message + "\n", content_type="text/plain; charset=utf-8", status=status)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@login_required
+@require_GET
+def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
+    """A file of the user's workspace as an attachment, from a conversation's Files panel.
+    Read through the descriptor walk (no symlink out, no FIFO or device, at most
+    ``browse.DOWNLOAD_CAP``) and never served as something a browser would render here: an
+    octet stream, ``nosniff``, and a sandboxing CSP should it be opened anyway."""
+    _owned_or_404(request, conversation_id)
+    workspace = workspace_for(request.user.pk)
+    try:
+        rel, data = browse.download(workspace, request.GET.get("path", ""))
+    except browse.TooLarge as exc:
+        return _refusal(f"Not downloaded: {exc}.", 413)
+    except PathError as exc:
+        return _refusal(f"Not downloaded: {exc}.", 404)
+    response = HttpResponse(data, content_type="application/octet-stream")
+    name = rel.rsplit("/", 1)[-1] or "download"
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private, no-store"
+    return response
