@@ -18,6 +18,7 @@ from pygments import highlight as pygments_highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_for_filename
+from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
 from agent.ui.gfm import HIGHLIGHT_WRAPPER
@@ -35,11 +36,12 @@ def lexer_for(filename: str) -> Lexer | None:
     if not name:
         return None
     try:
-        return get_lexer_for_filename(name, stripnl=False, stripall=False, ensurenl=False)
+        lexer = get_lexer_for_filename(name, stripnl=False, stripall=False, ensurenl=False)
     except ClassNotFound:
         return None
     except Exception:  # a lexer whose options or plugin fail: plain text
         return None
+    return None if isinstance(lexer, TextLexer) else lexer  # .txt: nothing to highlight
 
 
 def highlighted(text: str, filename: str) -> str | None:

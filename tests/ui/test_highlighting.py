@@ -45,8 +45,9 @@ def test_a_read_result_of_a_python_file_is_highlighted_as_python():
 def test_the_file_type_follows_the_name():
     js = page_card("read", {"path": "web/app.js"}, {"content": "const x = 1;\n"})
     assert '<span class="kd">const</span>' in js
-    plain = page_card("read", {"path": "notes.unknownext"}, {"content": "import os\n"})
-    assert '<pre class="tool-output">import os\n</pre>' in plain and "codehilite" not in plain
+    for name in ("notes.unknownext", "notes.txt"):  # unknown, or plain text by its name
+        plain = page_card("read", {"path": name}, {"content": "import os\n"})
+        assert '<pre class="tool-output">import os\n</pre>' in plain and "codehilite" not in plain
 
 
 @pytest.mark.parametrize(
