@@ -542,6 +542,28 @@
     });
   }
 
+  // --- the files panel follows what tools write ----------------------------------------
+  // A batch with a write, edit or bash result replaces #files-changed (agent/ui/fragments.py).
+  // A loaded panel then fetches again what it shows (the directory or file the user is in,
+  // its refresh link's URL), keeping its scroll; a closed one does so when it next opens.
+  function refreshFilesOnChange(panel, toggle) {
+    let stale = false;
+    function refresh() {
+      const link = $("#files-body .refresh");
+      if (!link || !window.htmx) return; // never opened: its first opening loads it fresh
+      if (panel.hidden) { stale = true; return; }
+      stale = false;
+      const view = $("#files-view");
+      const scrolled = [panel.scrollTop, view.scrollTop];
+      window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: "#files-view", swap: "innerHTML" })
+        .then(() => { [panel.scrollTop, view.scrollTop] = scrolled; });
+    }
+    document.addEventListener("htmx:oobAfterSwap", (event) => {
+      if (event.target && event.target.id === "files-changed") refresh();
+    });
+    if (toggle) toggle.addEventListener("click", () => { if (stale) refresh(); });
+  }
+
   // --- global keys ---------------------------------------------------------------------
   function isTypingIn(target) {
     return target instanceof HTMLElement && (target.matches("textarea, input, select") || target.isContentEditable);
@@ -757,6 +779,7 @@
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
     bindDrawers(drawers);
+    refreshFilesOnChange($("#files-panel"), $("#files-toggle"));
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
     copyCodeOnClick(messages);
