@@ -23,6 +23,7 @@ from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
+from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
@@ -60,8 +61,18 @@ def model_choices() -> list[tuple[str, str]]:
 
 
 # What an empty conversation offers to start with. The offline demo's are the requests its
-# scripted model answers with real tool calls (agent/core/model/demo.py).
+# scripted model answers with real tool calls (agent/core/model/demo.py); "run ls -la"
+# only when the user's runs get a bash tool (not without bubblewrap, runs/sandbox.py).
 DEMO_SUGGESTIONS = ("list files", "write hello.py", "run ls -la")
+DEMO_BASH_SUGGESTION = "run ls -la"
+
+
+def demo_suggestions(user) -> tuple[str, ...]:
+    if bash_mode(user.bash_enabled) != "off":
+        return DEMO_SUGGESTIONS
+    return tuple(s for s in DEMO_SUGGESTIONS if s != DEMO_BASH_SUGGESTION)
+
+
 SUGGESTIONS = (
     "What is in my workspace?",
     "Write a Python script that prints the first 10 primes",
@@ -116,7 +127,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "status_code": status.code,
         "models": model_choices(),
         "offline": offline,
-        "suggestions": DEMO_SUGGESTIONS if offline else SUGGESTIONS,
+        "suggestions": demo_suggestions(request.user) if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
     }
