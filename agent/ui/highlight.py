@@ -44,18 +44,44 @@ def lexer_for(filename: str) -> Lexer | None:
     return None if isinstance(lexer, TextLexer) else lexer  # .txt: nothing to highlight
 
 
-def highlighted(text: str, filename: str) -> str | None:
-    """Sanitized HTML of ``text`` highlighted as ``filename``'s type, or None: no lexer for
-    that name, or the text is empty or longer than ``HIGHLIGHT_CAP``."""
+def _key(text: str, filename: str) -> str | None:
+    """The cache's key (the lexer, not the name: ``a.py`` and ``b.py`` share), or None when
+    nothing is highlighted."""
     if not text or len(text) > HIGHLIGHT_CAP:
         return None
     lexer = lexer_for(filename)
-    if lexer is None:
+    return None if lexer is None else f"{lexer.name}\x00{text}"
+
+
+def highlighted(text: str, filename: str) -> str | None:
+    """Sanitized HTML of ``text`` highlighted as ``filename``'s type, or None: no lexer for
+    that name, or the text is empty or longer than ``HIGHLIGHT_CAP``. Cached: the run's
+    writer has a long text highlighted in the render worker first (``render_pool``), off
+    its event loop, and finds it here."""
+    key = _key(text, filename)
+    if key is None:
         return None
-    key = f"{lexer.name}\x00{text}"
     html = _cache.get(key)
     if html is None:
-        body = pygments_highlight(text, lexer, _formatter)
-        html = sanitize(f'<div class="{HIGHLIGHT_WRAPPER}"><pre><code>{body}</code></pre></div>')
+        html = highlight_uncached(text, filename)
         _cache.put(key, html)
     return html
+
+
+def highlight_uncached(text: str, filename: str) -> str:
+    """Highlighting and sanitizing themselves (also what the render worker runs)."""
+    body = pygments_highlight(text, lexer_for(filename), _formatter)
+    return sanitize(f'<div class="{HIGHLIGHT_WRAPPER}"><pre><code>{body}</code></pre></div>')
+
+
+def needs_highlighting(text: str, filename: str) -> bool:
+    """Whether ``highlighted`` would do the work now (highlightable and not cached)."""
+    key = _key(text, filename)
+    return key is not None and _cache.get(key) is None
+
+
+def remember(text: str, filename: str, html: str) -> None:
+    """Cache HTML made elsewhere (the render worker) by ``highlight_uncached``."""
+    key = _key(text, filename)
+    if key is not None:
+        _cache.put(key, html)

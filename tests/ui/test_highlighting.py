@@ -15,7 +15,7 @@ from agent.core.events import ToolCallEvent, ToolResultEvent
 from agent.ui.fragments import FragmentRenderer
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.markdown import ALLOWED_CLASSES
-from agent.ui.transcript import RESULT_LINES, Transcript
+from agent.ui.transcript import RESULT_LINES, Transcript, pending_highlights
 from tests.xss_corpus import xss_payloads
 
 PYTHON = "import os\n\n\ndef main():\n    return os.getcwd()  # where\n"
@@ -130,3 +130,37 @@ def test_every_xss_corpus_payload_comes_out_as_text_only(filename):
         # Everything the payload said is there, as text, and nothing else.
         assert "".join(parsed.text) == text.replace("\r\n", "\n").replace("\r", "\n"), payload
         assert html.unescape(out).count("<script") <= text.count("<script")
+
+
+def test_the_writer_knows_which_texts_the_fold_will_highlight():
+    call, result = events("read", {"path": "src/app.py"}, {"content": PYTHON})
+    bash_call, bash_result = events("bash", {"command": "ls"}, {"output": "x\n"})
+    # the call in the same batch as its result, or folded in before
+    assert pending_highlights(Transcript(), [call, result]) == [(PYTHON, "src/app.py")]
+    assert pending_highlights(Transcript.of([call]), [result]) == [(PYTHON, "src/app.py")]
+    assert pending_highlights(Transcript.of([bash_call]), [bash_result]) == []
+    failed = ToolResultEvent(seq=2, id="t1", result=json.dumps({"error": "gone"}), isError=True)
+    assert pending_highlights(Transcript.of([call]), [failed]) == []
+
+
+async def test_a_long_read_result_is_highlighted_by_the_worker_not_on_the_event_loop(
+    monkeypatch,
+):
+    from agent.ui import highlight, render_pool
+
+    text = "".join(f"def f{i}(x):  # <script>{i}</script>\n    return x\n" for i in range(400))
+    expected = highlight.highlight_uncached(text, "long.py")
+
+    def not_here(*args):
+        raise AssertionError("highlighted on the event loop")
+
+    call, result = events("read", {"path": "long.py"}, {"content": text})
+    renderer = FragmentRenderer()
+    renderer.render([call], conversation=None)
+    await render_pool.prehighlight(pending_highlights(renderer.transcript, [result]))
+    monkeypatch.setattr(highlight, "highlight_uncached", not_here)
+    html = renderer.render([result], conversation=None)
+    head = "".join(text.splitlines(keepends=True)[:RESULT_LINES])
+    assert highlight.highlighted(head, "long.py") in html
+    assert expected.startswith(highlight.highlighted(head, "long.py")[:200])
+    assert "<script>" not in html
