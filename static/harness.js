@@ -544,19 +544,31 @@
 
   // --- the files panel follows what tools write ----------------------------------------
   // A batch with a write, edit or bash result replaces #files-changed (agent/ui/fragments.py).
-  // A loaded panel then fetches again what it shows (the directory or file the user is in,
-  // its refresh link's URL), keeping its scroll; a closed one does so when it next opens.
+  // A loaded panel then fetches again what it shows (the directory or file the user is in:
+  // its refresh link's URL), where it is scrolled to; a closed one when it next opens.
+  // Only the newest refresh lands, and never over a place the user moved to meanwhile (that
+  // place is fetched afresh instead).
   function refreshFilesOnChange(panel, toggle) {
     let stale = false;
-    function refresh() {
-      const link = $("#files-body .refresh");
+    let generation = 0;
+    async function refresh() {
+      const body = $("#files-body");
+      const link = body && body.querySelector(".refresh");
       if (!link || !window.htmx) return; // never opened: its first opening loads it fresh
       if (panel.hidden) { stale = true; return; }
       stale = false;
-      const view = $("#files-view");
-      const scrolled = [panel.scrollTop, view.scrollTop];
-      window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: "#files-view", swap: "innerHTML" })
-        .then(() => { [panel.scrollTop, view.scrollTop] = scrolled; });
+      const mine = ++generation;
+      let html;
+      try {
+        const response = await fetch(link.getAttribute("hx-get"),
+          { headers: { "HX-Request": "true" }, credentials: "same-origin", cache: "no-store" });
+        // 404: the file or directory went (the panel says so); a redirect: signed out
+        if (response.redirected || !(response.ok || response.status === 404)) return;
+        html = await response.text();
+      } catch (e) { return; }
+      if (mine !== generation) return; // a newer refresh is on its way
+      if ($("#files-body") !== body) { refresh(); return; } // the user moved: fetch that place
+      window.htmx.swap($("#files-view"), html, { swapStyle: "innerHTML" }); // scroll stays
     }
     document.addEventListener("htmx:oobAfterSwap", (event) => {
       if (event.target && event.target.id === "files-changed") refresh();
