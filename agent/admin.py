@@ -1,4 +1,5 @@
-"""The Django admin: users, conversations with their full transcripts, events."""
+"""The Django admin: users, conversations with their full transcripts, events, API tokens
+and the deployment's instructions for the agent."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
 from agent.core.events import USAGE_FIELDS
-from agent.models import ApiToken, Conversation, Event, User
+from agent.models import ApiToken, Conversation, DeploymentInstructions, Event, User
 from agent.runs.eventlog import from_stored
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
@@ -158,3 +159,17 @@ class ApiTokenAdmin(admin.ModelAdmin):
             )
             return
         super().save_model(request, obj, form, change)
+
+
+@admin.register(DeploymentInstructions)
+class DeploymentInstructionsAdmin(admin.ModelAdmin):
+    """One row: added once, then edited; never deleted (an empty text means none)."""
+
+    fields = ["text", "updated"]
+    readonly_fields = ["updated"]
+
+    def has_add_permission(self, request) -> bool:
+        return super().has_add_permission(request) and not DeploymentInstructions.objects.exists()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -7,15 +7,24 @@ import uuid
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 
+from agent.core.config import THINKING_LEVELS
+
 PROMPT_HISTORY_LIMIT = 100
 
 
 class User(AbstractUser):
+    class Theme(models.TextChoices):
+        SYSTEM = "system", "System"  # follows the browser's prefers-color-scheme
+        LIGHT = "light", "Light"
+        DARK = "dark", "Dark"
+
     # Newest last, at most 100, FIFO, never two equal neighbours (seed 000's prompt history).
     prompt_history = models.JSONField(default=list, blank=True)
     bash_enabled = models.BooleanField(
         default=True, help_text="Let the agent run bash (in the sandbox) for this user."
     )
+    # The page's colours, rendered into <html data-theme> on every page (no flash).
+    theme = models.CharField(max_length=6, choices=Theme.choices, default=Theme.SYSTEM)
 
     def remember_prompt(self, prompt: str) -> None:
         history = list(self.prompt_history or [])
@@ -35,6 +44,9 @@ class Conversation(models.Model):
     owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=100)
+    # The thinking level ("": the deployment's HARNESS_THINKING budget).
+    thinking = models.CharField(max_length=10, blank=True, default="",
+                                choices=[(level, level) for level in THINKING_LEVELS])  # fmt: skip
     state = models.CharField(max_length=20, choices=State.choices, default=State.IDLE)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -67,6 +79,33 @@ class Conversation(models.Model):
     @property
     def display_title(self) -> str:
         return self.title or "New conversation"
+
+
+class DeploymentInstructions(models.Model):
+    """Instructions for the agent in every conversation of this deployment (seed 004's first
+    layer, before a workspace's AGENTS.md): one row, edited by staff in the admin."""
+
+    text = models.TextField(
+        blank=True,
+        help_text="Added to every run's system prompt, after the built-in identity and before "
+        "the workspace's AGENTS.md. Keep it short: it costs tokens on every model call.",
+    )
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = verbose_name_plural = "deployment instructions"
+
+    def __str__(self) -> str:
+        return "Deployment instructions"
+
+    def save(self, *args, **kwargs) -> None:
+        self.pk = 1  # the one row
+        super().save(*args, **kwargs)
+
+    @classmethod
+    def current(cls) -> str:
+        row = cls.objects.filter(pk=1).only("text").first()
+        return row.text if row else ""
 
 
 class Event(models.Model):

@@ -11,6 +11,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
+    path("c/<uuid:conversation_id>/thinking", views.set_thinking, name="set_thinking"),
     path(
         "c/<uuid:conversation_id>/export.md",
         views.export_conversation,
@@ -26,7 +27,9 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/files/", views.workspace_files, name="conversation_files"),
     path("c/<uuid:conversation_id>/files/download", views.download_file, name="download_file"),
     path("files/", views.workspace_files, name="files"),
+    path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
+    path("api/conversations/<uuid:conversation_id>", api.conversation, name="api_conversation"),
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
     path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),

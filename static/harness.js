@@ -1,9 +1,10 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
 // htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
 // prompt history, what became of a sent prompt (typed text is never lost), the length
-// counter, auto-scroll, copy buttons, the help dialog, the drawers (the conversation list and
-// the files panel) and what assistive technology is told while a prompt runs. Each part is
-// a small function with one job; init() at the end wires them together. The parts share
+// counter, auto-scroll, copy buttons (code, tool results, every message part), the help
+// dialog, the drawers (the conversation list and the files panel), the theme switch and
+// what assistive technology is told while a prompt runs. Each part is a small function
+// with one job; init() at the end wires them together. The parts share
 // state only through what init() hands them (nothing is put on window).
 (function () {
   "use strict";
@@ -281,6 +282,24 @@
     document.addEventListener("htmx:wsAfterSend", (event) => {
       if (event.target === form) autoScroll.jumpToBottom();
     });
+  }
+
+  // The placeholder is the whole hint where the box has room for it, and the short one
+  // (data-placeholder-narrow) where the whole would be cut off, as on a phone. Measured with
+  // the text in the empty box (the same font and padding), whenever the box changes size.
+  function fitPlaceholder(prompt) {
+    const narrow = prompt.dataset.placeholderNarrow;
+    if (!narrow) return;
+    const wide = prompt.placeholder;
+    function fits(text) {
+      prompt.value = text;
+      const fit = prompt.scrollHeight <= prompt.clientHeight && prompt.scrollWidth <= prompt.clientWidth;
+      prompt.value = "";
+      return fit;
+    }
+    const apply = () => { if (prompt.value === "") prompt.placeholder = fits(wide) ? wide : narrow; };
+    new ResizeObserver(apply).observe(prompt);
+    prompt.addEventListener("input", apply);
   }
 
   // --- the alert beside the composer --------------------------------------------------------
@@ -649,7 +668,7 @@
     };
   }
 
-  // --- copy buttons on code blocks -----------------------------------------------------
+  // --- copy buttons ----------------------------------------------------------------------
   function addCopyButtons(root) {
     root.querySelectorAll(".md pre").forEach((pre) => {
       if (pre.parentElement.classList.contains("code-wrap")) return;
@@ -665,21 +684,61 @@
     });
   }
 
-  // A code block's text, or a tool's whole result (its collapsed parts too).
+  // What a copy button copies: a message part's text (data-copy="text": the prompt as typed,
+  // the answer as shown) or the answer's markdown as the model wrote it (data-copy=
+  // "markdown", kept escaped in its inert <template class="md-source">), a tool's whole
+  // result (its collapsed parts too), or a code block's text.
   function copiedText(button) {
+    const part = button.closest("[data-part]");
+    if (button.dataset.copy === "markdown") return part.querySelector("template.md-source").content.textContent;
+    if (button.dataset.copy === "text") {
+      const user = part.querySelector(".user-text");
+      return user ? user.textContent : part.querySelector(".md").innerText;
+    }
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
     const pres = result.querySelectorAll("pre.tool-output, pre.diff, .tool-code pre");
     return Array.from(pres, (pre) => pre.textContent).join("");
   }
 
-  function copyCodeOnClick(messages) {
-    messages.addEventListener("click", (event) => {
+  // Without the Clipboard API (a page served over plain http to another host) or when it
+  // refuses, a selected off-screen textarea and execCommand("copy").
+  function copyWithSelection(text) {
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "sr-only";
+    document.body.appendChild(area);
+    area.select();
+    let copied = false;
+    try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
+    area.remove();
+    return copied;
+  }
+
+  async function writeClipboard(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      try { await navigator.clipboard.writeText(text); return true; } catch (e) { /* the fallback */ }
+    }
+    return copyWithSelection(text);
+  }
+
+  // Every copy button in the transcript: it says "Copied" (or "Copy failed") for a moment,
+  // and #copy-status tells assistive technology the same.
+  function copyOnClick(messages) {
+    const status = $("#copy-status");
+    messages.addEventListener("click", async (event) => {
       const button = event.target.closest(".copy");
       if (!button) return;
-      const text = copiedText(button);
-      const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1200); };
-      if (navigator.clipboard) navigator.clipboard.writeText(text).then(done, () => {});
+      if (!button.dataset.label) button.dataset.label = button.textContent;
+      const copied = await writeClipboard(copiedText(button));
+      button.textContent = copied ? "Copied" : "Copy failed";
+      if (status) status.textContent = copied ? "Copied to the clipboard" : "Could not copy";
+      clearTimeout(Number(button.dataset.timer));
+      button.dataset.timer = String(setTimeout(() => {
+        button.textContent = button.dataset.label;
+        if (status) status.textContent = "";
+      }, 1500));
     });
   }
 
@@ -695,26 +754,34 @@
     });
   }
 
-  // The model select saves in the background: the page (and its socket) stays. Should
-  // that fail, the form is submitted the plain way, which shows what happened.
-  function submitOnSelectChange() {
-    document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
-      select.addEventListener("change", async () => {
-        const form = select.form;
+  // The model select and the theme switch save in the background: the page (and its
+  // socket) stays. Should that fail, the form is submitted the plain way, which shows what
+  // happened.
+  function submitOnChange() {
+    document.querySelectorAll("form[data-autosubmit]").forEach((form) => {
+      form.addEventListener("change", async (event) => {
         form.setAttribute("aria-busy", "true");
         try {
           const response = await fetch(form.action, {
             method: "POST", body: new FormData(form), credentials: "same-origin",
-            headers: { "HX-Request": "true" },
+            headers: { "HX-Request": "true" }, redirect: "manual",
           });
           if (!response.ok) throw new Error(String(response.status));
-          form.dataset.saved = select.value;
+          form.dataset.saved = event.target.value;
         } catch (error) {
           form.submit();
         } finally {
           form.removeAttribute("aria-busy");
         }
       });
+    });
+  }
+
+  // The theme is <html data-theme> (rendered by the server from the account, so the first
+  // paint has it): a choice applies at once, while the form saves it.
+  function applyThemeOnChange() {
+    document.querySelectorAll("input[name=theme]").forEach((radio) => {
+      radio.addEventListener("change", () => { document.documentElement.dataset.theme = radio.value; });
     });
   }
 
@@ -787,6 +854,7 @@
     dropBlankPrompts(form);
     jumpToBottomOnSend(form, autoScroll);
     showPromptLength(prompt, $("#prompt-count"), limit);
+    fitPlaceholder(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), send);
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
@@ -794,7 +862,7 @@
     refreshFilesOnChange($("#files-panel"), $("#files-toggle"));
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
-    copyCodeOnClick(messages);
+    copyOnClick(messages);
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);
@@ -813,7 +881,8 @@
     autoScroll.jumpToBottom();
 
     confirmBeforeSubmit();
-    submitOnSelectChange();
+    applyThemeOnChange();
+    submitOnChange();
     dismissibleOfflineBanner();
   }
 

@@ -22,6 +22,11 @@ MODELS: tuple[tuple[str, str], ...] = (
 
 # The smallest budget the API accepts for extended thinking.
 MIN_THINKING_BUDGET = 1024
+# A conversation's thinking level (the page's select, the API's PATCH) → budget in tokens.
+THINKING_LEVELS = {"off": 0, "low": 2048, "medium": 8192, "high": 24576}
+# The models that think (extended thinking); the Claude 3 models do not.
+THINKING_MODELS = frozenset({"claude-haiku-4-5", "claude-sonnet-4-5", "claude-opus-4-5",
+                             "claude-opus-4-1"})  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -64,3 +69,13 @@ class Config:
 
     def replace(self, **changes) -> Config:
         return dataclasses.replace(self, **changes)
+
+    def with_thinking(self, level: str) -> Config:
+        """This config at a thinking level ("" keeps the configured budget). The answer's
+        own budget (``max_tokens``) is kept on top of the thinking budget; a model that
+        does not think gets none."""
+        if not level:
+            return self
+        budget = THINKING_LEVELS[level] if self.model in THINKING_MODELS else 0
+        base = self.max_tokens - self.thinking_budget
+        return self.replace(thinking_budget=budget, max_tokens=base + budget)

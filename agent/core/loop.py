@@ -31,6 +31,7 @@ from agent.core.events import (
     UsageEvent,
     UserEvent,
 )
+from agent.core.instructions import DirectoryInstructions
 from agent.core.model import wire
 from agent.core.model.accumulator import TurnAccumulator
 from agent.core.pricing import cost_usd
@@ -71,6 +72,7 @@ class AgentLoop:
         system: str | None = None,
         messages: list[dict[str, Any]] | None = None,
         next_seq: int = 1,
+        instructions: DirectoryInstructions | None = None,
     ):
         self.client = client
         self.tools = {tool.name: tool for tool in tools}
@@ -80,6 +82,7 @@ class AgentLoop:
         self._emit_fn = emit
         self._messages: list[dict[str, Any]] = history.repair(list(messages or []))
         self.next_seq = next_seq
+        self.instructions = instructions  # a subdirectory's AGENTS.md, when first touched
         self._task: asyncio.Task | None = None
         self._cancel_requested = False
         # State of the turn in progress, so an abnormal end can keep what was produced.
@@ -258,13 +261,16 @@ class AgentLoop:
         self._results = []
         failed = False
         for use in tool_uses:
+            notes = None
             if failed:
                 result = fail("skipped: an earlier tool call in this turn failed")
             else:
                 self._emit(StatusEvent(state="running_tool", message=use["name"]))
                 result = await self._execute(use)
                 failed = result.is_error
-            self._record_result(use["id"], result)
+                if not failed and self.instructions is not None:
+                    notes = await self._instructions_after(use)
+            self._record_result(use["id"], result, notes)
         history.append_user_blocks(self._messages, self._results)
         self._results = []
 
@@ -283,12 +289,28 @@ class AgentLoop:
             detail = os_error_message(exc) if isinstance(exc, OSError) else str(exc)
             return fail(f"tool failed: {type(exc).__name__}: {detail}")
 
-    def _record_result(self, tool_use_id: str, result: ToolResult) -> None:
+    async def _instructions_after(self, use: dict[str, Any]) -> str | None:
+        try:
+            return await self.instructions.after_tool(use["name"], use["input"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # instructions that cannot be read must not fail the call
+            log.exception("could not read the instructions for %s", use["name"])
+            return None
+
+    def _record_result(
+        self, tool_use_id: str, result: ToolResult, notes: str | None = None
+    ) -> None:
+        """The result for the model (with a directory's instructions beside it, as a second
+        text block: the result itself stays the tool's JSON) and as an event."""
         self._open_calls.pop(tool_use_id, None)
+        content: Any = result.content
+        if notes:
+            content = [{"type": "text", "text": result.content}, {"type": "text", "text": notes}]
         self._results.append({
             "type": "tool_result",
             "tool_use_id": tool_use_id,
-            "content": result.content,
+            "content": content,
             "is_error": result.is_error,
         })  # fmt: skip
         self._emit(ToolResultEvent(

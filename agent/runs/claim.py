@@ -107,7 +107,7 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
         owner = conversation.owner
         if not owner.is_active:
             raise RunRefused("forbidden", "This account cannot run prompts.")
-        config = agent_config(model=conversation.model)
+        config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
         # The per-minute limit protects spend: the offline demo model costs nothing.
         _check_quotas(owner_id, per_minute=not config.offline)
         changes = {

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
+from agent.models import DeploymentInstructions
 from agent.runs import eventlog
 from agent.runs.broadcast import announce_interrupted
 from agent.runs.claim import STORAGE_REFUSED, RunRefused, claim, release
@@ -34,9 +35,11 @@ log = logging.getLogger(__name__)
 
 def _prepare(owner_id: int, identity: str | None) -> tuple[Workspace, str]:
     """The owner's workspace (made, and on a quota deployment mounted, on first use) and
-    the system prompt with its AGENTS.md. Blocking file system work: run it in a thread."""
+    the system prompt with the deployment's instructions and the workspace's AGENTS.md.
+    Blocking file system and database work: run it in a thread."""
     workspace = workspace_for(owner_id)
-    return workspace, build_system_prompt(workspace, identity)
+    deployment = DeploymentInstructions.current()
+    return workspace, build_system_prompt(workspace, identity, deployment=deployment)
 
 
 def _cancel_message(conversation_id) -> dict:

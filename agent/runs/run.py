@@ -23,6 +23,7 @@ from agent.core.events import (
     TextEvent,
     ToolResultEvent,
 )
+from agent.core.instructions import DirectoryInstructions
 from agent.core.loop import AgentLoop
 from agent.core.tools import Workspace, build_tools
 from agent.models import Conversation
@@ -81,6 +82,7 @@ class Run:
             system=system,
             messages=self.conversation.history,
             next_seq=self.conversation.last_seq + 1,
+            instructions=DirectoryInstructions(workspace, self.conversation.history),
         )
         self.task: asyncio.Task | None = None
         self._saving: asyncio.Task | None = None  # partial text being stored

@@ -2,8 +2,9 @@
 
 Rendered once per batch in the process that runs the prompt and broadcast to every socket
 on the conversation, so a second tab costs a send, not a render. Consecutive text deltas
-become one fragment of escaped text appended to the live block; when the block completes,
-the live block is removed and the markdown part (rendered once) is appended in its place.
+become one frame of the live block's changes, rendered as markdown (``live.py``: finished
+blocks once, the open one per frame); when the block completes, the live block is removed
+and the markdown part (rendered once) is appended in its place.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agent.core.events import (
     ToolResultEvent,
     UsageEvent,
 )
+from agent.ui.live import LiveFrame, LiveMarkdown
 from agent.ui.transcript import Part, StatusView, Transcript
 
 
@@ -86,10 +88,33 @@ def files_changed(seq: int) -> str:
 DELETE_LIVE = '<div hx-swap-oob="delete:#live-text"></div>'
 
 
-def _live_block(seq: int, text: str) -> str:
+def live_block(seq: int, live: LiveMarkdown) -> str:
+    """The live text block as it stands (a first page, a catch-up, a block's first frame)."""
+    return render_to_string("agent/_live_text.html", {"seq": seq, "body": live.html()})
+
+
+def _new_live_block(seq: int, live: LiveMarkdown) -> str:
     """A new live text block, appended to the messages."""
-    live = render_to_string("agent/_live_text.html", {"seq": seq, "content": text})
-    return format_html('<div hx-swap-oob="beforeend:#messages">{}</div>', live)
+    return f'<div hx-swap-oob="beforeend:#messages">{live_block(seq, live)}</div>'
+
+
+def _live_frame(frame: LiveFrame) -> str:
+    """A frame's changes as swaps of the live block's parts (``live.py`` names them). The
+    HTML in a frame is sanitized markdown or escaped code, as ``live.py`` made it."""
+    out = []
+    if frame.finished:
+        out.append(f'<div hx-swap-oob="beforeend:#live-done">{"".join(frame.finished)}</div>')
+    if frame.open_html is not None:
+        out.append(f'<div class="md" id="live-open" hx-swap-oob="true">{frame.open_html}</div>')
+    if frame.line_html is not None:
+        out.append(f'<div id="live-line" hx-swap-oob="true">{frame.line_html}</div>')
+    if frame.frozen:
+        out.append(f'<div hx-swap-oob="beforeend:#live-frozen">{"".join(frame.frozen)}</div>')
+    if frame.tail_html is not None:
+        out.append(f'<span id="live-tail" hx-swap-oob="true">{frame.tail_html}</span>')
+    if frame.code:
+        out.append(f'<div hx-swap-oob="beforeend:#live-code">{frame.code}</div>')
+    return "".join(out)
 
 
 class FragmentRenderer:
@@ -99,6 +124,7 @@ class FragmentRenderer:
     def __init__(self, transcript: Transcript | None = None, *, live: bool = False) -> None:
         self.transcript = transcript or Transcript()
         self.live = live
+        self.live_markdown: LiveMarkdown | None = None  # the block this renderer streams
         self.shown_status: StatusView | None = None  # the status line this renderer last sent
 
     def _status_changes(self, out: list[str], *, always: bool = False) -> None:
@@ -129,13 +155,15 @@ class FragmentRenderer:
                 return
             text = "".join(deltas)
             deltas.clear()
-            if self.live:
-                out.append(
-                    format_html('<div hx-swap-oob="beforeend:#live-text-body">{}</div>', text)
-                )
+            if self.live and self.live_markdown is not None:
+                self.live_markdown.feed(text)
+                out.append(_live_frame(self.live_markdown.frame()))
             else:
+                if self.live:  # a block this renderer did not start: replaced whole
+                    out.append(DELETE_LIVE)
                 self.live = True
-                out.append(_live_block(first_delta_seq, text))
+                self.live_markdown = LiveMarkdown.of(text)
+                out.append(_new_live_block(first_delta_seq, self.live_markdown))
             self._status_changes(out)
 
         for event in events:
@@ -150,7 +178,7 @@ class FragmentRenderer:
             if isinstance(event, TextEvent) and self.live:
                 flush_parts()
                 out.append(DELETE_LIVE)
-                self.live = False
+                self.live, self.live_markdown = False, None
             part = self.transcript.add(event)
             if isinstance(event, ToolResultEvent):
                 flush_parts()
@@ -165,7 +193,7 @@ class FragmentRenderer:
                     # The prompt ended with a block still open (its text was lost with a
                     # crashed process): the live block must not linger.
                     out.append(DELETE_LIVE)
-                    self.live = False
+                    self.live, self.live_markdown = False, None
                 self._status_changes(out, always=True)
             elif isinstance(event, UsageEvent):
                 flush_parts()
@@ -197,7 +225,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     html = renderer.render(missing, conversation) if missing else ""
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
-        html += DELETE_LIVE + _live_block(live.seq, live.content)
+        html += DELETE_LIVE + _new_live_block(live.seq, LiveMarkdown.of(live.content))
     transcript.live = live
     if live is not None and transcript.status is not None:
         html += status_fragment(transcript.status_view())  # "Writing…" while it streams

@@ -157,9 +157,19 @@ def _make() -> MarkdownIt:
 _local = threading.local()
 
 
-def render(text: str) -> str:
-    """HTML for GitHub-flavoured markdown; not safe until sanitized."""
+def _parser() -> MarkdownIt:
     md = getattr(_local, "md", None)
     if md is None:
         md = _local.md = _make()
-    return md.render(text)
+    return md
+
+
+def render(text: str) -> str:
+    """HTML for GitHub-flavoured markdown; not safe until sanitized."""
+    return _parser().render(text)
+
+
+def render_inline(text: str) -> str:
+    """HTML for the inline markdown of one paragraph's text (no block structure); not safe
+    until sanitized."""
+    return _parser().renderInline(text)

@@ -155,6 +155,11 @@ def render_uncached(text: str) -> str:
     return sanitize(gfm.render(text)).strip()
 
 
+def render_inline(text: str) -> str:
+    """Sanitized HTML for a piece of one paragraph's text (the streaming block's line)."""
+    return sanitize(gfm.render_inline(text))
+
+
 def is_cached(text: str) -> bool:
     return _cache.get(text) is not None
 

@@ -27,6 +27,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 
 from agent.access import conversation_for, conversations_of, new_conversation
+from agent.core.config import THINKING_LEVELS
 from agent.models import Conversation
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
@@ -121,7 +122,8 @@ def _json_body(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _conversation_json(c: Conversation) -> dict[str, Any]:
-    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
+            "model": c.model, "thinking": c.thinking or None}  # fmt: skip
 
 
 @api_view("GET", "POST")
@@ -174,6 +176,49 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
     return JsonResponse({"accepted": True}, status=202)
+
+
+@api_view("GET", "PATCH")
+@of_conversation
+async def conversation(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """One conversation's JSON; PATCH changes its title, model or thinking level (they apply
+    from the next prompt on). Nothing is changed unless every given value is valid."""
+    if request.method == "GET":
+        return JsonResponse(_conversation_json(conversation))
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", "The body must be a JSON object.")
+    changes, problem = conversation_changes(body)
+    if problem:
+        return api_error(400, "bad_request", problem)
+    if changes:
+        for name, value in changes.items():
+            setattr(conversation, name, value)
+        await conversation.asave(update_fields=[*changes, "updated"])
+    return JsonResponse(_conversation_json(conversation))
+
+
+def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The fields a PATCH body sets, or what is wrong with it."""
+    changes: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "title":
+            if not isinstance(value, str) or len(value) > TITLE_MAX:
+                return {}, f"'title' must be a string of at most {TITLE_MAX} characters."
+            changes["title"] = " ".join(value.split())
+        elif key == "model":
+            if value not in dict(model_choices()):
+                return {}, f"Unknown model {str(value)[:100]!r}."
+            changes["model"] = value
+        elif key == "thinking":
+            if value not in THINKING_LEVELS:
+                return {}, f"'thinking' must be one of {', '.join(THINKING_LEVELS)}."
+            changes["thinking"] = value
+        elif key == "approval":
+            return {}, "Tool approval modes are not available on this server yet."
+        else:
+            return {}, f"Unknown field {str(key)[:100]!r}."
+    return changes, ""
 
 
 @api_view("POST")

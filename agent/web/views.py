@@ -16,9 +16,9 @@ from agent.access import (
     empty_conversation_of,
     new_conversation,
 )
-from agent.core.config import MODELS
+from agent.core.config import MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
-from agent.models import Conversation
+from agent.models import Conversation, User
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
@@ -28,7 +28,9 @@ from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
+from agent.ui.fragments import live_block
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
+from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
@@ -120,16 +122,18 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
         "part_times": {part.seq: part.timestamp for part in transcript.parts},
         # A text block still streaming: shown as the live block the socket continues.
-        "live_text": live.content if live else "",
-        "live_seq": live.seq if live else 0,
+        "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
         "status_state": status.state,
         "status_text": status.text,
         "status_code": status.code,
         "models": model_choices(),
+        "thinking_levels": THINKING_LEVELS,
+        "thinking": conversation.thinking or _default_thinking(),
         "offline": offline,
         "suggestions": demo_suggestions(request.user) if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
+        "themes": User.Theme.choices,
     }
     return render(request, "agent/conversation.html", context)
 
@@ -167,6 +171,12 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     return _back_to(request, redirect("home"))
 
 
+def _default_thinking() -> str:
+    """The level the deployment's HARNESS_THINKING budget is closest to (what "" means)."""
+    budget = settings.HARNESS_THINKING
+    return min(THINKING_LEVELS, key=lambda level: abs(THINKING_LEVELS[level] - budget))
+
+
 @login_required
 @require_POST
 def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
@@ -179,6 +189,36 @@ def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
     if request.headers.get("HX-Request"):  # the page's select, which stays where it is
         return HttpResponse(status=204 if known else 400)
     return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
+    conversation = _owned_or_404(request, conversation_id)
+    level = request.POST.get("thinking", "")
+    known = level in THINKING_LEVELS
+    if known:
+        conversation.thinking = level
+        conversation.save(update_fields=["thinking", "updated"])
+    if request.headers.get("HX-Request"):  # the page's select, which stays where it is
+        return HttpResponse(status=204 if known else 400)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@login_required
+@require_POST
+def set_theme(request: HttpRequest) -> HttpResponse:
+    """The account's theme (system, light or dark): every page renders it into
+    ``<html data-theme>``. The page's switch saves in the background (204); without
+    script the form posts and comes back to ``next``."""
+    theme = request.POST.get("theme", "")
+    if theme not in User.Theme.values:
+        return HttpResponse("Unknown theme", status=400, content_type="text/plain")
+    request.user.theme = theme
+    request.user.save(update_fields=["theme"])
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204)
+    return _back_to(request, redirect("home"))
 
 
 EXPORTS = {

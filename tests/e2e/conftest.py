@@ -123,7 +123,9 @@ def wait_idle(page, timeout: float = 20_000) -> None:
 
 
 def parts(page) -> list[tuple[str, str, str]]:
+    """Each part's kind, seq and text (a prompt's or an answer's without its copy buttons)."""
     return page.eval_on_selector_all(
         "#messages > [data-part]",
-        "els => els.map(e => [e.dataset.part, e.dataset.seq, e.innerText.trim()])",
+        "els => els.map(e => [e.dataset.part, e.dataset.seq,"
+        " (e.querySelector(':scope > .md, :scope > .user-text') || e).innerText.trim()])",
     )

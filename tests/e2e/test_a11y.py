@@ -1,5 +1,6 @@
 """Accessibility (WCAG 2.2 AA): landmarks, the transcript as a log that reads each new part
-once, no old error read again on load, and axe-core on every state of the page."""
+once, no old error read again on load, and axe-core on every state of the page, in the
+light and the dark theme."""
 
 from __future__ import annotations
 
@@ -31,15 +32,32 @@ AXE_RUN = """async () => {
 }"""
 
 
+# Each axe test runs in both themes: the accounts follow the system (the default), and the
+# context's prefers-color-scheme picks light or dark.
+BACKGROUNDS = {"light": "rgb(255, 255, 255)", "dark": "rgb(26, 26, 26)"}
+
+
+@pytest.fixture(params=sorted(BACKGROUNDS))
+def scheme(request):
+    return request.param
+
+
 @pytest.fixture
-def axe_context(new_context):
+def axe_context(new_context, scheme):
     """Contexts for axe: the injected script needs the page's CSP bypassed (these tests only)."""
-    return lambda viewport=None: new_context(viewport=viewport or DESKTOP, bypass_csp=True)
+    return lambda viewport=None: new_context(
+        viewport=viewport or DESKTOP, bypass_csp=True, color_scheme=scheme
+    )
 
 
 def axe(page, state: str) -> list[dict]:
     """Runs axe-core on the page as it is and prints the summary. Returns the violations:
     none serious or critical is the bar; the pages have none of any impact, and keep it so."""
+    scheme = page.evaluate("() => matchMedia('(prefers-color-scheme: dark)').matches")
+    scheme = "dark" if scheme else "light"
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    assert background == BACKGROUNDS[scheme], f"[{state}] is not in the {scheme} theme"
+    state = f"{state}, {scheme}"
     page.add_script_tag(path=str(AXE))
     result = page.evaluate(AXE_RUN)
     impacts = Counter(v["impact"] for v in result["violations"])

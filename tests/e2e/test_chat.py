@@ -36,7 +36,7 @@ def test_streamed_answer_with_tool_cards(new_context, fresh_model):
     assert "- ship it" in cards[1].query_selector(".tool-result").inner_text()
     last = page.query_selector_all("[data-part=text]")[-1]
     assert last.query_selector("strong").inner_text() == "ship it"
-    assert last.query_selector(".copy") is not None  # code blocks get a copy button
+    assert last.query_selector(".code-wrap .copy") is not None  # code blocks get a copy button
     assert page.query_selector("#live-text") is None
     kinds = [p[0] for p in parts(page)]
     assert kinds[-5:] == ["user", "text", "tool", "tool", "text"]
@@ -92,7 +92,8 @@ def test_shift_enter_adds_a_newline_and_enter_sends(new_context, fresh_model):
     prompt.press("Enter")
     wait_idle(page)
     assert prompt.input_value() == ""
-    assert page.locator("[data-part=user]").last.inner_text() == "line one\nline two\nline three"
+    sent = page.locator("[data-part=user] .user-text").last
+    assert sent.inner_text() == "line one\nline two\nline three"
     prompt.type("to be cleared")
     prompt.press("Control+u")
     assert prompt.input_value() == ""

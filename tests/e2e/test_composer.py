@@ -83,7 +83,7 @@ def test_while_a_prompt_runs_send_is_stop_and_enter_is_refused_keeping_the_text(
     other.press("#prompt", "Enter")
     other.wait_for_selector("text=now it runs")
     assert other.input_value("#prompt") == ""
-    assert other.locator("[data-part=user]").last.inner_text() == "a second thought"
+    assert other.locator("[data-part=user] .user-text").last.inner_text() == "a second thought"
 
 
 def test_a_retry_does_not_take_the_text_being_typed(new_context, fresh_model):

@@ -1,12 +1,12 @@
 """On a phone and from the keyboard: drawers that close by a button, Esc or the backdrop and
-never cover their toggle, the meter in reach, `?` and a help button, a help dialog that keeps
-the focus, and focus rings that show."""
+never cover their toggle, the meter in reach, a prompt placeholder that is not cut off, `?`
+and a help button, a help dialog that keeps the focus, and focus rings that show."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import send, sign_in, wait_idle
 
 PHONE = {"width": 390, "height": 844}
 
@@ -76,6 +76,32 @@ def test_one_drawer_at_a_time_on_the_phone(new_context, fresh_model):
     assert is_open(page, DRAWERS["files"][2]) and not is_open(page, DRAWERS["conversations"][2])
 
 
+# The placeholder's text, put in the box as its value, fits without scrolling: what the
+# placeholder shows is not cut off.
+PLACEHOLDER = """() => {
+  const prompt = document.querySelector('#prompt');
+  const shown = prompt.placeholder;
+  prompt.value = shown;
+  const fits = prompt.scrollHeight <= prompt.clientHeight
+    && prompt.scrollWidth <= prompt.clientWidth;
+  prompt.value = '';
+  return {shown, fits};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 800, 1366])
+def test_the_prompt_placeholder_is_fully_visible(new_context, fresh_model, width):
+    page = sign_in(new_context(viewport={"width": width, "height": 844}), "alice")
+    placeholder = page.evaluate(PLACEHOLDER)
+    assert placeholder["fits"], placeholder
+    assert placeholder["shown"].startswith("Ask the agent") and "? for help" in placeholder["shown"]
+    if width == 1366:
+        assert "Shift+Enter" in placeholder["shown"]  # the desktop keeps the whole hint
+    page.set_viewport_size({"width": 390, "height": 844})  # a window made narrow follows
+    page.wait_for_timeout(100)
+    assert page.evaluate(PLACEHOLDER)["fits"]
+
+
 def test_the_meter_is_shown_on_the_phone(new_context, fresh_model):
     page = sign_in(new_context(viewport=PHONE), "alice")
     assert page.is_visible("#meter")
@@ -127,8 +153,9 @@ def test_the_help_dialog_keeps_the_focus_inside(new_context, fresh_model):
 FOCUS_RING = """() => {
   const el = document.activeElement;
   const style = getComputedStyle(el);
-  return {id: el.id, style: style.outlineStyle, width: parseFloat(style.outlineWidth),
-          color: style.outlineColor, visible: el.matches(':focus-visible')};
+  return {id: el.id || el.getAttribute('aria-label') || el.textContent, style: style.outlineStyle,
+          width: parseFloat(style.outlineWidth), color: style.outlineColor,
+          visible: el.matches(':focus-visible')};
 }"""
 
 CONTRAST = """([fg, bg]) => {
@@ -147,16 +174,23 @@ CONTRAST = """([fg, bg]) => {
 def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
     context = new_context(viewport={"width": 1366, "height": 850}, color_scheme=scheme)
     page = sign_in(context, "alice")
+    page.click(".new-conv")  # a conversation of one prompt and its answer, whatever came before
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "focus")
+    wait_idle(page)
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     page.locator("#cancel").focus()
     seen = []
-    for _ in range(7):  # Send, the prompt, the transcript, then the header's controls
+    for _ in range(9):  # Send, the prompt, the parts' copy buttons, the transcript, the header
         ring = page.evaluate(FOCUS_RING)
         seen.append(ring["id"])
         assert ring["visible"] and ring["style"] == "solid" and ring["width"] >= 2, ring
         assert page.evaluate(CONTRAST, [ring["color"], background]) >= 3, ring  # WCAG 1.4.11
         page.keyboard.press("Shift+Tab")
-    assert seen[:5] == ["cancel", "prompt", "messages", "help-toggle", "files-toggle"]
+    assert seen[:8] == [
+        "cancel", "prompt", "Copy as markdown (this answer)", "Copy (this answer)",
+        "Copy (this prompt)", "messages", "help-toggle", "files-toggle",
+    ]  # fmt: skip
 
 
 def test_the_send_and_stop_button_text_has_contrast(new_context, fresh_model):

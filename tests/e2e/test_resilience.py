@@ -70,12 +70,12 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
                            timeout=30_000)  # fmt: skip
     assert page.is_hidden("#reconnecting")
     assert page.locator("#live-text").count() == 0
-    text = page.locator("[data-part=text]").last.inner_text()
+    text = page.locator("[data-part=text] .md").last.inner_text()
     assert text.startswith("w0 w1 w2") and len(text) < len(ANSWER)  # at most 1 s is lost
     assert "server stopped" in page.locator("[data-part=error]").last.inner_text()
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
-    assert page.locator("[data-part=text]").last.inner_text() == text
+    assert page.locator("[data-part=text] .md").last.inner_text() == text
     fresh_model.enqueue(text_reply("working again"))
     send(page, "are you back?")
     page.wait_for_selector("text=working again")
@@ -105,7 +105,8 @@ def test_upstream_failure_shows_the_api_message_and_retry_resends_the_prompt(
     page.wait_for_selector("text=Here is the summary.")
     wait_idle(page)
     users = page.locator("[data-part=user]")
-    assert users.count() == 2 and users.last.inner_text() == "please summarise the repo"
+    assert users.count() == 2
+    assert users.last.locator(".user-text").inner_text() == "please summarise the repo"
     assert fresh_model.bodies[-1]["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "please summarise the repo"}]}
     ]  # the failed attempt left no trace in the history sent upstream

@@ -127,3 +127,17 @@ def test_admin_revokes_tokens(client, staff, chat):
                                            "_selected_action": [record.id]})  # fmt: skip
     record.refresh_from_db()
     assert record.revoked is not None and user_for_token(f"Bearer {token}") is None
+
+
+def test_staff_edit_the_one_row_of_deployment_instructions(client, staff):
+    from agent.models import DeploymentInstructions
+
+    assert DeploymentInstructions.current() == ""
+    add = "/admin/agent/deploymentinstructions/add/"
+    assert client.post(add, {"text": "Never push to main."}).status_code == 302
+    assert DeploymentInstructions.current() == "Never push to main."
+    assert client.get(add).status_code == 403  # one row: edited, not added again
+    change = "/admin/agent/deploymentinstructions/1/change/"
+    assert client.post(change, {"text": "Use tabs."}).status_code == 302
+    assert DeploymentInstructions.objects.get().text == "Use tabs."
+    assert client.get("/admin/agent/deploymentinstructions/1/delete/").status_code == 403

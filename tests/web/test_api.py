@@ -197,3 +197,60 @@ def test_a_revoked_token_stops_working(live):
 def test_create_api_token_for_an_unknown_user_fails(live):
     with pytest.raises(RuntimeError, match="no user named"):
         live.manage("create_api_token", "nobody-here")
+
+
+def test_patch_changes_title_model_and_thinking_and_they_reach_the_next_request(alice, fresh):
+    cid = new_conversation(alice)
+    status, body = alice.call("PATCH", f"/api/conversations/{cid}",
+                              {"title": "  Renamed \n chat ", "model": "claude-sonnet-4-5",
+                               "thinking": "low"})  # fmt: skip
+    assert status == 200, body
+    assert (body["title"], body["model"], body["thinking"]) == (
+        "Renamed chat", "claude-sonnet-4-5", "low")  # fmt: skip
+    assert alice.call("GET", f"/api/conversations/{cid}")[1]["thinking"] == "low"
+    fresh.enqueue(text_reply("thought about it"))
+    assert alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "think"})[0] == 202
+    wait_state(alice, cid, "idle")
+    sent = fresh.bodies[-1]
+    assert sent["model"] == "claude-sonnet-4-5"
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert sent["max_tokens"] == 4096 + 2048  # the answer's own budget stays
+    assert alice.call("PATCH", f"/api/conversations/{cid}", {"thinking": "off"})[0] == 200
+    fresh.enqueue(text_reply("no thinking"))
+    alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "plain"})
+    wait_state(alice, cid, "idle")
+    assert "thinking" not in fresh.bodies[-1] and fresh.bodies[-1]["max_tokens"] == 4096
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"thinking": "extreme"}, {"model": "gpt-5"}, {"title": 7}, {"title": "x" * 201},
+     {"approval": "ask"}, {"colour": "red"}, {"title": "ok", "thinking": "maybe"}],
+)  # fmt: skip
+def test_patch_with_a_bad_value_is_400_and_changes_nothing(alice, body):
+    cid = new_conversation(alice, title="Kept")
+    status, answer = alice.call("PATCH", f"/api/conversations/{cid}", body)
+    assert status == 400 and answer["error"] == "bad_request", answer
+    assert alice.call("GET", f"/api/conversations/{cid}")[1]["title"] == "Kept"
+
+
+def test_patch_of_another_users_conversation_is_404(alice, bob):
+    cid = new_conversation(alice, title="Mine")
+    assert bob.call("PATCH", f"/api/conversations/{cid}", {"title": "Theirs"})[0] == 404
+    assert bob.call("GET", f"/api/conversations/{cid}")[0] == 404
+    assert alice.call("GET", f"/api/conversations/{cid}")[1]["title"] == "Mine"
+
+
+def test_the_deployments_instructions_reach_every_runs_system_prompt(live, alice, fresh):
+    live.manage("shell", "-c", "from agent.models import DeploymentInstructions as D; "
+                "D(text='Deployment rule: answer in French.').save()")  # fmt: skip
+    try:
+        cid = new_conversation(alice)
+        fresh.enqueue(text_reply("Bonjour"))
+        alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "hi"})
+        wait_state(alice, cid, "idle")
+        system = fresh.bodies[-1]["system"]
+        assert "Deployment rule: answer in French." in system and "Today's date is" in system
+    finally:
+        live.manage("shell", "-c", "from agent.models import DeploymentInstructions as D; "
+                    "D(text='').save()")  # fmt: skip

@@ -105,6 +105,26 @@ def test_rename_delete_and_model_change_own_conversations(client, ada):
     assert not Conversation.objects.filter(id=conversation.id).exists()
 
 
+def test_the_page_sets_the_thinking_level_of_its_own_conversation_only(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert '<select name="thinking" id="thinking"' in page
+    assert '<option value="off" selected>' in page  # HARNESS_THINKING is 0
+    answer = client.post(
+        f"/c/{conversation.id}/thinking", {"thinking": "high"}, HTTP_HX_REQUEST="true"
+    )
+    assert answer.status_code == 204
+    conversation.refresh_from_db()
+    assert conversation.thinking == "high"
+    assert '<option value="high" selected>' in client.get(f"/c/{conversation.id}/").content.decode()
+    bad = client.post(f"/c/{conversation.id}/thinking", {"thinking": "max"}, HTTP_HX_REQUEST="true")
+    assert bad.status_code == 400
+    other = Conversation.objects.create(owner=User.objects.create(username="eve"), model="m")
+    assert client.post(f"/c/{other.id}/thinking", {"thinking": "low"}).status_code == 404
+    other.refresh_from_db()
+    assert other.thinking == ""
+
+
 def test_actions_need_post_and_csrf(ada):
     from django.test import Client
 

@@ -20,6 +20,7 @@ from agent.core.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from agent.core.instructions import DirectoryInstructions
 from agent.core.loop import AgentLoop
 from agent.core.model.client import make_client
 from agent.core.system_prompt import build_system_prompt
@@ -72,7 +73,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         system = build_system_prompt(workspace, config.system_prompt)
         printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
-        harness = AgentLoop(make_client(config), tools, config, printer, system=system)
+        harness = AgentLoop(make_client(config), tools, config, printer, system=system,
+                            instructions=DirectoryInstructions(workspace))  # fmt: skip
         printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
         result = asyncio.run(_run(harness, prompt))
         if printer.closed:

@@ -1,0 +1,104 @@
+"""Instructions in layers (seed 004): the date, the working directory and the deployment's
+text in the system prompt, and a subdirectory's AGENTS.md given to the model the first time
+a tool touches that directory, read as safely as any tool's file."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from agent.core.config import Config
+from agent.core.instructions import DirectoryInstructions, directories_of
+from agent.core.loop import AgentLoop
+from agent.core.system_prompt import build_system_prompt
+from agent.core.tools import build_tools
+from testkit.model_server import text_reply, tool_reply
+
+
+def test_the_system_prompt_has_the_date_the_working_directory_and_the_deployments_text(workspace):
+    (workspace.root / "AGENTS.md").write_text("Use tabs.")
+    system = build_system_prompt(
+        workspace.root, None, deployment="Never push to main.", today=datetime.date(2026, 11, 23)
+    )
+    assert "Today's date is 2026-11-23" in system and "/workspace" in system
+    # the layers in order: identity, deployment, workspace
+    assert system.index("Harness") < system.index("Never push to main.") < system.index("Use tabs.")
+    assert "administrators" not in build_system_prompt(workspace.root, None, deployment="  \n")
+
+
+@pytest.mark.parametrize(
+    ("tool", "params", "expected"),
+    [
+        ("read", {"path": "src/app/main.py"}, ["src", "src/app"]),
+        ("write", {"path": "./src//x.py"}, ["src"]),
+        ("edit", {"path": "top.py"}, []),
+        ("list_dir", {"path": "src/app"}, ["src", "src/app"]),
+        ("grep", {"pattern": "x", "path": "docs"}, ["docs"]),
+        ("grep", {"pattern": "x"}, []),
+        ("read", {"path": "../outside/x.py"}, []),
+        ("read", {"path": "src/../../x"}, []),
+        ("bash", {"command": "cat src/x"}, []),
+        ("read", {"path": 7}, []),
+    ],
+)
+def test_the_directories_a_call_touches(tool, params, expected):
+    assert directories_of(tool, params) == expected
+
+
+async def test_a_subdirectorys_agents_md_reaches_the_model_once_beside_the_first_result(
+    sdk_client, workspace, model_server
+):
+    (workspace.root / "src").mkdir()
+    (workspace.root / "src" / "AGENTS.md").write_text("In src/, run the linter after edits.")
+    (workspace.root / "src" / "a.py").write_text("a = 1\n")
+    (workspace.root / "src" / "b.py").write_text("b = 2\n")
+    events = []
+    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"),
+                        events.append, instructions=DirectoryInstructions(workspace))  # fmt: skip
+    model_server.enqueue(
+        tool_reply(("read", {"path": "src/a.py"})),
+        tool_reply(("read", {"path": "src/b.py"})),
+        text_reply("done"),
+    )
+    assert (await harness.prompt("read both")).state == "idle"
+    first, second = (body["messages"][-1]["content"][0] for body in model_server.bodies[1:3])
+    assert first["content"][1]["text"].startswith("Instructions for files under src/")
+    assert "run the linter" in first["content"][1]["text"]
+    assert '"content": "a = 1' in first["content"][0]["text"]  # the result itself is intact
+    assert isinstance(second["content"], str) and "linter" not in second["content"]
+    result = next(e for e in events if e.type == "tool_result")
+    assert "linter" not in result.result  # the event is the tool's result, as §6 says
+
+    # A later prompt (a new run, from the stored history) does not repeat them.
+    model_server.enqueue(tool_reply(("read", {"path": "src/a.py"})), text_reply("again"))
+    later = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"), None,
+                      messages=harness.messages,
+                      instructions=DirectoryInstructions(workspace, harness.messages))  # fmt: skip
+    await later.prompt("read it again")
+    last = model_server.bodies[-1]["messages"][-1]["content"][0]
+    assert isinstance(last["content"], str)
+
+
+async def test_an_agents_md_that_links_outside_or_is_a_fifo_gives_nothing(
+    sdk_client, workspace, model_server, tmp_path_factory
+):
+    outside = tmp_path_factory.mktemp("host") / "secret.md"
+    outside.write_text("HOST SECRET")
+    for name in ("linked", "piped"):
+        (workspace.root / name).mkdir()
+        (workspace.root / name / "x.txt").write_text("x")
+    (workspace.root / "linked" / "AGENTS.md").symlink_to(outside)
+    os.mkfifo(workspace.root / "piped" / "AGENTS.md")
+    instructions = DirectoryInstructions(workspace)
+    assert await instructions.after_tool("read", {"path": "linked/x.txt"}) is None
+    assert await instructions.after_tool("list_dir", {"path": "piped"}) is None  # no hang
+
+
+async def test_a_failing_call_discloses_nothing(workspace):
+    (workspace.root / "src").mkdir()
+    (workspace.root / "src" / "AGENTS.md").write_text("notes")
+    instructions = DirectoryInstructions(workspace)
+    assert await instructions.after_tool("read", {"path": "src/x.py"}) is not None
+    assert await instructions.after_tool("read", {"path": "src/y.py"}) is None  # once

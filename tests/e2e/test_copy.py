@@ -1,0 +1,105 @@
+"""Copy on every message part: a prompt as typed, an answer as shown, and an answer's
+markdown as the model wrote it; the same for parts on the first page and parts that arrive
+live, from the mouse or the keyboard, with the Clipboard API or without it."""
+
+from __future__ import annotations
+
+from testkit.model_server import text_reply
+from tests.e2e.conftest import send, sign_in, wait_idle
+
+PROMPT = "Explain <b>this</b> & that:\n  - keep the indent\nthanks"
+ANSWER = (
+    "Here is **bold**, `code` and <img src=x onerror=alert(1)> raw HTML.\n\n"
+    "- one\n- two &amp; three\n\n```python\nprint('<hi>')\n```\n\n</template><p>after</p>"
+)
+LIVE_ANSWER = "A *live* answer with [a link](https://example.com) and 5 < 6 > 4."
+
+CLIPBOARD = "() => navigator.clipboard.readText()"
+
+
+def clipboard_context(new_context):
+    context = new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    return context
+
+
+def click_and_read(page, button) -> str:
+    page.evaluate("() => navigator.clipboard.writeText('(nothing yet)')")
+    button.click()
+    page.wait_for_function("(el) => el.textContent === 'Copied'", arg=button.element_handle())
+    return page.evaluate(CLIPBOARD)
+
+
+def copy_buttons(part) -> dict[str, object]:
+    buttons = part.locator(".part-actions button")
+    return {buttons.nth(i).inner_text(): buttons.nth(i) for i in range(buttons.count())}
+
+
+def test_copy_a_prompt_and_an_answer_as_text_or_markdown_from_the_first_page(
+    new_context, fresh_model
+):
+    fresh_model.enqueue(text_reply(ANSWER))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, PROMPT)
+    wait_idle(page)
+    page.reload()  # every part now comes with the first page
+    page.wait_for_selector("body[data-ws=open]")
+    user = page.locator("[data-part=user]").last
+    answer = page.locator("[data-part=text]").last
+    # The raw source rides along escaped: inert text, no element made from it.
+    assert answer.locator("template.md-source").evaluate("t => t.content.children.length") == 0
+    assert page.locator("#messages img").count() == 0
+
+    assert list(copy_buttons(user)) == ["Copy"]
+    assert click_and_read(page, copy_buttons(user)["Copy"]) == PROMPT
+
+    buttons = copy_buttons(answer)
+    assert list(buttons) == ["Copy", "Copy as markdown"]
+    assert click_and_read(page, buttons["Copy as markdown"]) == ANSWER
+    shown = click_and_read(page, buttons["Copy"])
+    assert "Here is bold, code and" in shown and "**" not in shown and "print('<hi>')" in shown
+    # the confirmation goes, the label comes back
+    page.wait_for_function(
+        "(el) => el.textContent === 'Copy as markdown'",
+        arg=buttons["Copy as markdown"].element_handle(),
+    )
+    labels = [b.get_attribute("aria-label") for b in buttons.values()]
+    assert labels == ["Copy (this answer)", "Copy as markdown (this answer)"]
+
+
+def test_copy_works_the_same_on_parts_pushed_live_and_from_the_keyboard(new_context, fresh_model):
+    fresh_model.enqueue(text_reply(LIVE_ANSWER))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "say something live")
+    wait_idle(page)  # no reload: both parts arrived over the socket
+    answer = page.locator("[data-part=text]").last
+    markdown = copy_buttons(answer)["Copy as markdown"]
+    page.evaluate("() => navigator.clipboard.writeText('(nothing yet)')")
+    markdown.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function("(el) => el.textContent === 'Copied'", arg=markdown.element_handle())
+    assert page.evaluate(CLIPBOARD) == LIVE_ANSWER
+    assert page.locator("#copy-status").inner_text() == "Copied to the clipboard"
+    user = page.locator("[data-part=user]").last
+    assert click_and_read(page, copy_buttons(user)["Copy"]) == "say something live"
+
+
+def test_copy_falls_back_when_the_clipboard_api_is_missing(new_context, fresh_model):
+    fresh_model.enqueue(text_reply("plain **fallback** text"))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "no clipboard api here")
+    wait_idle(page)
+    page.evaluate("""() => {
+      window.__clipboard = navigator.clipboard;
+      Object.defineProperty(Navigator.prototype, 'clipboard', {get: () => undefined});
+    }""")
+    button = copy_buttons(page.locator("[data-part=text]").last)["Copy as markdown"]
+    button.click()
+    page.wait_for_function("(el) => el.textContent === 'Copied'", arg=button.element_handle())
+    assert page.evaluate("() => window.__clipboard.readText()") == "plain **fallback** text"
