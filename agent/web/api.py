@@ -122,8 +122,12 @@ def _json_body(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _conversation_json(c: Conversation) -> dict[str, Any]:
-    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
-            "model": c.model, "thinking": c.thinking or None}  # fmt: skip
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+
+
+def _conversation_detail(c: Conversation) -> dict[str, Any]:
+    """One conversation, with its settings (``thinking`` null: the deployment's default)."""
+    return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None}
 
 
 @api_view("GET", "POST")
@@ -184,7 +188,7 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     """One conversation's JSON; PATCH changes its title, model or thinking level (they apply
     from the next prompt on). Nothing is changed unless every given value is valid."""
     if request.method == "GET":
-        return JsonResponse(_conversation_json(conversation))
+        return JsonResponse(_conversation_detail(conversation))
     body = _json_body(request)
     if body is None:
         return api_error(400, "bad_request", "The body must be a JSON object.")
@@ -195,7 +199,7 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
         for name, value in changes.items():
             setattr(conversation, name, value)
         await conversation.asave(update_fields=[*changes, "updated"])
-    return JsonResponse(_conversation_json(conversation))
+    return JsonResponse(_conversation_detail(conversation))
 
 
 def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:

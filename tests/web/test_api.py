@@ -234,8 +234,9 @@ def test_patch_with_a_bad_value_is_400_and_changes_nothing(alice, body):
     assert alice.call("GET", f"/api/conversations/{cid}")[1]["title"] == "Kept"
 
 
-def test_patch_of_another_users_conversation_is_404(alice, bob):
-    cid = new_conversation(alice, title="Mine")
+def test_patch_of_another_users_conversation_is_404(live, alice):
+    bob = Api(live.url, live.manage("create_api_token", "bob").strip())  # (an earlier test
+    cid = new_conversation(alice, title="Mine")  # revokes the module's token of bob's)
     assert bob.call("PATCH", f"/api/conversations/{cid}", {"title": "Theirs"})[0] == 404
     assert bob.call("GET", f"/api/conversations/{cid}")[0] == 404
     assert alice.call("GET", f"/api/conversations/{cid}")[1]["title"] == "Mine"
