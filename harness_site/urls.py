@@ -24,6 +24,8 @@ urlpatterns = [
         {"extension": "json"},
         name="export_json",
     ),  # fmt: skip
+    path("c/<uuid:conversation_id>/files/", views.workspace_files, name="conversation_files"),
+    path("c/<uuid:conversation_id>/files/download", views.download_file, name="download_file"),
     path("files/", views.workspace_files, name="files"),
     path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),

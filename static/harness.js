@@ -629,6 +629,40 @@
     });
   }
 
+  // --- the files panel follows what tools write ----------------------------------------
+  // A batch with a write, edit or bash result replaces #files-changed (agent/ui/fragments.py).
+  // A loaded panel then fetches again what it shows (the directory or file the user is in:
+  // its refresh link's URL), where it is scrolled to; a closed one when it next opens.
+  // Only the newest refresh lands, and never over a place the user moved to meanwhile (that
+  // place is fetched afresh instead).
+  function refreshFilesOnChange(panel, toggle) {
+    let stale = false;
+    let generation = 0;
+    async function refresh() {
+      const body = $("#files-body");
+      const link = body && body.querySelector(".refresh");
+      if (!link || !window.htmx) return; // never opened: its first opening loads it fresh
+      if (panel.hidden) { stale = true; return; }
+      stale = false;
+      const mine = ++generation;
+      let html;
+      try {
+        const response = await fetch(link.getAttribute("hx-get"),
+          { headers: { "HX-Request": "true" }, credentials: "same-origin", cache: "no-store" });
+        // 404: the file or directory went (the panel says so); a redirect: signed out
+        if (response.redirected || !(response.ok || response.status === 404)) return;
+        html = await response.text();
+      } catch (e) { return; }
+      if (mine !== generation) return; // a newer refresh is on its way
+      if ($("#files-body") !== body) { refresh(); return; } // the user moved: fetch that place
+      window.htmx.swap($("#files-view"), html, { swapStyle: "innerHTML" }); // scroll stays
+    }
+    document.addEventListener("htmx:oobAfterSwap", (event) => {
+      if (event.target && event.target.id === "files-changed") refresh();
+    });
+    if (toggle) toggle.addEventListener("click", () => { if (stale) refresh(); });
+  }
+
   // --- global keys ---------------------------------------------------------------------
   function isTypingIn(target) {
     return target instanceof HTMLElement && (target.matches("textarea, input, select") || target.isContentEditable);
@@ -731,7 +765,7 @@
     }
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
-    const pres = result.querySelectorAll("pre.tool-output, pre.diff");
+    const pres = result.querySelectorAll("pre.tool-output, pre.diff, .tool-code pre");
     return Array.from(pres, (pre) => pre.textContent).join("");
   }
 
@@ -894,6 +928,7 @@
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
     bindDrawers(drawers);
+    refreshFilesOnChange($("#files-panel"), $("#files-toggle"));
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
     copyOnClick(messages);

@@ -23,6 +23,7 @@ from agent.core.config import Config
 from agent.core.events import QueuedEvent, UserEvent, now_ms
 from agent.models import Conversation, Event, User
 from agent.runs.config import agent_config
+from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -138,7 +139,7 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
         if remember:
             owner.remember_prompt(prompt)
             User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
-    bash_mode = settings.HARNESS_BASH if owner.bash_enabled else "off"
+    bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
     return Setup(conversation, config, titled, bash_mode)
 
 

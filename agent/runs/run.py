@@ -34,7 +34,8 @@ from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
 from agent.runs.sandbox import sandbox_limits
 from agent.ui.fragments import FragmentRenderer, title_fragments
-from agent.ui.render_pool import prerender
+from agent.ui.render_pool import prehighlight, prerender
+from agent.ui.transcript import pending_highlights
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +278,7 @@ class Run:
 
     async def _send(self, batch: list[Event], conversation: Conversation) -> None:
         await prerender([e.content for e in batch if isinstance(e, TextEvent)])
+        await prehighlight(pending_highlights(self.renderer.transcript, batch))
         html = self.renderer.render(batch, conversation)
         if self.announce_title:
             html = title_fragments(conversation) + html

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from agent.core.tools import SandboxLimits
+from agent.core.tools.bash import bwrap_path
 from agent.core.tools.cgroups import sandbox_cgroups
 
 log = logging.getLogger(__name__)
@@ -23,11 +24,32 @@ def sandbox_limits() -> SandboxLimits:
     )
 
 
+INSTALL_BWRAP = (
+    "bash sandbox: bubblewrap (bwrap) is not installed, so the agent's bash tool is off: "
+    "install it (sudo apt-get install bubblewrap, or `make run` as root) and restart, or set "
+    "HARNESS_BASH=off to silence this."
+)
+
+
+def bash_mode(enabled_for_user: bool = True) -> str:
+    """The bash tool's mode for a run: HARNESS_BASH, but ``off`` for a user whose bash is
+    switched off, and when the sandbox cannot start because bubblewrap is missing (the
+    model, the demo's help and the welcome then offer no command that can only fail)."""
+    if not enabled_for_user:
+        return "off"
+    if settings.HARNESS_BASH == "sandbox" and bwrap_path() is None:
+        return "off"
+    return settings.HARNESS_BASH
+
+
 def check_at_startup() -> None:
     """Say, once, what the sandbox's limits rest on. Read-only: the cgroups are made when the
     first command runs (a `migrate` must not move the server's processes), and that logs
     again if it then fails."""
     if settings.HARNESS_BASH != "sandbox":
+        return
+    if bwrap_path() is None:
+        log.warning(INSTALL_BWRAP)
         return
     manager = sandbox_cgroups(sandbox_limits())
     complete, text = manager.describe()

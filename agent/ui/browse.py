@@ -14,9 +14,10 @@ import stat
 from dataclasses import dataclass
 
 from agent.core.tools.fileio import workers
-from agent.core.tools.workspace import Workspace
+from agent.core.tools.workspace import PathError, Workspace
 
 VIEW_CAP = 1_000_000
+DOWNLOAD_CAP = 10 * 1024 * 1024  # bytes: a larger file is refused (TooLarge), never cut
 MAX_ENTRIES = 2000
 
 
@@ -89,6 +90,39 @@ def _view_file(fd: int, st: os.stat_result, rel: str) -> FileView:
     if b"\x00" in data[:8192]:
         return FileView(rel, st.st_size, None, truncated)
     return FileView(rel, st.st_size, data.decode("utf-8", errors="replace"), truncated)
+
+
+class TooLarge(PathError):
+    """A file over ``DOWNLOAD_CAP``."""
+
+
+def download(workspace: Workspace, path: str) -> tuple[str, bytes]:
+    """(path relative to the root, the file's bytes) for a download: a regular file inside
+    the workspace (walked from the root's descriptor, never through a symlink out of it;
+    a FIFO, socket or device refused before any I/O), whole, up to ``DOWNLOAD_CAP``."""
+    return workers.call(workspace, _download, workspace, path)
+
+
+def _download(workspace: Workspace, path: str) -> tuple[str, bytes]:
+    opened = workspace.open(path, directory=False)  # O_NOFOLLOW | O_NONBLOCK, regular only
+    try:
+        st = os.fstat(opened.fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathError("not a regular file")
+        too_large = TooLarge(
+            f"the file is over {DOWNLOAD_CAP // (1024 * 1024)} MB, too large to download"
+        )
+        if st.st_size > DOWNLOAD_CAP:
+            raise too_large
+        chunks, size = [], 0
+        while chunk := os.read(opened.fd, min(1 << 20, DOWNLOAD_CAP + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > DOWNLOAD_CAP:  # it grew since the fstat
+                raise too_large
+        return opened.rel, b"".join(chunks)
+    finally:
+        os.close(opened.fd)
 
 
 def crumbs(rel: str) -> list[tuple[str, str]]:

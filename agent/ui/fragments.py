@@ -77,6 +77,19 @@ def title_fragments(conversation: Any) -> str:
     return title + link
 
 
+# Tools that change the workspace: their results tell an open Files panel to refresh.
+WORKSPACE_TOOLS = frozenset({"write", "edit", "bash"})
+
+
+def files_changed(seq: int) -> str:
+    """Once per batch with a result of a tool that changes files: the page's
+    ``#files-changed`` is replaced, and its script re-fetches the Files panel where it is
+    (the directory or file the user has open)."""
+    return format_html(
+        '<div id="files-changed" hx-swap-oob="true" data-seq="{}" hidden></div>', seq
+    )
+
+
 DELETE_LIVE = '<div hx-swap-oob="delete:#live-text"></div>'
 
 
@@ -136,6 +149,7 @@ class FragmentRenderer:
         deltas: list[str] = []
         first_delta_seq = 0
         queue_changed = False
+        files_seq = 0  # of the last result of a tool that changes files
 
         def flush_parts() -> None:
             if parts:
@@ -178,6 +192,8 @@ class FragmentRenderer:
                 if part is not None:
                     context = {"part": part, "oob": True}
                     out.append(render_to_string("agent/_tool_card.html", context))
+                    if part.tool is not None and part.tool.name in WORKSPACE_TOOLS:
+                        files_seq = event.seq
             elif isinstance(event, StatusEvent):
                 flush_parts()
                 if self.live and event.state in ("idle", "error"):
@@ -199,6 +215,8 @@ class FragmentRenderer:
         flush_parts()
         if queue_changed:
             out.append(queue_fragment(self.transcript))
+        if files_seq:
+            out.append(files_changed(files_seq))
         return "".join(out)
 
 

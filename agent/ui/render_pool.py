@@ -20,6 +20,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from agent.ui import highlight
 from agent.ui import markdown as rendering
 
 log = logging.getLogger(__name__)
@@ -84,3 +85,26 @@ async def prerender(texts: list[str]) -> None:
         return
     for text, html in zip(todo, done, strict=True):
         rendering.remember(text, html)
+
+
+async def prehighlight(jobs: list[tuple[str, str]]) -> None:
+    """Highlight these (text, file name) pairs in the worker (those worth it and not cached
+    yet) and cache them, for the fragment renderer's tool cards."""
+    todo = [
+        job for job in dict.fromkeys(jobs)
+        if len(job[0]) >= OFFLOAD_CHARS and highlight.needs_highlighting(*job)
+    ]  # fmt: skip
+    if not todo:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        pool = _get_pool()
+        done = await asyncio.gather(
+            *(loop.run_in_executor(pool, highlight.highlight_uncached, *job) for job in todo)
+        )
+    except Exception:  # a broken worker: start a new one next time, highlight in place now
+        log.exception("the render worker failed; highlighting in the server process")
+        shutdown()
+        return
+    for (text, filename), html in zip(todo, done, strict=True):
+        highlight.remember(text, filename, html)

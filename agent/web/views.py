@@ -6,7 +6,8 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import reverse
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import (
@@ -22,11 +23,13 @@ from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
+from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.fragments import live_block
+from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
@@ -60,8 +63,18 @@ def model_choices() -> list[tuple[str, str]]:
 
 
 # What an empty conversation offers to start with. The offline demo's are the requests its
-# scripted model answers with real tool calls (agent/core/model/demo.py).
+# scripted model answers with real tool calls (agent/core/model/demo.py); "run ls -la"
+# only when the user's runs get a bash tool (not without bubblewrap, runs/sandbox.py).
 DEMO_SUGGESTIONS = ("list files", "write hello.py", "run ls -la")
+DEMO_BASH_SUGGESTION = "run ls -la"
+
+
+def demo_suggestions(user) -> tuple[str, ...]:
+    if bash_mode(user.bash_enabled) != "off":
+        return DEMO_SUGGESTIONS
+    return tuple(s for s in DEMO_SUGGESTIONS if s != DEMO_BASH_SUGGESTION)
+
+
 SUGGESTIONS = (
     "What is in my workspace?",
     "Write a Python script that prints the first 10 primes",
@@ -118,7 +131,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "thinking_levels": THINKING_LEVELS,
         "thinking": conversation.thinking or _default_thinking(),
         "offline": offline,
-        "suggestions": DEMO_SUGGESTIONS if offline else SUGGESTIONS,
+        "suggestions": demo_suggestions(request.user) if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
         "themes": User.Theme.choices,
@@ -233,17 +246,25 @@ def export_conversation(request: HttpRequest, conversation_id, extension: str) -
 
 @login_required
 @require_GET
-def workspace_files(request: HttpRequest) -> HttpResponse:
+def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     """The signed-in user's workspace: a directory listing or a file view (read-only).
-    Loaded into the chat's side panel by htmx, or shown as a page on its own."""
+    Loaded into a conversation's side panel by htmx (``/c/<id>/files/``, with download
+    links), or shown as a page on its own (``/files/``)."""
+    context: dict = {"error": None, "files_url": reverse("files"), "download_url": ""}
+    if conversation_id is not None:
+        conversation = _owned_or_404(request, conversation_id)
+        context["files_url"] = reverse("conversation_files", args=[conversation.id])
+        context["download_url"] = reverse("download_file", args=[conversation.id])
     workspace = workspace_for(request.user.pk)
     path = request.GET.get("path", "")
-    context: dict = {"error": None}
     try:
         rel, shown, truncated = browse.browse(workspace, path)
         context["crumbs"] = browse.crumbs(rel)
         if isinstance(shown, browse.FileView):
             context["file"] = shown
+            if shown.text is not None:  # highlighted by its name's type, up to the cap
+                context["file_html"] = highlighted(shown.text, shown.path)
+                context["too_long_to_highlight"] = len(shown.text) > HIGHLIGHT_CAP
         else:
             context["entries"], context["truncated"] = shown, truncated
     except PathError as exc:
@@ -251,3 +272,33 @@ def workspace_files(request: HttpRequest) -> HttpResponse:
     template = "agent/_files.html" if request.headers.get("HX-Request") else "agent/files.html"
     status = 404 if context["error"] else 200
     return render(request, template, context, status=status)
+
+
+def _refusal(message: str, status: int) -> HttpResponse:
+    response = HttpResponse(message + "\n", content_type="text/plain; charset=utf-8", status=status)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@login_required
+@require_GET
+def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
+    """A file of the user's workspace as an attachment, from a conversation's Files panel.
+    Read through the descriptor walk (no symlink out, no FIFO or device, at most
+    ``browse.DOWNLOAD_CAP``) and never served as something a browser would render here: an
+    octet stream, ``nosniff``, and a sandboxing CSP should it be opened anyway."""
+    _owned_or_404(request, conversation_id)
+    workspace = workspace_for(request.user.pk)
+    try:
+        rel, data = browse.download(workspace, request.GET.get("path", ""))
+    except browse.TooLarge as exc:
+        return _refusal(f"Not downloaded: {exc}.", 413)
+    except PathError as exc:
+        return _refusal(f"Not downloaded: {exc}.", 404)
+    response = HttpResponse(data, content_type="application/octet-stream")
+    name = rel.rsplit("/", 1)[-1] or "download"
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private, no-store"
+    return response

@@ -133,6 +133,27 @@ def test_axe_with_tool_cards(axe_context, fresh_model):
     assert axe(page, "chat, tool cards") == []
 
 
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_axe_with_highlighted_code_in_a_card_and_the_files_panel(new_context, fresh_model, scheme):
+    source = '"""Doc."""\nimport os  # a comment\n\n\ndef main(x: int = 1) -> str:\n' \
+             '    return f"{os.sep}{x!r}" + "s" * 2\n'  # fmt: skip
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "hl_a11y.py", "content": source}),
+                   ("read", {"path": "hl_a11y.py"})),
+        text_reply("Done."),
+    )  # fmt: skip
+    context = new_context(viewport=DESKTOP, bypass_csp=True, color_scheme=scheme)
+    page = sign_in(context, "alice")
+    new_conversation(page)
+    send(page, "write and read a python file")
+    wait_idle(page)
+    assert page.locator("[data-part=tool] .tool-code .codehilite").count() == 1
+    page.click("#files-toggle")
+    page.click("#files-body .entry.file a:text-is('hl_a11y.py')")
+    page.wait_for_selector("#files-body .file-code .codehilite")
+    assert axe(page, f"highlighted code, {scheme}") == []
+
+
 def test_axe_with_the_help_open(axe_context, fresh_model):
     page = sign_in(axe_context(), "alice")
     page.click("#help-toggle")

@@ -3,7 +3,9 @@ prompt stopped (neutral, not a red error), and the last error gone once a new pr
 
 from __future__ import annotations
 
-from testkit.model_server import text_reply
+import re
+
+from testkit.model_server import HttpError, text_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 
@@ -31,4 +33,70 @@ def test_writing_then_stopped_then_cleared_by_the_next_prompt(new_context, fresh
     page.wait_for_function("() => document.querySelector('#status').dataset.state !== 'error'")
     assert "Stopped" not in page.inner_text("#status")
     wait_idle(page)
+    assert page.inner_text("#status").strip() == ""
+
+
+def test_a_stale_error_clears_when_the_next_prompt_is_accepted_before_its_run_reports(
+    new_context, fresh_model
+):
+    """The page clears the last prompt's error itself as soon as the server accepts the
+    next one (static/harness.js, clearStaleError), not when the run's first status comes.
+    To see the difference, the socket's run frames are held back in the browser's network
+    (Playwright routes the WebSocket) while the prompt's answer goes through."""
+    held: list[str] = []
+    hold = {"on": False}
+    routes = []
+
+    def route(ws):
+        server = ws.connect_to_server()
+        routes.append(ws)
+
+        def from_page(message):
+            server.send(message)
+
+        def from_server(message):
+            text = message if isinstance(message, str) else message.decode()
+            if hold["on"] and text.startswith('<div id="sync-state"'):
+                held.append(text)  # a batch of the run: later
+            else:
+                ws.send(message)  # the prompt's answer (#composer-alert) and the rest
+
+        ws.on_message(from_page)
+        server.on_message(from_server)
+
+    context = new_context()
+    page = sign_in(context, "alice")
+    page.click(".new-conv")
+    page.route_web_socket(re.compile(r"/ws/c/"), route)
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert routes, "the socket was not routed"
+
+    fresh_model.enqueue(HttpError(400, "invalid_request_error", "The request was refused"))
+    send(page, "fail, please")
+    page.wait_for_function("() => document.querySelector('#status').dataset.state === 'error'")
+    assert "refused" in page.inner_text("#status")
+
+    hold["on"] = True
+    fresh_model.enqueue(text_reply("fine now"))
+    page.fill("#prompt", "again")
+    page.press("#prompt", "Enter")
+    # The prompt's answer: accepted, so the page empties the box.
+    page.wait_for_function("() => document.querySelector('#prompt').value === ''")
+    # Accepted, and the run's frames (its user part, its first status) not yet shown: the
+    # status line has already let go of the old error.
+    for _ in range(100):  # until the run's first frame has come (and been held back)
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "no run frame came"
+    assert page.locator("#messages [data-part=user]").count() == 1
+    assert page.get_attribute("#status", "data-state") != "error"
+    assert "refused" not in page.inner_text("#status")
+
+    hold["on"] = False
+    for message in held:
+        routes[-1].send(message)
+    wait_idle(page)
+    assert page.locator("#messages [data-part=user]").count() == 2
     assert page.inner_text("#status").strip() == ""

@@ -43,3 +43,39 @@ def test_headers_name_targets_long_results_collapse_and_copy_copies_all(new_cont
     assert "line 1\n" in copied and "line 30" in copied
     read.locator(".tool-long > summary").click()
     assert read.locator(".tool-output").first.is_visible()
+
+
+def test_a_read_result_is_highlighted_by_file_type_and_copies_as_text(new_context, fresh_model):
+    source = "import os\n\n\ndef main():\n    return os.getcwd()\n"
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "hl/app.py", "content": source}),
+                   ("read", {"path": "hl/app.py"}),
+                   ("grep", {"pattern": "import", "path": "hl/app.py"})),
+        text_reply("Read it."),
+    )  # fmt: skip
+    context = new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = sign_in(context, "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "write and read app.py")
+    wait_idle(page)
+    cards = page.locator("[data-part=tool]")
+    read, grep = cards.nth(1), cards.nth(2)
+    keyword = read.locator(".tool-code .codehilite .kn").first
+    assert keyword.inner_text() == "import" and keyword.is_visible()
+    colours = {keyword.evaluate("(el) => getComputedStyle(el).color"),
+               read.locator(".tool-code .codehilite .nn").first.evaluate(
+                   "(el) => getComputedStyle(el).color")}  # fmt: skip
+    assert len(colours) == 2  # keyword and name drawn differently
+    assert grep.locator(".codehilite").count() == 0 and grep.locator(".tool-output").is_visible()
+    read.locator(".copy-result").click()
+    page.wait_for_function(
+        "(el) => el.textContent === 'Copied'", arg=read.locator(".copy-result").element_handle()
+    )
+    assert page.evaluate("() => navigator.clipboard.readText()") == source
+    # The same card after a reload (the first load's rendering of it).
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    again = page.locator("[data-part=tool]").nth(1)
+    assert again.locator(".tool-code .codehilite .kn").first.inner_text() == "import"

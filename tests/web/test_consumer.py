@@ -301,8 +301,9 @@ async def test_rate_quota_refuses_too_many_prompts_a_minute(alice, model_server,
     await ws.disconnect()
 
 
-async def test_admin_can_turn_bash_off_for_a_user(alice, model_server, settings):
+async def test_admin_can_turn_bash_off_for_a_user(alice, model_server, settings, monkeypatch):
     settings.HARNESS_BASH = "sandbox"
+    monkeypatch.setattr("agent.runs.sandbox.bwrap_path", lambda: "/usr/bin/bwrap")  # offered
     user, conversation = alice
     model_server.enqueue(text_reply("ok"), text_reply("ok"))
     ws = await connected(conversation, user)

@@ -65,3 +65,22 @@ def test_files_need_sign_in(setup):
 
     response = Client().get("/files/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_a_file_is_highlighted_by_its_type(client, setup):
+    page = client.get("/files/?path=src/app.py").content.decode()
+    assert '<div class="file-code"><div class="codehilite"><pre><code>' in page
+    assert '<span class="nb">print</span>' in page  # Python's lexer, from the name
+
+
+def test_a_file_of_unknown_type_or_over_the_cap_is_plain_text(client, setup):
+    from agent.ui.highlight import HIGHLIGHT_CAP
+
+    mine, _ = setup
+    (mine / "notes.unknownext").write_text("print('hi')\n")
+    (mine / "big.py").write_text("x = 1\n" * (HIGHLIGHT_CAP // 6 + 1))
+    plain = client.get("/files/?path=notes.unknownext").content.decode()
+    assert '<pre class="file-text">print(&#x27;hi&#x27;)\n</pre>' in plain
+    assert "codehilite" not in plain
+    big = client.get("/files/?path=big.py").content.decode()
+    assert "codehilite" not in big and "Too long to highlight; shown as plain text." in big

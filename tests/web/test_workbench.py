@@ -92,13 +92,51 @@ def test_the_offline_notice_has_a_dismiss_control(client, ada, settings):
 # -- 1. An empty conversation's welcome ---------------------------------------------------
 
 
-def test_an_empty_conversation_welcomes_with_the_demos_suggestions_offline(client, ada, settings):
+def test_an_empty_conversation_welcomes_with_the_demos_suggestions_offline(
+    client, ada, settings, monkeypatch
+):
     settings.ANTHROPIC_API_KEY = None
+    settings.HARNESS_BASH = "sandbox"
+    monkeypatch.setattr("agent.runs.sandbox.bwrap_path", lambda: "/usr/bin/bwrap")
     conversation = Conversation.objects.create(owner=ada, model="m")
     page = client.get(f"/c/{conversation.id}/").content.decode()
     assert 'id="welcome"' in page
     for suggestion in ("list files", "write hello.py", "run ls -la"):
         assert f'data-suggestion="{suggestion}"' in page
+
+
+@pytest.mark.parametrize(
+    ("mode", "bwrap", "bash_enabled"),
+    [
+        ("sandbox", None, True),
+        ("off", "/usr/bin/bwrap", True),
+        ("sandbox", "/usr/bin/bwrap", False),
+    ],
+)
+def test_the_demo_offers_no_command_when_bash_cannot_run(
+    client, ada, settings, monkeypatch, mode, bwrap, bash_enabled
+):
+    """No bubblewrap (a fresh `make run` without it), bash off, or bash off for this user:
+    neither the welcome nor the banner suggests "run ls -la", which could only fail."""
+    settings.ANTHROPIC_API_KEY = None
+    settings.HARNESS_BASH = mode
+    monkeypatch.setattr("agent.runs.sandbox.bwrap_path", lambda: bwrap)
+    ada.bash_enabled = bash_enabled
+    ada.save()
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert "ls -la" not in page
+    assert 'data-suggestion="list files"' in page and 'data-suggestion="write hello.py"' in page
+    assert "Try “list files” or “write hello.py”." in page
+
+
+def test_the_banner_names_the_welcomes_suggestions(client, ada, settings, monkeypatch):
+    settings.ANTHROPIC_API_KEY = None
+    settings.HARNESS_BASH = "sandbox"
+    monkeypatch.setattr("agent.runs.sandbox.bwrap_path", lambda: "/usr/bin/bwrap")
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert "Try “list files”, “write hello.py” or “run ls -la”." in page
 
 
 def test_a_conversation_with_parts_has_no_welcome(client, ada, settings):

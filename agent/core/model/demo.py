@@ -29,12 +29,7 @@ I can still show you how Harness works. Try one of these:
 
 | Prompt | What happens |
 |---|---|
-| `list files` | a `list_dir` tool call on the workspace |
-| `read README.md` | a `read` tool call |
-| `grep TODO` | a recursive `grep` |
-| `write hello.py` | a `write` tool call that creates a small script |
-| `edit hello.py` | an `edit` tool call with a diff |
-| `run ls -la` | a `bash` tool call in the sandbox |
+{rows}
 
 Markdown renders on the server: **bold**, *italic*, `inline code`, [links](https://example.com),
 and code blocks:
@@ -45,6 +40,25 @@ def greet(name: str) -> str:
 ```
 
 Set `ANTHROPIC_API_KEY` to talk to Claude."""
+
+# The help's table: (tool, prompt, what happens); a row only when its tool is offered (no
+# `run` without a bash sandbox to run it in).
+HELP_ROWS = (
+    ("list_dir", "list files", "a `list_dir` tool call on the workspace"),
+    ("read", "read README.md", "a `read` tool call"),
+    ("grep", "grep TODO", "a recursive `grep`"),
+    ("write", "write hello.py", "a `write` tool call that creates a small script"),
+    ("edit", "edit hello.py", "an `edit` tool call with a diff"),
+    ("bash", "run ls -la", "a `bash` tool call in the sandbox"),
+)
+
+
+def help_text(tools: set[str]) -> str:
+    rows = "\n".join(
+        f"| `{prompt}` | {what} |" for tool, prompt, what in HELP_ROWS if tool in tools
+    )
+    return HELP.format(banner=BANNER, rows=rows)
+
 
 HELLO_PY = (
     'def main() -> None:\n    print("Hello from Harness")\n\n\n'
@@ -97,7 +111,7 @@ def plan(prompt: str, tools: set[str]) -> tuple[str, tuple[str, dict[str, Any]] 
         return f"{BANNER}\n\nEditing `{call['path']}`:", ("edit", call)
     if re.search(r"\b(list|ls|files|directory)\b", lowered) and "list_dir" in tools:
         return f"{BANNER}\n\nLet me list the workspace.", ("list_dir", {"path": "."})
-    return HELP.format(banner=BANNER), None
+    return help_text(tools), None
 
 
 def _first_token(arg: str) -> str:
