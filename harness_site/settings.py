@@ -57,6 +57,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /healthz answers a local probe before the host check and the HTTPS redirect.
+    "agent.web.health.HealthProbeMiddleware",
     "agent.server.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "agent.server.middleware.SecurityHeadersMiddleware",
