@@ -28,6 +28,7 @@ from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
 from agent.runs.workspaces import workspace_for
+from agent.server import logs
 from agent.server.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -137,9 +138,12 @@ class RunManager:
         await layer.group_add(control_group(conversation_id), channel)
 
         async def main() -> None:
+            logs.conversation_id.set(key)  # on every record of the run, its tasks' included
+            log.info("run started (model %s)", setup.config.model)
             try:
                 await run.main()
             finally:
+                log.info("run ended")
                 self._runs.pop(key, None)
                 with contextlib.suppress(Exception):
                     await layer.group_discard(control_group(conversation_id), channel)

@@ -29,6 +29,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
+from agent.server import logs
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
 from agent.web.prompts import accept_prompt
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
@@ -80,6 +81,8 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
+        # The socket's task handles all its frames: its records carry the conversation.
+        logs.conversation_id.set(str(self.conversation_id))
         self.user = self.scope["user"]
         session = self.scope.get("session")
         conversation, self.session_hash = await _owned(self.conversation_id, self.user, session)

@@ -57,15 +57,6 @@ def test_prompt_history_is_fifo_100_deduplicated(user):
     assert user.prompt_history[0] == "p5" and user.prompt_history[-1] == "p104"
 
 
-def test_ensure_superuser_prints_the_password_once(db, capsys):
-    from django.core.management import call_command
-
-    call_command("ensure_superuser")
-    first = capsys.readouterr().out
-    call_command("ensure_superuser")
-    assert "password:" in first and capsys.readouterr().out == ""
-
-
 def test_daphne_serves_the_site(tmp_path):
     server = LiveServer(tmp_path).start()  # migrates, starts Daphne, waits for /healthz
     try:
