@@ -239,6 +239,10 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "agent.web.throttle.client_ip"
 AXES_LOCKOUT_CALLABLE = "agent.web.throttle.login_locked_out"
 AXES_VERBOSE = False  # no start-up banner from every process and management command
+# /metrics (agent/web/prometheus.py) answers only this bearer token; unset: no /metrics.
+HARNESS_METRICS_TOKEN = env_secret("HARNESS_METRICS_TOKEN")
+if HARNESS_METRICS_TOKEN is not None and len(HARNESS_METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("HARNESS_METRICS_TOKEN must be at least 24 characters")
 # Seconds a run's lease lasts; its process renews it every third of that.
 HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)
 
@@ -265,7 +269,8 @@ HARNESS_LOG_FORMAT = env_choice("HARNESS_LOG_FORMAT", ("text", "json"), "text")
 # Masked wherever they appear in a record, traceback included (agent/server/logs.py).
 _LOG_SECRETS = tuple(
     str(value)
-    for value in (SECRET_KEY, ANTHROPIC_API_KEY, DATABASES["default"].get("PASSWORD"),
+    for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN,
+                  DATABASES["default"].get("PASSWORD"),
                   urlsplit(REDIS_URL).password if REDIS_URL else None)
     if value
 )  # fmt: skip

@@ -29,7 +29,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
-from agent.server import logs
+from agent.server import logs, metrics
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
 from agent.web.prompts import accept_prompt
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
@@ -100,8 +100,13 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         await runs.start_background()  # this process's cancel listener and run reaper
         await self.accept()
+        self.counted = True
+        metrics.SOCKETS.inc()
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            self.counted = False
+            metrics.SOCKETS.dec()
         if getattr(self, "rechecking", None) is not None:
             self.rechecking.cancel()
         for group in getattr(self, "groups_joined", []):
@@ -211,3 +216,4 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             self.checked_at = time.monotonic()
             self.rechecking = asyncio.ensure_future(self._recheck_in_background())
         await self.send(text_data=message["html"])
+        metrics.FRAMES.inc()

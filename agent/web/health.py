@@ -19,13 +19,15 @@ from django.views.decorators.http import require_safe
 
 from agent.runs.selftest import sandbox_status
 from agent.server import storage
+from agent.web import prometheus
 
 PATH = "/healthz"
 VERSION = importlib.metadata.version("harness")
 
 
 class HealthProbeMiddleware:
-    """Answers ``GET /healthz`` before the host check and the HTTPS redirect.
+    """Answers ``GET /healthz`` (and ``/metrics``, which needs its token) before the host
+    check and the HTTPS redirect.
 
     A load balancer, systemd or a container runtime probes the port directly: plain HTTP,
     ``Host: 127.0.0.1``. Production settings answer that with a 301 to https or a 400
@@ -38,8 +40,11 @@ class HealthProbeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.path_info == PATH and request.method in ("GET", "HEAD"):
-            return healthz(request)
+        if request.method in ("GET", "HEAD"):
+            if request.path_info == PATH:
+                return healthz(request)
+            if request.path_info == "/metrics":
+                return prometheus.metrics(request)
         return self.get_response(request)
 
 
