@@ -24,6 +24,7 @@ from tests.conftest import REPO
 from tests.deploy.test_config import _settings_env
 
 DEPLOY = REPO / "deploy"
+HOST = "harness.example.com"
 UNITS = ("harness@.service", "harness-migrate.service", "harness-clearsessions.service",
          "harness-clearsessions.timer")  # fmt: skip
 # Each of these breaks bubblewrap, setpriv, the per-user cgroups or the workspace mounts
@@ -95,67 +96,96 @@ def test_the_daphne_unit_takes_proxy_headers_and_no_hardening_that_breaks_the_sa
     assert "clearsessions" in _unit("harness-clearsessions.service")["Service"]["ExecStart"]
 
 
-def test_the_daphne_units_command_line_serves_healthz_to_a_local_probe(tmp_path):
-    """ExecStart= as systemd would run it (%i the port, the secrets as *_FILE credentials),
-    in production mode, after the migrate unit's command."""
-    units = _localised(tmp_path)
-    credentials = tmp_path / "etc" / "credentials"
-    (credentials / "secret_key").write_text(secrets.token_urlsafe(60) + "\n")
-    (credentials / "database_url").write_text(f"sqlite:///{tmp_path / 'db.sqlite3'}\n")
-    env = _settings_env(
-        DJANGO_ALLOWED_HOSTS="harness.example.com",
-        DJANGO_BEHIND_TLS_PROXY="1",
-        DJANGO_SECRET_KEY_FILE=str(credentials / "secret_key"),
-        DATABASE_URL_FILE=str(credentials / "database_url"),
-        HARNESS_WORKSPACES=str(tmp_path / "workspaces"),
-        HARNESS_WORKSPACE_STORAGE="plain",
-        HARNESS_BASH="sandbox" if shutil.which("bwrap") else "off",
-    )  # fmt: skip (no REDIS_URL or API key: the in-memory layer and the demo model)
-    port = free_port()
+class UnitServer:
+    """Daphne started from the kit's units as systemd would run them: the migrate unit's
+    ExecStart=, then harness@PORT's (%i the port, the secrets as *_FILE credentials), in
+    production mode. No REDIS_URL or API key: the in-memory layer and the demo model."""
 
-    def command(unit: str) -> list[str]:
-        line = _unit(unit, units)["Service"]["ExecStart"].replace("%i", str(port))
-        return shlex.split(line)
+    def __init__(self, tmp_path: Path):
+        units = _localised(tmp_path)
+        credentials = tmp_path / "etc" / "credentials"
+        (credentials / "secret_key").write_text(secrets.token_urlsafe(60) + "\n")
+        (credentials / "database_url").write_text(f"sqlite:///{tmp_path / 'db.sqlite3'}\n")
+        self.env = _settings_env(
+            DJANGO_ALLOWED_HOSTS=HOST, DJANGO_BEHIND_TLS_PROXY="1",
+            DJANGO_SECRET_KEY_FILE=str(credentials / "secret_key"),
+            DATABASE_URL_FILE=str(credentials / "database_url"),
+            HARNESS_WORKSPACES=str(tmp_path / "workspaces"), HARNESS_WORKSPACE_STORAGE="plain",
+            HARNESS_BASH="sandbox" if shutil.which("bwrap") else "off",
+        )  # fmt: skip
+        self.port = free_port()
+        self.log = tmp_path / "daphne.log"
 
-    subprocess.run(command("harness-migrate.service"), cwd=REPO, env=env, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
-    log = (tmp_path / "daphne.log").open("wb")
-    daphne = subprocess.Popen(command("harness@.service"), cwd=REPO, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)  # fmt: skip
-    try:
+        def command(unit: str) -> list[str]:
+            line = _unit(unit, units)["Service"]["ExecStart"].replace("%i", str(self.port))
+            return shlex.split(line)
+
+        subprocess.run(command("harness-migrate.service"), cwd=REPO, env=self.env, check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        output = self.log.open("wb")
+        self.process = subprocess.Popen(command("harness@.service"), cwd=REPO, env=self.env,
+                                        stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def probe(self) -> dict:
+        """GET /healthz the way the kit's load balancer does: plain HTTP to the port."""
         deadline = time.monotonic() + 30
         while True:
+            url = f"http://127.0.0.1:{self.port}/healthz"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
-                    body = json.loads(r.read())
-                    break
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    return json.loads(response.read())
             except OSError:
-                if daphne.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError((tmp_path / "daphne.log").read_text()[-3000:]) from None
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(self.log.read_text()[-3000:]) from None
                 time.sleep(0.2)
-        assert body["status"] == "ok" and body["database"] == "ok", body
-    finally:
-        daphne.terminate()
-        daphne.wait(timeout=20)
+
+    def manage(self, *args: str) -> str:
+        command = [sys.executable, "manage.py", *args]
+        return subprocess.run(command, cwd=REPO, env=self.env, check=True, capture_output=True,
+                              text=True, timeout=120).stdout  # fmt: skip
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=20)
+
+
+@pytest.fixture
+def unit_server(tmp_path):
+    server = UnitServer(tmp_path)
+    yield server
+    server.stop()
+
+
+def test_the_daphne_units_command_line_serves_healthz_to_a_local_probe(unit_server):
+    body = unit_server.probe()
+    assert body["status"] == "ok" and body["database"] == "ok", body
+
+
+def _nginx_config(tmp_path: Path, site: str) -> Path:
+    """An nginx.conf under a temporary prefix that includes ``site`` with a throwaway
+    certificate in place of the real one."""
+    openssl = _tool("openssl")
+    key, cert = str(tmp_path / "key.pem"), str(tmp_path / "cert.pem")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", f"/CN={HOST}", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)  # fmt: skip
+    live = f"/etc/letsencrypt/live/{HOST}"
+    site = site.replace(f"{live}/fullchain.pem", cert).replace(f"{live}/privkey.pem", key)
+    (tmp_path / "site.conf").write_text(site)
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    config = tmp_path / "nginx.conf"
+    config.write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/logs/error.log;\nevents {{}}\n"
+        f"http {{\n    access_log off;\n    include {tmp_path}/site.conf;\n}}\n"
+    )
+    return config
 
 
 def test_nginx_accepts_the_site(tmp_path):
     nginx = _tool("nginx")
-    openssl = _tool("openssl")
-    key, cert = str(tmp_path / "key.pem"), str(tmp_path / "cert.pem")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=harness.example.com", "-keyout", key, "-out", cert],
-                   check=True, capture_output=True)  # fmt: skip
     site = (DEPLOY / "nginx" / "harness.conf").read_text()
-    live = "/etc/letsencrypt/live/harness.example.com"
-    site = site.replace(f"{live}/fullchain.pem", cert).replace(f"{live}/privkey.pem", key)
-    (tmp_path / "site.conf").write_text(site)
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "nginx.conf").write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/logs/error.log;\nevents {{}}\n"
-        f"http {{\n    access_log off;\n    include {tmp_path}/site.conf;\n}}\n"
-    )
-    proc = subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+    config = _nginx_config(tmp_path, site)
+    proc = subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(config)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "test is successful" in proc.stderr
