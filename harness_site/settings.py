@@ -32,7 +32,9 @@ PRINT_MODE = sys.argv[1:2] == ["agent"] and Path(sys.argv[0]).name == "manage.py
 SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
 if SECRET_KEY is None:
     if not DEBUG and not PRINT_MODE:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is not 1")
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required when DJANGO_DEBUG is not 1"
+        )
     SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development and print mode only
 
 ALLOWED_HOSTS = env_list(
