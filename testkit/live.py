@@ -78,6 +78,7 @@ class LiveServer:
             except OSError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # a server that never became healthy must not outlive the test
                 raise RuntimeError(f"daphne did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.15)
 

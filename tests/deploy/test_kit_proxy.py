@@ -25,34 +25,41 @@ PROXY_ADDRESS = "127.0.0.2"  # nginx reaches Daphne from here; the client is 127
 @pytest.fixture
 def proxied(tmp_path):
     nginx = _tool("nginx")
-    server = UnitServer(tmp_path)
-    server.probe()
-    server.manage("shell", "-c", "from agent.models import User; "
-                  "User.objects.create_user('ann', password='pw-ann-12345')")  # fmt: skip
-    port = free_port()
+    server, process = UnitServer(tmp_path), None
+    try:
+        server.probe()
+        server.manage("shell", "-c", "from agent.models import User; "
+                      "User.objects.create_user('ann', password='pw-ann-12345')")  # fmt: skip
+        port = free_port()
+        config = _nginx_config(tmp_path, _site_for_test(server.port, port))
+        errors = tmp_path / "nginx.stderr"
+        process = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(config), "-g",
+                                    "daemon off;"], stderr=errors.open("wb"))  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None and time.monotonic() < deadline, errors.read_text()
+            time.sleep(0.05)
+        yield server, port
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(timeout=10)
+        server.stop()
+
+
+def _site_for_test(daphne_port: int, port: int) -> str:
+    """The kit's site on a test port, in front of one Daphne, without IPv6 listeners, and
+    reaching Daphne from its own address (as a proxy on another host would)."""
     site = (DEPLOY / "nginx" / "harness.conf").read_text()
-    site = re.sub(r"server 127\.0\.0\.1:800\d[^;]*;", f"server 127.0.0.1:{server.port};", site)
+    site = re.sub(r"server 127\.0\.0\.1:800\d[^;]*;", f"server 127.0.0.1:{daphne_port};", site)
     site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{port} ssl http2;")
     site = site.replace("listen 80;", f"listen 127.0.0.1:{free_port()};")
-    site = re.sub(r"\n\s*listen \[::\]:\d+[^;]*;", "", site)  # no IPv6 listeners here
-    # The proxy's own address differs from the client's, as on a real host.
-    site = site.replace(
-        "proxy_http_version 1.1;", f"proxy_http_version 1.1;\n    proxy_bind {PROXY_ADDRESS};"
-    )
-    config = _nginx_config(tmp_path, site)
-    process = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(config), "-g",
-                                "daemon off;"], stderr=subprocess.PIPE)  # fmt: skip
-    deadline = time.monotonic() + 10
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-        time.sleep(0.05)
-    yield server, port
-    process.terminate()
-    process.wait(timeout=10)
-    server.stop()
+    site = re.sub(r"\n\s*listen \[::\]:\d+[^;]*;", "", site)
+    bind = f"proxy_http_version 1.1;\n    proxy_bind {PROXY_ADDRESS};"
+    return site.replace("proxy_http_version 1.1;", bind)
 
 
 def _tls() -> ssl.SSLContext:
