@@ -6,18 +6,22 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test bench lint format install install-dev system-deps clean
+.PHONY: run test bench lint format install install-dev system-deps lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+# Exactly the locked versions, checked against their hashes (requirements*.lock, made by
+# `make lock` from pyproject.toml's ranges); then the project itself, with no dependencies.
+$(VENV)/.installed: pyproject.toml requirements.lock | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml requirements-dev.lock | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install -q --no-deps -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -63,5 +67,16 @@ format: install-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Re-resolve the lock files after a change to pyproject.toml: versions already locked are
+# kept unless the ranges exclude them (`make lock LOCK_ARGS=--upgrade` takes the newest).
+# The dev lock is constrained by the runtime one, so both install the same versions.
+LOCK := $(VENV)-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+lock:
+	[ -x $(VENV)-lock/bin/pip-compile ] || \
+		{ $(PYTHON) -m venv $(VENV)-lock && $(VENV)-lock/bin/pip install -q pip-tools; }
+	$(LOCK) -o requirements.lock pyproject.toml
+	$(LOCK) --extra dev -c requirements.lock -o requirements-dev.lock pyproject.toml
+
 clean:
-	rm -rf $(VENV) var/static .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock var/static .pytest_cache

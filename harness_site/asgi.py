@@ -11,6 +11,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agent.runs import selftest  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
 from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
@@ -25,6 +26,9 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# One sandboxed command, in the background: its result is logged and /healthz reports it.
+selftest.start()
 
 # The server's long-lived objects (Django, the SDK and its models, templates, the code) go
 # out of the cyclic collector's way: otherwise each full collection walks all of them while

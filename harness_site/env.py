@@ -7,6 +7,7 @@ default silently taking its place.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -55,3 +56,23 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_secret(name: str, default: str | None = None) -> str | None:
+    """A secret from NAME, or from the file NAME_FILE names (Docker secrets, systemd's
+    LoadCredential=): the file's text without its trailing newline. Both set is an error,
+    so it is always clear which one is in force."""
+    file_name = env_str(f"{name}_FILE")
+    if file_name is None:
+        return env_str(name, default)
+    if env_str(name) is not None:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    try:
+        value = Path(file_name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_name!r}: {reason}") from None
+    value = value.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise ImproperlyConfigured(f"{name}_FILE: {file_name!r} is empty")
+    return value

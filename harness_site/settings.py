@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -17,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from agent.core.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
 from agent.core.tools import BASH_MODES
 
-from .env import env_bool, env_choice, env_int, env_list, env_str
+from .env import env_bool, env_choice, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -28,10 +29,12 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 # Told by its own command line, so no variable can turn a server's requirements off.
 PRINT_MODE = sys.argv[1:2] == ["agent"] and Path(sys.argv[0]).name == "manage.py"
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
 if SECRET_KEY is None:
     if not DEBUG and not PRINT_MODE:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is not 1")
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required when DJANGO_DEBUG is not 1"
+        )
     SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development and print mode only
 
 ALLOWED_HOSTS = env_list(
@@ -57,6 +60,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # A request id (and the conversation's) on every log record written for the request.
+    "agent.server.logs.RequestContextMiddleware",
+    # Then: /healthz answers a local probe before the host check and the HTTPS redirect.
+    "agent.web.health.HealthProbeMiddleware",
     "agent.server.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "agent.server.middleware.SecurityHeadersMiddleware",
@@ -90,7 +97,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": dj_database_url.parse(env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"))
+    "default": dj_database_url.parse(
+        env_secret("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    )
 }
 # Database calls from async code run on a small pool of worker threads; each keeps its
 # connection (checked before use) instead of opening one per call, which the benchmark's
@@ -106,7 +115,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     })  # fmt: skip
 
-REDIS_URL = env_str("REDIS_URL")
+REDIS_URL = env_secret("REDIS_URL")  # may hold a password
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -173,7 +182,7 @@ STORAGES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- Harness (interfaces §2) -------------------------------------------------------------
-ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
 HARNESS_MODEL = env_str("HARNESS_MODEL", DEFAULT_MODEL)
 HARNESS_MAX_TOKENS = env_int("HARNESS_MAX_TOKENS", 4096, minimum=1)
@@ -232,6 +241,10 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "agent.web.throttle.client_ip"
 AXES_LOCKOUT_CALLABLE = "agent.web.throttle.login_locked_out"
 AXES_VERBOSE = False  # no start-up banner from every process and management command
+# /metrics (agent/web/prometheus.py) answers only this bearer token; unset: no /metrics.
+HARNESS_METRICS_TOKEN = env_secret("HARNESS_METRICS_TOKEN")
+if HARNESS_METRICS_TOKEN is not None and len(HARNESS_METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("HARNESS_METRICS_TOKEN must be at least 24 characters")
 # Seconds a run's lease lasts; its process renews it every third of that.
 HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)
 
@@ -251,9 +264,36 @@ if not DEBUG:
     if not PRINT_MODE and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be at least 50 random characters")
 
+# -- Logging: level and format by environment; ids on records; secrets masked -------------
+HARNESS_LOG_LEVEL = env_choice("HARNESS_LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR"),
+                               "INFO" if DEBUG else "WARNING")  # fmt: skip
+HARNESS_LOG_FORMAT = env_choice("HARNESS_LOG_FORMAT", ("text", "json"), "text")
+# Masked wherever they appear in a record, traceback included (agent/server/logs.py).
+_LOG_SECRETS = tuple(
+    str(value)
+    for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN,
+                  DATABASES["default"].get("PASSWORD"),
+                  urlsplit(REDIS_URL).password if REDIS_URL else None)
+    if value
+)  # fmt: skip
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+    "filters": {"context": {"()": "agent.server.logs.ContextFilter"}},
+    "formatters": {
+        "text": {
+            "()": "agent.server.logs.TextFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+            "secrets": _LOG_SECRETS,
+        },
+        "json": {"()": "agent.server.logs.JsonFormatter", "secrets": _LOG_SECRETS},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": HARNESS_LOG_FORMAT,
+        }
+    },
+    "root": {"handlers": ["console"], "level": HARNESS_LOG_LEVEL},
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +38,9 @@ class LiveServer:
             # No loop mount per user of a throwaway server (they would outlive it); a test
             # of workspace quotas passes HARNESS_WORKSPACE_STORAGE=loop and unmounts.
             "HARNESS_WORKSPACE_STORAGE": "plain",
+            # /healthz fails while the bash sandbox cannot run (its start-up self-test);
+            # on a host without bubblewrap a test server has no bash instead.
+            "HARNESS_BASH": "sandbox" if shutil.which("bwrap") else "off",
             "PYTHONUNBUFFERED": "1",
             **env,
         })  # fmt: skip
@@ -74,6 +78,7 @@ class LiveServer:
             except OSError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # a server that never became healthy must not outlive the test
                 raise RuntimeError(f"daphne did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.15)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from agent.core.events import (
 )
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
+from agent.server import metrics
 
 log = logging.getLogger(__name__)
 
@@ -228,10 +230,12 @@ class GroupCommitter:
             batches, self._pending = self._pending, []
             if not batches:
                 continue
+            started = time.perf_counter()
             try:
                 results = await store_all(batches)
             except Exception as exc:  # noqa: BLE001 - every batch of the group learns it
                 results = [exc] * len(batches)
+            metrics.EVENT_LOG_WRITES.observe(time.perf_counter() - started)
             for batch, result in zip(batches, results, strict=True):
                 if batch.done.done():
                     continue  # its run was cancelled while waiting

@@ -38,6 +38,7 @@ from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
 from agent.runs.workspaces import workspace_for
+from agent.server import logs, metrics
 from agent.server.storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -178,9 +179,16 @@ class RunManager:
         await layer.group_add(control_group(conversation_id), channel)
 
         async def main() -> None:
+            logs.conversation_id.set(key)  # on every record of the run, its tasks' included
+            log.info("run started (model %s)", setup.config.model)
+            metrics.RUNS_STARTED.inc()
             try:
                 await run.main()
             finally:
+                log.info("run ended%s", " in an error" if run.failed else "")
+                metrics.RUNS_FINISHED.inc()
+                if run.failed:
+                    metrics.RUNS_FAILED.inc()
                 self._runs.pop(key, None)
                 with contextlib.suppress(Exception):
                     await layer.group_discard(control_group(conversation_id), channel)

@@ -33,6 +33,7 @@ from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
 from agent.runs.sandbox import sandbox_limits
+from agent.server import metrics
 from agent.ui.fragments import FragmentRenderer, title_fragments
 from agent.ui.render_pool import prehighlight, prerender
 from agent.ui.transcript import pending_highlights
@@ -92,6 +93,7 @@ class Run:
     _storage_failure: tuple[str, str] | None = None
     _store_failures = 0  # consecutive failed stores
     _failure_shown = False  # the page got the storage error event
+    failed = False  # ended in an error status (the metrics count it)
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -99,6 +101,7 @@ class Run:
         try:
             await self.agent.prompt(self.content)
         except Exception:  # the loop ends runs as events; this is a bug guard
+            self.failed = True
             log.exception("run of %s crashed", self.conversation.id)
         finally:
             lease.cancel()
@@ -179,6 +182,7 @@ class Run:
                         unsaved, last_save = [], time.monotonic()
                 else:
                     # Stored before it is sent: a page never shows what a reload would lose.
+                    self._count_errors(batch)  # never a batch of deltas alone: off the hot path
                     history = None
                     if any(isinstance(e, HISTORY_CHANGES) for e in batch):
                         history = self.agent.messages
@@ -195,6 +199,13 @@ class Run:
         await self._stored_partial()  # before the run's final save, never after it
         if self._storage_failure is not None:
             await self._show_storage_failure(conversation)
+
+    def _count_errors(self, batch: list[Event]) -> None:
+        for event in batch:
+            if isinstance(event, ErrorEvent):
+                metrics.RUN_ERRORS.inc(label=event.code)
+            elif isinstance(event, StatusEvent) and event.state == "error":
+                self.failed = True
 
     async def _store(self, events: list[Event], history: list | None) -> Conversation | None:
         """Store a batch. A failure that ends the run (``_note_store_failure``) returns
@@ -223,6 +234,7 @@ class Run:
             self._storage_failure = (STORAGE_ERROR_MESSAGE, "storage_error")
         else:
             return False
+        self.failed = True
         log.error("run of %s stopped: its events cannot be stored (%s: %s)",
                   self.conversation.id, type(exc).__name__, exc)  # fmt: skip
         self.agent.cancel()

@@ -103,8 +103,9 @@ class RedisLayer(RedisPubSubChannelLayer):
 
 
 class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
-    # Reads the shard's Redis client and subscription set (channels-redis 4.x internals,
-    # pinned in pyproject.toml; tests/deploy/test_services.py exercises them against Redis).
+    # Reads the shard's Redis client and subscription set (channels-redis 4.3 internals,
+    # pinned in pyproject.toml and checked at start-up by ``missing_internals``;
+    # tests/deploy/test_services.py exercises them against Redis).
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._peers: dict[str, tuple[float, int]] = {}  # group channel -> (when, count)
@@ -201,3 +202,51 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
     async def release(self, channel: str) -> None:
         if self.channels.pop(channel, None) is not None:
             await self._get_shard(channel).unsubscribe(channel)
+
+
+# -- what RedisLayer reads of channels-redis, checked at start-up -----------------------------
+# Private names: a release may drop or rename any of them. Without this check that would be
+# an AttributeError in the middle of a group send, on the first frame a user streams.
+INTERNALS = {
+    "RedisPubSubChannelLayer instance": ("_args", "_kwargs", "_layers"),
+    "RedisPubSubLoopLayer instance": (
+        "prefix",
+        "channels",
+        "groups",
+        "channel_layer",
+        "_get_shard",
+        "_get_group_channel_name",
+    ),  # fmt: skip
+    "RedisSingleShardConnection instance": (
+        "_redis",
+        "_subscribed_to",
+        "_ensure_redis",
+        "publish",
+        "subscribe",
+        "unsubscribe",
+    ),  # fmt: skip
+}
+
+
+def missing_internals() -> list[str]:
+    """The internals RedisLayer reads that this channels-redis lacks (empty: all there).
+    Built without connecting: the layers and shards open Redis only when first used."""
+    hosts = [{"address": "redis://127.0.0.1:1/0"}]
+    layer = RedisPubSubChannelLayer(hosts=hosts)
+    loop_layer = RedisPubSubLoopLayer(hosts=hosts, channel_layer=layer)
+    objects = {
+        "RedisPubSubChannelLayer instance": layer,
+        "RedisPubSubLoopLayer instance": loop_layer,
+        "RedisSingleShardConnection instance": loop_layer._get_shard("probe")
+        if hasattr(type(loop_layer), "_get_shard")
+        else None,
+    }
+    missing = []
+    for where, names in INTERNALS.items():
+        found = objects[where]
+        for name in names:
+            # vars() and the class, not hasattr(): the channel layer's __getattr__ forwards
+            # unknown names to a per-loop layer, which needs a running event loop.
+            if found is None or not (name in vars(found) or hasattr(type(found), name)):
+                missing.append(f"{where}.{name}")
+    return missing

@@ -31,6 +31,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
+from agent.server import logs, metrics
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
 from agent.web.prompts import accept_prompt, remove_queued
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
@@ -82,6 +83,8 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
+        # The socket's task handles all its frames: its records carry the conversation.
+        logs.conversation_id.set(str(self.conversation_id))
         self.user = self.scope["user"]
         session = self.scope.get("session")
         conversation, self.session_hash = await _owned(self.conversation_id, self.user, session)
@@ -99,8 +102,13 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         await runs.start_background()  # this process's cancel listener and run reaper
         await self.accept()
+        self.counted = True
+        metrics.SOCKETS.inc()
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            self.counted = False
+            metrics.SOCKETS.dec()
         if getattr(self, "rechecking", None) is not None:
             self.rechecking.cancel()
         for group in getattr(self, "groups_joined", []):
@@ -224,3 +232,4 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             self.checked_at = time.monotonic()
             self.rechecking = asyncio.ensure_future(self._recheck_in_background())
         await self.send(text_data=message["html"])
+        metrics.FRAMES.inc()

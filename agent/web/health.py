@@ -1,8 +1,11 @@
-"""``/healthz``: the database, the channel layer and the disks the server writes to."""
+"""``/healthz``: the database, the channel layer, the disks the server writes to and the bash
+sandbox, with the version and uptime; and the middleware that answers it for a local probe.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import tempfile
 from pathlib import Path
@@ -12,9 +15,47 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
+from agent.runs.selftest import sandbox_status
 from agent.server import storage
+from agent.web import prometheus
+
+PATH = "/healthz"
+VERSION = importlib.metadata.version("harness")
+
+
+class HealthProbeMiddleware:
+    """Answers ``GET /healthz`` (and ``/metrics``, which needs its token) before the host
+    check and the HTTPS redirect.
+
+    A load balancer, systemd or a container runtime probes the port directly: plain HTTP,
+    ``Host: 127.0.0.1``. Production settings answer that with a 301 to https or a 400
+    (DisallowedHost), so the probe would see the server down. The answer does not depend on
+    the host or the scheme and sets no cookie, so this one path, for GET and HEAD only,
+    skips both; every other path and method goes through the middleware as before.
+    Must come first in MIDDLEWARE (before SecurityMiddleware and CommonMiddleware)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.method in ("GET", "HEAD"):
+            if request.path_info == PATH:
+                return healthz(request)
+            if request.path_info == "/metrics":
+                return prometheus.metrics(request)
+        return self.get_response(request)
+
+
+def _uptime_seconds() -> float:
+    """Seconds since this process started (the kernel's count, not an import time)."""
+    with open("/proc/self/stat") as f:
+        # Field 22, after the command name (which may hold spaces, hence the last ")").
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        since_boot = float(f.read().split()[0])
+    return round(since_boot - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
 
 
 async def _channel_layer_roundtrip() -> None:
@@ -71,7 +112,7 @@ def _disk_checks() -> dict[str, str]:
     return checks
 
 
-@require_GET
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {}
     try:
@@ -86,6 +127,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["channel_layer"] = f"error: {type(exc).__name__}"
     checks.update(_disk_checks())
-    healthy = all(v == "ok" for v in checks.values())
-    status = 200 if healthy else 503
-    return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=status)
+    checks["sandbox"] = sandbox_status()  # the start-up self-test's result (runs/selftest.py)
+    healthy = not any(v.startswith("error") for v in checks.values())
+    body = {"status": "ok" if healthy else "error", **checks}
+    body.update(version=VERSION, uptime_seconds=_uptime_seconds())
+    return JsonResponse(body, status=200 if healthy else 503)

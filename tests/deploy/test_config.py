@@ -80,6 +80,8 @@ def _load_settings(**extra):
         ("HARNESS_BASH", "docker"),
         ("HARNESS_SSE_HEARTBEAT", "soon"),
         ("DJANGO_DEBUG", "maybe"),
+        ("HARNESS_LOG_LEVEL", "LOUD"),
+        ("HARNESS_LOG_FORMAT", "xml"),
     ],
 )
 def test_bad_setting_stops_start_up_naming_the_variable(name, value):

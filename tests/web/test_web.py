@@ -44,8 +44,9 @@ def test_healthz_reports_database_ok(client):
     response = client.get("/healthz")
     assert response.status_code == 200
     body = response.json()
-    assert body == {"status": "ok", "database": "ok", "channel_layer": "ok", "state_dir": "ok",
-                    "workspaces_disk": "ok", "database_disk": "ok"}  # fmt: skip
+    checks = {k: v for k, v in body.items() if k not in ("sandbox", "version", "uptime_seconds")}
+    assert checks == {"status": "ok", "database": "ok", "channel_layer": "ok", "state_dir": "ok",
+                      "workspaces_disk": "ok", "database_disk": "ok"}  # fmt: skip
 
 
 def test_prompt_history_is_fifo_100_deduplicated(user):
@@ -54,15 +55,6 @@ def test_prompt_history_is_fifo_100_deduplicated(user):
     user.remember_prompt("p104")  # same as the newest: not stored twice
     assert len(user.prompt_history) == 100
     assert user.prompt_history[0] == "p5" and user.prompt_history[-1] == "p104"
-
-
-def test_ensure_superuser_prints_the_password_once(db, capsys):
-    from django.core.management import call_command
-
-    call_command("ensure_superuser")
-    first = capsys.readouterr().out
-    call_command("ensure_superuser")
-    assert "password:" in first and capsys.readouterr().out == ""
 
 
 def test_daphne_serves_the_site(tmp_path):
