@@ -63,6 +63,9 @@ class Conversation(models.Model):
     cache_read_input_tokens = models.PositiveBigIntegerField(default=0)
     cache_creation_input_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    # How full the model's context is: the last call's input (or a compaction's estimate).
+    context_tokens = models.PositiveIntegerField(default=0)
+    context_window = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-updated"]

@@ -33,6 +33,7 @@ urlpatterns = [
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
     path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),
+    path("api/conversations/<uuid:conversation_id>/compact", api.compact, name="api_compact"),
     path(
         "api/conversations/<uuid:conversation_id>/queue/<str:queue_id>",
         api.unqueue,

@@ -42,6 +42,24 @@ class Raw:
 
 
 @dataclass
+class Json:
+    """A non-streamed response: the Message as one JSON body."""
+
+    body: dict[str, Any]
+    status: int = 200
+
+
+def message_reply(text: str, input_tokens: int = 500, output_tokens: int = 50) -> Json:
+    """A non-streamed Message holding ``text`` (a compaction's summary)."""
+    return Json({
+        "id": f"msg_test_{next(_ids)}", "type": "message", "role": "assistant",
+        "model": "claude-haiku-4-5", "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    })  # fmt: skip
+
+
+@dataclass
 class HttpError:
     status: int
     error_type: str
@@ -180,6 +198,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(response)
         elif isinstance(response, Raw):
             self._send_raw(response)
+        elif isinstance(response, Json):
+            payload = json.dumps(response.body).encode()
+            self.send_response(response.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("request-id", f"req_test_{next(_ids)}")
+            self.end_headers()
+            self.wfile.write(payload)
         else:
             self._send_stream(response)
 

@@ -53,10 +53,15 @@ def _is_cut_point(messages: list[Message], index: int) -> bool:
     return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
 
 
-def cut_point(messages: list[Message], keep_chars: int) -> int | None:
+def cut_point(messages: list[Message], keep_chars: int, keep_exchanges: int = 0) -> int | None:
     """Where to cut: the earliest point from which the rest fits in ``keep_chars``, or else
-    the latest point (the least kept); None when there is nothing before any point."""
+    the latest point (the least kept). With ``keep_exchanges`` (a compaction asked for):
+    just before the last that many exchanges (a prompt and what answered it). None when
+    there is nothing to summarise."""
     points = [i for i in range(1, len(messages)) if _is_cut_point(messages, i)]
+    if keep_exchanges:
+        starts = [i for i in points if messages[i]["role"] == "user"]
+        return starts[-keep_exchanges] if len(starts) >= keep_exchanges else None
     if not points:
         return None
     kept = 0

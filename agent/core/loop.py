@@ -88,6 +88,9 @@ class _RunFailed(Exception):
         self.code, self.message = code, message
 
 
+KEEP_EXCHANGES = 2  # a compaction asked for keeps the last exchanges as they are
+
+
 class AgentLoop:
     def __init__(
         self,
@@ -168,7 +171,10 @@ class AgentLoop:
                 return True
         return False
 
-    async def prompt(self, content: str) -> RunResult:
+    async def prompt(self, content: str | None) -> RunResult:
+        """Run a prompt to its end (queued prompts included); ``None`` compacts the history
+        instead (a compaction asked for: interfaces §10). Ends with one idle or error
+        status either way."""
         if self._task is not None:
             raise PromptAlreadyRunning()
         self._task = asyncio.current_task()
@@ -193,10 +199,20 @@ class AgentLoop:
                 log.exception("event handler failed on %s", event.type)
         return event
 
-    async def _run(self, content: str) -> RunResult:
-        self._deliver([QueuedPrompt("", content, "")])
+    async def compact(self) -> RunResult:
+        return await self.prompt(None)
+
+    async def _run(self, content: str | None) -> RunResult:
+        if content is None:
+            self._prompt_index = None
+            self._emit(StatusEvent(state="thinking", message="Compacting"))
+        else:
+            self._deliver([QueuedPrompt("", content, "")])
         try:
-            result = await self._loop(self._prompt_index)
+            if content is None:
+                result = await self._compact_requested()
+            else:
+                result = await self._loop(self._prompt_index)
             while next_prompts := self._next_queued():
                 # The agent would stop here: what was queued goes on in this run.
                 self._deliver(next_prompts)
@@ -214,7 +230,8 @@ class AgentLoop:
             return RunResult("error", "Cancelled", "cancelled")
         except _RunFailed as failure:
             self._close_turn(f"not run: {failure.message}")
-            self._drop_unanswered_prompt(self._prompt_index)
+            if self._prompt_index is not None:
+                self._drop_unanswered_prompt(self._prompt_index)
             self._drop_queue("not_sent")
             self._emit(ErrorEvent(message=failure.message, code=failure.code))
             self._emit(StatusEvent(state="error", message=failure.message))
@@ -394,12 +411,18 @@ class AgentLoop:
                 "conversation or ask for a smaller step.",
             )
 
-    async def _compact(self) -> bool:
+    async def _compact_requested(self) -> RunResult:
+        if not await self._compact(keep_exchanges=KEEP_EXCHANGES):
+            self._emit(ErrorEvent(message="Nothing to compact yet: the conversation is still "
+                                  "short.", code="nothing_to_compact"))  # fmt: skip
+        return RunResult("idle")
+
+    async def _compact(self, keep_exchanges: int = 0) -> bool:
         """Summarise the older messages (a non-streamed call, metered); False when there is
         nothing before the recent ones to summarise."""
         keep_chars = int(self.config.context_window * compaction.KEEP_SHARE
                          * compaction.CHARS_PER_TOKEN)  # fmt: skip
-        cut = compaction.cut_point(self._messages, keep_chars)
+        cut = compaction.cut_point(self._messages, keep_chars, keep_exchanges)
         if cut is None:
             return False
         older = self._messages[:cut]

@@ -103,7 +103,7 @@ def _check_rate(owner_id: int) -> None:
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Setup:
+def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False) -> Setup:
     """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
     in the page also joins the user's prompt history. One transaction, few queries: a
     prompt's start is the largest fixed cost of a run (the benchmark's profile)."""
@@ -124,7 +124,7 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
             "lease_owner": PROCESS_ID,
             "lease_until": _lease_deadline(),
         }
-        titled = not conversation.title
+        titled = not conversation.title and prompt is not None  # (None: a compaction)
         if titled:
             changes["title"] = title_from_prompt(prompt)
         claimed = (
@@ -136,7 +136,7 @@ def claim(conversation_id, owner_id, prompt: str, remember: bool = False) -> Set
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         for name, value in changes.items():
             setattr(conversation, name, value)
-        if remember:
+        if remember and prompt is not None:
             owner.remember_prompt(prompt)
             User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too

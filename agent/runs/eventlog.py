@@ -26,6 +26,7 @@ from django.db.models import F
 
 from agent.core.events import (
     USAGE_FIELDS,
+    CompactionEvent,
     QueuedEvent,
     StatusEvent,
     TextDeltaEvent,
@@ -133,6 +134,12 @@ def _apply(batch: Batch) -> Conversation | None:
             for name in USAGE_FIELDS:
                 changes[name] = F(name) + event[name]
             changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
+            if event.get("context_tokens"):
+                changes["context_tokens"] = event["context_tokens"]
+                changes["context_window"] = event.get("context_window") or 0
+        elif event["type"] == CompactionEvent.type:
+            changes["context_tokens"] = event["tokens_after"]
+            changes["cost_usd"] = F("cost_usd")  # (re-read for the meter)
     texts = [e["seq"] for e in rows if e["type"] == TEXT]
     if texts:
         # The block is complete: its partial-text rows give way to the whole text.

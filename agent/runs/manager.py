@@ -143,10 +143,10 @@ class RunManager:
             log.exception("could not answer a queue request for %s", conversation)
 
     async def start(
-        self, conversation_id, owner_id: int, content: str, *, remember: bool = False
+        self, conversation_id, owner_id: int, content: str | None, *, remember: bool = False
     ) -> Run:
-        """Start a prompt; ``remember`` also saves it in the user's prompt history (the
-        page's prompts; not the API's)."""
+        """Start a prompt (``None``: a compaction of the history); ``remember`` also saves
+        it in the user's prompt history (the page's prompts; not the API's)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:

@@ -16,6 +16,7 @@ import time
 from django.conf import settings
 
 from agent.core.events import (
+    CompactionEvent,
     ErrorEvent,
     Event,
     StatusEvent,
@@ -60,7 +61,7 @@ STORE_ATTEMPTS = 3  # consecutive failed stores (of any other cause) that end a 
 FINISH_RETRIES = (0.0, 1.0, 2.0, 4.0)  # seconds before each try of the final save
 # Events after which the run's history changed: stored with them, so a crash loses none
 # of the conversation.
-HISTORY_CHANGES = (StatusEvent, TextEvent, ToolResultEvent)
+HISTORY_CHANGES = (StatusEvent, TextEvent, ToolResultEvent, CompactionEvent)
 
 
 def _only_deltas(batch: list[Event]) -> bool:
@@ -68,7 +69,7 @@ def _only_deltas(batch: list[Event]) -> bool:
 
 
 class Run:
-    def __init__(self, setup: Setup, content: str, workspace: Workspace, system: str):
+    def __init__(self, setup: Setup, content: str | None, workspace: Workspace, system: str):
         self.conversation = setup.conversation
         self.config = setup.config
         self.announce_title = setup.titled

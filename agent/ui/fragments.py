@@ -15,6 +15,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from agent.core.events import (
+    CompactionEvent,
     Event,
     StatusEvent,
     TextDeltaEvent,
@@ -202,7 +203,9 @@ class FragmentRenderer:
                     out.append(DELETE_LIVE)
                     self.live, self.live_markdown = False, None
                 self._status_changes(out, always=True)
-            elif isinstance(event, UsageEvent):
+            elif isinstance(event, UsageEvent | CompactionEvent):
+                if part is not None:
+                    parts.append(part)
                 flush_parts()
                 context = {"conversation": conversation, "oob": True}
                 out.append(render_to_string("agent/_meter.html", context))

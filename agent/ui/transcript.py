@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core.events import (
+    CompactionEvent,
     ErrorEvent,
     Event,
     QueuedEvent,
@@ -55,6 +56,7 @@ class Part:
     retry: str = ""  # error parts: the prompt a Retry button sends again
     tool: ToolView | None = None
     timestamp: int = 0  # the event's (Unix ms): shown on hover
+    detail: str = ""  # compaction parts: the tokens before and after
     mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
 
@@ -135,6 +137,7 @@ def tool_target(name: str, params: Any) -> str:
     return _clip(text("path"))
 
 
+COMPACTING = "Compacting"  # the first status of a compaction asked for (core/loop.py)
 STOPPED_TEXT = "Stopped · Cancelled"  # a cancelled prompt: neutral, not an error
 WRITING_TEXT = "Writing…"  # a text block is streaming (the state is still `thinking`)
 
@@ -308,6 +311,8 @@ class Transcript:
                 apply_result(part.tool, event)
             return part
         if isinstance(event, StatusEvent):
+            if event.message == COMPACTING:
+                self.last_prompt = ""  # a compaction's run: an error has no prompt to retry
             self.status = event
             if event.state in ("idle", "error"):
                 self.live = None  # the prompt ended: no block is streaming any more
@@ -345,6 +350,10 @@ class Transcript:
             return part
         if isinstance(event, ReasoningEvent):
             return Part("reasoning", event.seq, content=event.content)
+        if isinstance(event, CompactionEvent):
+            detail = f"{event.tokens_before:,} → {event.tokens_after:,} tokens"
+            html = render_markdown(event.summary)
+            return Part("compaction", event.seq, content=event.summary, html=html, detail=detail)
         if isinstance(event, ErrorEvent):
             self.error_code = event.code
             retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""

@@ -34,7 +34,7 @@ from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
-from agent.web.prompts import accept_prompt, remove_queued
+from agent.web.prompts import accept_prompt, remove_queued, start_compaction
 from agent.web.revocation import token_group, user_group
 from agent.web.throttle import (
     Throttled,
@@ -237,6 +237,18 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         else:
             return {}, f"Unknown field {str(key)[:100]!r}."
     return changes, ""
+
+
+@api_view("POST")
+@of_conversation
+async def compact(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """Compact the history now: 202, then a ``compaction`` event and an idle status on the
+    stream (409 while a prompt runs)."""
+    try:
+        await start_compaction(conversation.id, request.api_user)
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"accepted": True}, status=202)
 
 
 @api_view("POST")

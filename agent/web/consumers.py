@@ -33,7 +33,7 @@ from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.server import logs, metrics
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
-from agent.web.prompts import accept_prompt, remove_queued
+from agent.web.prompts import accept_prompt, remove_queued, start_compaction
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,12 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(
                     "That prompt is no longer queued: it was sent or removed.", "not_queued",
                 ))  # fmt: skip
+            return
+        if frame.get("action") == "compact":
+            try:
+                await start_compaction(self.conversation_id, self.user)
+            except RunRefused as refused:
+                await self.send(text_data=composer_alert(refused.message, refused.code))
             return
         if "action" in frame:
             await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))

@@ -60,6 +60,12 @@ async def accept_prompt(
     return await runs.submit(conversation_id, user.pk, text, mode, remember=remember)
 
 
+async def start_compaction(conversation_id, user) -> None:
+    """Compact the conversation's history now (interfaces §10), as a run of its own; or
+    raise ``RunRefused`` (``prompt_running`` while one runs, a quota…)."""
+    await runs.start(conversation_id, user.pk, None)
+
+
 async def remove_queued(conversation_id, queue_id, *, running: bool = True) -> bool:
     """Take a queued prompt out of the running prompt's queue; False when it is not there."""
     if not is_queue_id(queue_id):

@@ -9,7 +9,7 @@ import pytest
 
 from testkit.api_client import Api, read_until
 from testkit.live import LiveServer
-from testkit.model_server import echo_fallback, text_reply, tool_reply
+from testkit.model_server import echo_fallback, message_reply, text_reply, tool_reply
 
 
 @pytest.fixture(scope="module")
@@ -255,3 +255,37 @@ def test_the_deployments_instructions_reach_every_runs_system_prompt(live, alice
     finally:
         live.manage("shell", "-c", "from agent.models import DeploymentInstructions as D; "
                     "D(text='').save()")  # fmt: skip
+
+
+def test_compact_on_request_summarises_and_the_stream_shows_it(alice, fresh, live):
+    cid = new_conversation(alice)
+    for i in range(3):
+        alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": f"step {i}"})
+        wait_state(alice, cid, "idle")
+    other = Api(live.url, live.manage("create_api_token", "bob").strip())
+    assert other.call("POST", f"/api/conversations/{cid}/compact")[0] == 404
+    fresh.enqueue(message_reply("Three steps were asked for."))
+    status, body = alice.call("POST", f"/api/conversations/{cid}/compact")
+    assert (status, body) == (202, {"accepted": True})
+    wait_state(alice, cid, "idle")
+    _, stream = alice.events(cid)
+    events = [item[2] for item in read_until(stream, lambda i: i[0] == "event"
+              and i[2]["type"] == "compaction") if item[0] == "event"]  # fmt: skip
+    done = events[-1]
+    assert done["summary"] == "Three steps were asked for." and done["through_seq"] > 0
+    assert done["tokens_before"] > done["tokens_after"] > 0
+    fresh.enqueue(text_reply("after"))
+    alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "go on"})
+    wait_state(alice, cid, "idle")
+    sent = fresh.bodies[-1]["messages"]
+    assert "Three steps were asked for." in sent[0]["content"][0]["text"]
+    assert "step 0" not in str(sent) and "step 1" in str(sent)  # the last two exchanges kept
+
+
+def test_compact_while_a_prompt_runs_is_409(alice, fresh):
+    cid = new_conversation(alice)
+    fresh.enqueue(text_reply("slow " * 50, delay=0.05))
+    alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "long"})
+    status, body = alice.call("POST", f"/api/conversations/{cid}/compact")
+    assert status == 409 and body["error"] == "prompt_running"
+    wait_state(alice, cid, "idle")

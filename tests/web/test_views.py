@@ -125,6 +125,28 @@ def test_the_page_sets_the_thinking_level_of_its_own_conversation_only(client, a
     assert other.thinking == ""
 
 
+def test_the_page_shows_a_compaction_and_how_full_the_context_is(client, ada):
+    conversation = Conversation.objects.create(
+        owner=ada, model="m", context_tokens=50_000, context_window=200_000, last_seq=2
+    )
+    text = "**Earlier**: <img src=x onerror=alert(1)>"
+    summary = {"type": "compaction", "seq": 2, "timestamp": 1, "summary": text,
+               "through_seq": 1, "tokens_before": 160_000, "tokens_after": 9_000}  # fmt: skip
+    Event.objects.create(
+        conversation=conversation,
+        seq=1,
+        type="user",
+        payload={"type": "user", "seq": 1, "timestamp": 1, "content": "hi"},
+    )
+    Event.objects.create(conversation=conversation, seq=2, type="compaction", payload=summary)
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert 'data-part="compaction" data-seq="2"' in page
+    assert "160,000 → 9,000 tokens" in page and "<strong>Earlier</strong>" in page
+    assert "onerror" not in page  # the summary is model text: sanitized
+    assert 'id="context-gauge"' in page and "context 25%" in page
+    assert 'name="action" value="compact"' in page
+
+
 def test_actions_need_post_and_csrf(ada):
     from django.test import Client
 

@@ -158,8 +158,10 @@ class _Messages:
     def __init__(self, delay: float):
         self.delay = delay
 
-    async def create(self, **request: Any) -> AsyncIterator[dict[str, Any]]:
+    async def create(self, **request: Any) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
         messages = request.get("messages", [])
+        if not request.get("stream"):  # a compaction's summary: one message, not streamed
+            return _summary_message(messages, len(json.dumps(request, default=str)) // 4)
         tools = {t["name"] for t in request.get("tools", [])}
         prompt, results = _last_user(messages)
         if results:
@@ -200,6 +202,20 @@ class _Messages:
                "delta": {"stop_reason": "tool_use" if call else "end_turn"},
                "usage": {"output_tokens": max(1, len(text) // 4)}}  # fmt: skip
         yield {"type": "message_stop"}
+
+
+def _summary_message(messages: list[dict[str, Any]], input_tokens: int) -> dict[str, Any]:
+    """The demo's summary of a conversation: its prompts, as a list."""
+    prompts = [
+        block["text"] for m in messages if m["role"] == "user" and isinstance(m["content"], list)
+        for block in m["content"] if block.get("type") == "text"
+    ][:-1]  # the last is the instruction to summarise  # fmt: skip
+    lines = "\n".join(f"- {p[:200]}" for p in prompts) or "- (no prompts)"
+    text = f"The user asked (offline demo summary):\n{lines}"
+    return {"id": f"msg_demo_{next(_ids)}", "type": "message", "role": "assistant",
+            "model": DEMO_MODEL, "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": input_tokens, "output_tokens": len(text) // 4}}  # fmt: skip
 
 
 class DemoClient:
