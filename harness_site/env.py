@@ -30,6 +30,20 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_fraction(name: str, default: float, *, minimum: float = 0.0) -> float:
+    """A number between ``minimum`` and 1."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if not minimum <= value <= 1:
+        raise ImproperlyConfigured(f"{name} must be between {minimum:g} and 1, not {raw.strip()}")
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

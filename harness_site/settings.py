@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from agent.core.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
 from agent.core.tools import BASH_MODES
 
-from .env import env_bool, env_choice, env_int, env_list, env_secret, env_str
+from .env import env_bool, env_choice, env_fraction, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -194,6 +194,8 @@ if HARNESS_THINKING and not MIN_THINKING_BUDGET <= HARNESS_THINKING < HARNESS_MA
         f"HARNESS_MAX_TOKENS - 1 ({HARNESS_MAX_TOKENS - 1}), not {HARNESS_THINKING}"
     )
 HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
+# The share of the model's context window at which the history is compacted (§10).
+HARNESS_COMPACT_AT = env_fraction("HARNESS_COMPACT_AT", 0.8, minimum=0.1)
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
 # Workspace storage (agent/server/storage.py): `loop` gives each workspace a size-limited ext4
 # image of HARNESS_WORKSPACE_QUOTA_MB (needs root); `auto` uses it when it can.

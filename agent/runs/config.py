@@ -16,5 +16,6 @@ def agent_config(**overrides) -> Config:
         max_turns=settings.HARNESS_MAX_TURNS,
         system_prompt=settings.HARNESS_SYSTEM_PROMPT,
         thinking_budget=settings.HARNESS_THINKING,
+        compact_at=settings.HARNESS_COMPACT_AT,
     )
     return config.replace(**overrides) if overrides else config

@@ -117,3 +117,17 @@ def test_production_settings_pass_check_deploy_at_warning_level():
 def test_production_refuses_a_short_secret_key():
     proc = _load_settings(DJANGO_SECRET_KEY="short", DJANGO_ALLOWED_HOSTS="h.example")
     assert proc.returncode != 0 and "DJANGO_SECRET_KEY" in proc.stderr
+
+
+def test_compact_at_is_a_fraction_of_the_window(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from harness_site.env import env_fraction
+
+    monkeypatch.setenv("X_FRACTION", "0.6")
+    assert env_fraction("X_FRACTION", 0.8, minimum=0.1) == 0.6
+    assert env_fraction("X_UNSET_FRACTION", 0.8) == 0.8
+    for bad in ("1.5", "0.05", "most"):
+        monkeypatch.setenv("X_FRACTION", bad)
+        with pytest.raises(ImproperlyConfigured, match="X_FRACTION"):
+            env_fraction("X_FRACTION", 0.8, minimum=0.1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.model_server import HttpError, text_reply, tool_reply
+from testkit.model_server import HttpError, message_reply, text_reply, tool_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 AXE = Path(__file__).parent / "vendor" / "axe-4.14.1.min.js"  # test-only, pinned (README)
@@ -116,6 +116,22 @@ def test_axe_with_queued_prompts_and_then_not_sent_ones(axe_context, fresh_model
     page.fill("#prompt", "")
     new_conversation(page)  # the user's newest conversation is left idle for other tests
     assert queued == [] and not_sent == []
+
+
+def test_axe_with_a_compaction_and_the_context_gauge(axe_context, fresh_model):
+    page = sign_in(axe_context(), "alice")
+    new_conversation(page)
+    for step in ("one", "two", "three"):
+        send(page, step)
+        wait_idle(page)
+    fresh_model.enqueue(message_reply("Three **short** prompts."))
+    page.click(".conv-actions summary")
+    page.click(".compact-form button")
+    page.wait_for_selector("[data-part=compaction]")
+    wait_idle(page)
+    page.click("[data-part=compaction] summary")  # the summary open
+    page.click(".conv-actions summary")  # the menu closed
+    assert axe(page, "chat, compacted") == []
 
 
 def test_axe_with_tool_cards(axe_context, fresh_model):

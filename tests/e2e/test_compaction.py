@@ -1,0 +1,29 @@
+"""Compacting the context from the page: the ⋯ menu's button, the divider with its summary,
+and the meter's gauge of how full the context is."""
+
+from __future__ import annotations
+
+from testkit.model_server import message_reply
+from tests.e2e.conftest import send, sign_in, wait_idle
+
+
+def test_compact_from_the_menu_shows_the_summary_and_the_gauge(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    for step in ("first step", "second step", "third step"):
+        send(page, step)
+        wait_idle(page)
+    assert "context" in page.inner_text("#context-gauge")  # usage reported the window
+    fresh_model.enqueue(message_reply("The user walked through **three steps**."))
+    page.click(".conv-actions summary")
+    page.click(".compact-form button")
+    divider = page.wait_for_selector("[data-part=compaction]")
+    wait_idle(page)
+    assert "Context compacted" in divider.inner_text()
+    divider.query_selector("summary").click()
+    assert divider.query_selector(".md strong").inner_text() == "three steps"
+    page.reload()
+    page.wait_for_selector("[data-part=compaction] >> text=Context compacted")
+    kinds = [p.get_attribute("data-part") for p in page.query_selector_all("#messages > .part")]
+    assert kinds[-1] == "compaction" and kinds.count("user") == 3  # the transcript keeps all
