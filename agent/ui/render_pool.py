@@ -65,26 +65,29 @@ def shutdown() -> None:
         _pool = None
 
 
-async def prerender(texts: list[str]) -> None:
-    """Render these texts in the worker (those worth it and not cached yet) and cache them."""
-    todo = [
-        t for t in dict.fromkeys(texts)
-        if OFFLOAD_CHARS <= len(t) <= rendering.MAX_MARKDOWN and not rendering.is_cached(t)
-    ]  # fmt: skip
-    if not todo:
-        return
+async def _in_worker(fn, jobs: list[tuple], remember) -> None:
+    """``fn(*job)`` for each job in the worker, each result handed to ``remember(*job, it)``;
+    a broken worker is replaced next time and the caller's work happens in place now."""
     loop = asyncio.get_running_loop()
     try:
         pool = _get_pool()
-        done = await asyncio.gather(
-            *(loop.run_in_executor(pool, rendering.render_uncached, t) for t in todo)
-        )
-    except Exception:  # a broken worker: start a new one next time, render in place now
+        done = await asyncio.gather(*(loop.run_in_executor(pool, fn, *job) for job in jobs))
+    except Exception:
         log.exception("the render worker failed; rendering in the server process")
         shutdown()
         return
-    for text, html in zip(todo, done, strict=True):
-        rendering.remember(text, html)
+    for job, result in zip(jobs, done, strict=True):
+        remember(*job, result)
+
+
+async def prerender(texts: list[str]) -> None:
+    """Render these texts in the worker (those worth it and not cached yet) and cache them."""
+    todo = [
+        (t,) for t in dict.fromkeys(texts)
+        if OFFLOAD_CHARS <= len(t) <= rendering.MAX_MARKDOWN and not rendering.is_cached(t)
+    ]  # fmt: skip
+    if todo:
+        await _in_worker(rendering.render_uncached, todo, rendering.remember)
 
 
 async def prehighlight(jobs: list[tuple[str, str]]) -> None:
@@ -94,17 +97,5 @@ async def prehighlight(jobs: list[tuple[str, str]]) -> None:
         job for job in dict.fromkeys(jobs)
         if len(job[0]) >= OFFLOAD_CHARS and highlight.needs_highlighting(*job)
     ]  # fmt: skip
-    if not todo:
-        return
-    loop = asyncio.get_running_loop()
-    try:
-        pool = _get_pool()
-        done = await asyncio.gather(
-            *(loop.run_in_executor(pool, highlight.highlight_uncached, *job) for job in todo)
-        )
-    except Exception:  # a broken worker: start a new one next time, highlight in place now
-        log.exception("the render worker failed; highlighting in the server process")
-        shutdown()
-        return
-    for (text, filename), html in zip(todo, done, strict=True):
-        highlight.remember(text, filename, html)
+    if todo:
+        await _in_worker(highlight.highlight_uncached, todo, highlight.remember)

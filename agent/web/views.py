@@ -178,32 +178,30 @@ def _default_thinking() -> str:
     return min(THINKING_LEVELS, key=lambda level: abs(THINKING_LEVELS[level] - budget))
 
 
+def _set_choice(request: HttpRequest, conversation_id, field: str, choices) -> HttpResponse:
+    """A conversation's setting from the page's select (``data-autosubmit``: 204 or 400, the
+    page stays where it is) or, without script, its form (back to the conversation)."""
+    conversation = _owned_or_404(request, conversation_id)
+    value = request.POST.get(field, "")
+    known = value in choices
+    if known:
+        setattr(conversation, field, value)
+        conversation.save(update_fields=[field, "updated"])
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204 if known else 400)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
 @login_required
 @require_POST
 def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
-    conversation = _owned_or_404(request, conversation_id)
-    model = request.POST.get("model", "")
-    known = model in dict(model_choices())
-    if known:
-        conversation.model = model
-        conversation.save(update_fields=["model", "updated"])
-    if request.headers.get("HX-Request"):  # the page's select, which stays where it is
-        return HttpResponse(status=204 if known else 400)
-    return redirect("conversation", conversation_id=conversation.id)
+    return _set_choice(request, conversation_id, "model", dict(model_choices()))
 
 
 @login_required
 @require_POST
 def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
-    conversation = _owned_or_404(request, conversation_id)
-    level = request.POST.get("thinking", "")
-    known = level in THINKING_LEVELS
-    if known:
-        conversation.thinking = level
-        conversation.save(update_fields=["thinking", "updated"])
-    if request.headers.get("HX-Request"):  # the page's select, which stays where it is
-        return HttpResponse(status=204 if known else 400)
-    return redirect("conversation", conversation_id=conversation.id)
+    return _set_choice(request, conversation_id, "thinking", THINKING_LEVELS)
 
 
 @login_required
