@@ -11,7 +11,7 @@ import pytest
 from agent.core.config import Config
 from agent.core.loop import AgentLoop
 from agent.core.tools import Workspace, build_tools
-from testkit.model_server import ModelServer
+from testkit.model_server import ModelServer, echo_fallback
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -55,6 +55,14 @@ def model():
     server = ModelServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def fresh(model):
+    """The module's model server with nothing queued, echoing prompts when nothing is."""
+    model.reset()
+    model.fallback = echo_fallback
+    return model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from testkit.api_client import Api, read_until
 from testkit.live import LiveServer
-from testkit.model_server import echo_fallback, message_reply, text_reply, tool_reply
+from testkit.model_server import message_reply, text_reply, tool_reply
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +22,6 @@ def live(tmp_path_factory, model):
     server.create_users("alice", "bob")
     yield server
     server.stop()
-
-
-@pytest.fixture
-def fresh(model):
-    model.reset()
-    model.fallback = echo_fallback
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from agent.core.loop import STEERED
 from testkit.api_client import Api, read_until
 from testkit.live import LiveServer
-from testkit.model_server import echo_fallback, text_reply, tool_reply
+from testkit.model_server import text_reply, tool_reply
 
 GATE = "while [ ! -e {name} ]; do sleep 0.02; done; echo opened"
 
@@ -29,13 +29,6 @@ def live(tmp_path_factory, model):
     server.create_users("quinn", "rob")
     yield server
     server.stop()
-
-
-@pytest.fixture
-def fresh(model):
-    model.reset()
-    model.fallback = echo_fallback
-    return model
 
 
 @pytest.fixture(scope="module")
