@@ -14,7 +14,8 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
 from agent.core.events import USAGE_FIELDS
-from agent.models import ApiToken, Conversation, DeploymentInstructions, Event, User
+from agent.models import ApiToken, Conversation, DeploymentInstructions, Event, UsageDay, User
+from agent.runs import usage
 from agent.runs.eventlog import from_stored
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
@@ -24,8 +25,15 @@ from agent.web.api_tokens import digest, new_token_value
 
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
-    fieldsets = (*BaseUserAdmin.fieldsets, ("Harness", {"fields": ("prompt_history_list",)}))
-    readonly_fields = ("prompt_history_list",)
+    fieldsets = (*BaseUserAdmin.fieldsets, ("Harness", {"fields": (
+        "bash_enabled", "monthly_budget_usd", "month_to_date", "prompt_history_list",
+    )}))  # fmt: skip
+    readonly_fields = ("prompt_history_list", "month_to_date")
+
+    @admin.display(description="Spent this month (UTC)")
+    def month_to_date(self, user: User):
+        return f"${usage.month_to_date(user.pk):.2f}" if user.pk else "—"
+
     list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
 
     @admin.display(description="Prompt history (oldest first)")
@@ -170,6 +178,25 @@ class DeploymentInstructionsAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return super().has_add_permission(request) and not DeploymentInstructions.objects.exists()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(UsageDay)
+class UsageDayAdmin(admin.ModelAdmin):
+    """Each user's tokens and cost per day, as the event log's writer adds them (read-only)."""
+
+    list_display = ["date", "user", "cost_usd", "input_tokens", "output_tokens"]
+    list_filter = ["date", "user"]
+    date_hierarchy = "date"
+    ordering = ["-date", "user__username"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -26,6 +26,12 @@ class User(AbstractUser):
     # The page's colours, rendered into <html data-theme> on every page (no flash).
     theme = models.CharField(max_length=6, choices=Theme.choices, default=Theme.SYSTEM)
 
+    monthly_budget_usd = models.DecimalField(
+        max_digits=10, decimal_places=2, null=True, blank=True,
+        help_text="This user's spend limit per calendar month (UTC), in USD. Empty: the "
+        "deployment's HARNESS_MONTHLY_BUDGET_USD (unset there: no limit).",
+    )  # fmt: skip
+
     def remember_prompt(self, prompt: str) -> None:
         history = list(self.prompt_history or [])
         if not history or history[-1] != prompt:
@@ -109,6 +115,24 @@ class DeploymentInstructions(models.Model):
     def current(cls) -> str:
         row = cls.objects.filter(pk=1).only("text").first()
         return row.text if row else ""
+
+
+class UsageDay(models.Model):
+    """One user's tokens and cost on one day (UTC), added to as usage events are stored: a
+    budget check and the usage figures read a month's rows, never the event log."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="usage_days")
+    date = models.DateField()
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "date"], name="usage_user_date")]
+        ordering = ["date"]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.date}"
 
 
 class Event(models.Model):

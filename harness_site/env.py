@@ -7,6 +7,7 @@ default silently taking its place.
 from __future__ import annotations
 
 import os
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -41,6 +42,22 @@ def env_fraction(name: str, default: float, *, minimum: float = 0.0) -> float:
         raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
     if not minimum <= value <= 1:
         raise ImproperlyConfigured(f"{name} must be between {minimum:g} and 1, not {raw.strip()}")
+    return value
+
+
+def env_amount(name: str) -> Decimal | None:
+    """An amount of money (a non-negative decimal); None when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation:
+        raise ImproperlyConfigured(
+            f"{name} must be an amount such as 50 or 12.50, not {raw!r}"
+        ) from None
+    if not value.is_finite() or value < 0:
+        raise ImproperlyConfigured(f"{name} must be an amount such as 50 or 12.50, not {raw!r}")
     return value
 
 

@@ -18,7 +18,16 @@ from django.core.exceptions import ImproperlyConfigured
 from agent.core.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
 from agent.core.tools import BASH_MODES
 
-from .env import env_bool, env_choice, env_fraction, env_int, env_list, env_secret, env_str
+from .env import (
+    env_amount,
+    env_bool,
+    env_choice,
+    env_fraction,
+    env_int,
+    env_list,
+    env_secret,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -194,6 +203,8 @@ if HARNESS_THINKING and not MIN_THINKING_BUDGET <= HARNESS_THINKING < HARNESS_MA
         f"HARNESS_MAX_TOKENS - 1 ({HARNESS_MAX_TOKENS - 1}), not {HARNESS_THINKING}"
     )
 HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
+# Each user's spend limit per calendar month (UTC) in USD; the admin overrides it per user.
+HARNESS_MONTHLY_BUDGET_USD = env_amount("HARNESS_MONTHLY_BUDGET_USD")
 # The share of the model's context window at which the history is compacted (§10).
 HARNESS_COMPACT_AT = env_fraction("HARNESS_COMPACT_AT", 0.8, minimum=0.1)
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))

@@ -29,6 +29,7 @@ urlpatterns = [
     path("files/", views.workspace_files, name="files"),
     path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
+    path("api/usage", api.usage_view, name="api_usage"),
     path("api/conversations/<uuid:conversation_id>", api.conversation, name="api_conversation"),
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),

@@ -22,6 +22,7 @@ from agent.access import owned_by
 from agent.core.config import Config
 from agent.core.events import QueuedEvent, UserEvent, now_ms
 from agent.models import Conversation, Event, User
+from agent.runs import usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 
@@ -86,6 +87,19 @@ def _check_quotas(owner_id: int, *, per_minute: bool = True) -> None:
         _check_rate(owner_id)
 
 
+def _check_budget(owner) -> None:
+    """The owner's spend this month (UTC) against their budget (interfaces §13): a run
+    that would start past it is refused; a running one finishes."""
+    over = usage.over_budget(owner)
+    if over is not None:
+        spent, budget = over
+        raise RunRefused(
+            "budget_exceeded",
+            f"This month's budget of ${budget:.2f} is spent (${spent:.2f} so far); it renews "
+            "on the 1st (UTC), or an administrator can raise it.",
+        )
+
+
 def _check_rate(owner_id: int) -> None:
     """Prompts sent in the last minute: those that started a run and those queued on one
     (each once: a queued prompt's delivery, a ``user`` event with a mode, is not counted)."""
@@ -117,6 +131,8 @@ def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False)
         if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
+        if not config.offline:  # (the demo costs nothing)
+            _check_budget(owner)
         # The per-minute limit protects spend: the offline demo model costs nothing.
         _check_quotas(owner_id, per_minute=not config.offline)
         changes = {

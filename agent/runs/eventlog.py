@@ -38,6 +38,7 @@ from agent.core.events import (
 )
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
+from agent.runs import usage
 from agent.server import metrics
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,15 @@ def _apply(batch: Batch) -> Conversation | None:
         for e in rows
     )
     Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    spent = [e for e in rows if e["type"] == UsageEvent.type]
+    if spent:  # the owner's days, for budgets and the usage figures
+        owner_id = (
+            Conversation.objects.filter(id=batch.conversation_id)
+            .values_list("owner_id", flat=True)
+            .first()
+        )
+        if owner_id is not None:
+            usage.add(owner_id, spent)
     if "cost_usd" in changes:
         # for the meter: the history (the largest field) is never rendered
         return Conversation.objects.defer("history").get(id=batch.conversation_id)

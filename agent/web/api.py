@@ -29,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from agent.access import conversation_for, conversations_of, new_conversation
 from agent.core.config import THINKING_LEVELS
 from agent.models import Conversation
+from agent.runs import usage
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
@@ -46,7 +47,8 @@ from agent.web.views import TITLE_MAX, model_choices
 
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
-                  "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429}  # fmt: skip
+                  "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429,
+                  "budget_exceeded": 429}  # fmt: skip
 
 
 # An open stream re-checks its token at most this often (seconds) while events flow.
@@ -152,6 +154,12 @@ def conversations(request: HttpRequest) -> JsonResponse:
         conversation.title = " ".join(title.split())
         conversation.save(update_fields=["title"])
     return JsonResponse({"id": str(conversation.id)}, status=201)
+
+
+@api_view("GET")
+def usage_view(request: HttpRequest) -> JsonResponse:
+    """The caller's spend this month, their budget and the last 31 days (interfaces §13)."""
+    return JsonResponse(usage.report(request.api_user))
 
 
 def of_conversation(view):

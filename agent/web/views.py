@@ -19,6 +19,7 @@ from agent.access import (
 from agent.core.config import MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation, User
+from agent.runs import usage
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
@@ -129,6 +130,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "status_code": status.code,
         "models": model_choices(),
         "thinking_levels": THINKING_LEVELS,
+        **_budget_line(request.user),
         "thinking": conversation.thinking or _default_thinking(),
         "offline": offline,
         "suggestions": demo_suggestions(request.user) if offline else SUGGESTIONS,
@@ -170,6 +172,14 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
         cancel_from_sync(conversation.id)
     conversation.delete()
     return _back_to(request, redirect("home"))
+
+
+def _budget_line(user) -> dict:
+    """The sidebar's "this month: spent of budget", when the user has a budget."""
+    budget = usage.budget_of(user)
+    if budget is None:
+        return {"budget": None}
+    return {"budget": budget, "month_spent": usage.month_to_date(user.pk)}
 
 
 def _default_thinking() -> str:

@@ -131,3 +131,19 @@ def test_compact_at_is_a_fraction_of_the_window(monkeypatch):
         monkeypatch.setenv("X_FRACTION", bad)
         with pytest.raises(ImproperlyConfigured, match="X_FRACTION"):
             env_fraction("X_FRACTION", 0.8, minimum=0.1)
+
+
+def test_a_monthly_budget_is_an_amount(monkeypatch):
+    from decimal import Decimal
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from harness_site.env import env_amount
+
+    assert env_amount("X_UNSET_AMOUNT") is None
+    monkeypatch.setenv("X_AMOUNT", "12.50")
+    assert env_amount("X_AMOUNT") == Decimal("12.50")
+    for bad in ("-1", "lots", "NaN", "Infinity"):
+        monkeypatch.setenv("X_AMOUNT", bad)
+        with pytest.raises(ImproperlyConfigured, match="X_AMOUNT"):
+            env_amount("X_AMOUNT")

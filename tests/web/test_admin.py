@@ -141,3 +141,17 @@ def test_staff_edit_the_one_row_of_deployment_instructions(client, staff):
     assert client.post(change, {"text": "Use tabs."}).status_code == 302
     assert DeploymentInstructions.objects.get().text == "Use tabs."
     assert client.get("/admin/agent/deploymentinstructions/1/delete/").status_code == 403
+
+
+def test_staff_set_a_users_budget_and_read_the_daily_usage(client, staff):
+    import datetime
+
+    from agent.models import UsageDay
+
+    user = User.objects.create_user("payer", password="pw-payer-123")
+    UsageDay.objects.create(user=user, date=datetime.datetime.now(datetime.UTC).date(), cost_usd=2)
+    page = client.get(f"/admin/agent/user/{user.pk}/change/").content.decode()
+    assert 'name="monthly_budget_usd"' in page and "$2.00" in page
+    listing = client.get("/admin/agent/usageday/").content.decode()
+    assert "payer" in listing
+    assert client.get("/admin/agent/usageday/add/").status_code == 403

@@ -147,6 +147,19 @@ def test_the_page_shows_a_compaction_and_how_full_the_context_is(client, ada):
     assert 'name="action" value="compact"' in page
 
 
+def test_the_sidebar_shows_this_months_spend_against_a_budget(client, ada, settings):
+    import datetime
+
+    from agent.models import UsageDay
+
+    conversation = Conversation.objects.create(owner=ada, model="m")
+    assert 'id="budget"' not in client.get(f"/c/{conversation.id}/").content.decode()
+    settings.HARNESS_MONTHLY_BUDGET_USD = 20
+    UsageDay.objects.create(user=ada, date=datetime.datetime.now(datetime.UTC).date(), cost_usd=3.5)
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert "This month: $3.50 of $20.00" in page
+
+
 def test_actions_need_post_and_csrf(ada):
     from django.test import Client
 

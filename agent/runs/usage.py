@@ -1,0 +1,92 @@
+"""Spend per user and day, and the monthly budget (interfaces §13).
+
+The event log's writer adds each stored usage event to its owner's row for that day (one
+upsert, in the batch's transaction); a budget check before a run and the usage figures
+then read at most a month of rows, never the event log itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Sum
+
+from agent.core.events import USAGE_FIELDS
+from agent.models import UsageDay, User
+
+_ZERO = Decimal(0)
+
+
+def add(owner_id: int, usage_events: list[dict[str, Any]]) -> None:
+    """Add usage events (their wire form) to the owner's days. Inside the caller's
+    transaction; concurrent writers for the same day add up (ON CONFLICT … DO UPDATE)."""
+    days: dict[datetime.date, list] = {}
+    for event in usage_events:
+        day = datetime.datetime.fromtimestamp(event["timestamp"] / 1000, datetime.UTC).date()
+        totals = days.setdefault(day, [_ZERO, 0, 0])
+        totals[0] += Decimal(str(event.get("cost_usd") or 0))
+        totals[1] += sum(event.get(name) or 0 for name in USAGE_FIELDS if name != "output_tokens")
+        totals[2] += event.get("output_tokens") or 0
+    table = UsageDay._meta.db_table
+    with connection.cursor() as cursor:
+        for day, (cost, tokens_in, tokens_out) in days.items():
+            cursor.execute(
+                f"INSERT INTO {table} (user_id, date, cost_usd, input_tokens, output_tokens) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (user_id, date) DO UPDATE SET "
+                f"cost_usd = {table}.cost_usd + excluded.cost_usd, "
+                f"input_tokens = {table}.input_tokens + excluded.input_tokens, "
+                f"output_tokens = {table}.output_tokens + excluded.output_tokens",
+                [owner_id, day, cost, tokens_in, tokens_out],
+            )
+
+
+def month_start(today: datetime.date | None = None) -> datetime.date:
+    today = today or datetime.datetime.now(datetime.UTC).date()
+    return today.replace(day=1)
+
+
+def month_to_date(user_id: int) -> Decimal:
+    spent = UsageDay.objects.filter(user_id=user_id, date__gte=month_start()).aggregate(
+        total=Sum("cost_usd")
+    )["total"]
+    return Decimal(spent or 0)
+
+
+def budget_of(user: User) -> Decimal | None:
+    """The user's monthly budget: their own, else the deployment's (None: no limit)."""
+    if user.monthly_budget_usd is not None:
+        return user.monthly_budget_usd
+    return settings.HARNESS_MONTHLY_BUDGET_USD
+
+
+def over_budget(user: User) -> tuple[Decimal, Decimal] | None:
+    """(spent, budget) when this month's spend has reached the budget."""
+    budget = budget_of(user)
+    if budget is None:
+        return None
+    spent = month_to_date(user.pk)
+    return (spent, budget) if spent >= budget else None
+
+
+def report(user: User, days: int = 31) -> dict[str, Any]:
+    """``GET /api/usage``: this month's spend, the budget and the last ``days`` days."""
+    since = datetime.datetime.now(datetime.UTC).date() - datetime.timedelta(days=days - 1)
+    rows = UsageDay.objects.filter(user=user, date__gte=since)
+    budget = budget_of(user)
+    return {
+        "month_to_date_usd": float(month_to_date(user.pk)),
+        "budget_usd": None if budget is None else float(budget),
+        "days": [
+            {
+                "date": row.date.isoformat(),
+                "cost_usd": float(row.cost_usd),
+                "input_tokens": row.input_tokens,
+                "output_tokens": row.output_tokens,
+            }
+            for row in rows
+        ],  # fmt: skip
+    }
