@@ -135,6 +135,23 @@ class UsageDay(models.Model):
         return f"{self.user} {self.date}"
 
 
+class SearchEntry(models.Model):
+    """A prompt or an answer of a conversation, for full-text search (interfaces §13): added
+    as its event is stored. The text index is the database's own (migration 0009): a GIN
+    index on PostgreSQL, an FTS5 table kept in step by triggers on SQLite."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="search_entries")  # fmt: skip
+    seq = models.PositiveBigIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        indexes = [models.Index(fields=["conversation", "seq"], name="search_conv_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} #{self.seq}"
+
+
 class Event(models.Model):
     """One §6 event of a conversation, append-only. ``payload`` is the event's wire JSON."""
 

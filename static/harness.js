@@ -700,11 +700,33 @@
     return !isTypingIn(event.target) || (event.target === prompt && prompt.value === "");
   }
 
+  // `/` outside text fields, or Ctrl+K anywhere, focuses the search box (interfaces §13).
+  function isSearchKey(event) {
+    if (event.altKey || event.shiftKey) return false;
+    if (event.key === "k" && (event.ctrlKey || event.metaKey)) return true;
+    return event.key === "/" && !event.ctrlKey && !event.metaKey && !isTypingIn(event.target);
+  }
+
+  // A search result opens its conversation at the message (#seq-N): scrolled to, outlined.
+  function showLinkedPart(messages) {
+    const match = /^#seq-(\d+)$/.exec(location.hash);
+    const part = match && messages.querySelector(`:scope > [data-seq="${match[1]}"]`);
+    if (!part) return;
+    requestAnimationFrame(() => {
+      part.scrollIntoView({ block: "center" });
+      part.classList.add("found");
+    });
+  }
+
   function bindGlobalKeys(messages, prompt, helpOverlay, drawers) {
     document.addEventListener("keydown", (event) => {
       if (isHelpKey(event, prompt)) {
         event.preventDefault();
         helpOverlay.toggle();
+      } else if (isSearchKey(event) && $("#search")) {
+        event.preventDefault();
+        $("#search").focus();
+        $("#search").select();
       } else if (event.key === "Escape") {
         if (helpOverlay.isOpen()) { helpOverlay.toggle(false); event.preventDefault(); } else if (drawers.closeOpen()) event.preventDefault(); else clearSelection();
       } else if (event.key === "c" && event.ctrlKey && !event.shiftKey && !event.metaKey) {
@@ -950,6 +972,7 @@
     });
     watchComposer(keepFocusInQueue(prompt));
     autoScroll.jumpToBottom();
+    showLinkedPart(messages);
 
     confirmBeforeSubmit();
     applyThemeOnChange();

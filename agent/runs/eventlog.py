@@ -38,7 +38,7 @@ from agent.core.events import (
 )
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
-from agent.runs import usage
+from agent.runs import search, usage
 from agent.server import metrics
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ def _apply(batch: Batch) -> Conversation | None:
         for e in rows
     )
     Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    search.index(batch.conversation_id, rows)
     spent = [e for e in rows if e["type"] == UsageEvent.type]
     if spent:  # the owner's days, for budgets and the usage figures
         owner_id = (

@@ -29,7 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from agent.access import conversation_for, conversations_of, new_conversation
 from agent.core.config import THINKING_LEVELS
 from agent.models import Conversation
-from agent.runs import usage
+from agent.runs import search, usage
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
@@ -160,6 +160,15 @@ def conversations(request: HttpRequest) -> JsonResponse:
 def usage_view(request: HttpRequest) -> JsonResponse:
     """The caller's spend this month, their budget and the last 31 days (interfaces §13)."""
     return JsonResponse(usage.report(request.api_user))
+
+
+@api_view("GET")
+def search_view(request: HttpRequest) -> JsonResponse:
+    """Prompts and answers of the caller's conversations matching ``q`` (interfaces §13)."""
+    query = request.GET.get("q", "")
+    if not query.strip() or len(query) > search.MAX_QUERY:
+        return api_error(400, "bad_request", f"'q' must be 1 to {search.MAX_QUERY} characters.")
+    return JsonResponse({"results": [f.plain() for f in search.search(request.api_user.pk, query)]})
 
 
 def of_conversation(view):

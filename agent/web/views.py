@@ -19,7 +19,7 @@ from agent.access import (
 from agent.core.config import MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation, User
-from agent.runs import usage
+from agent.runs import search, usage
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
@@ -212,6 +212,18 @@ def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
 @require_POST
 def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
     return _set_choice(request, conversation_id, "thinking", THINKING_LEVELS)
+
+
+@login_required
+@require_GET
+def search_view(request: HttpRequest) -> HttpResponse:
+    """The sidebar's search: its results as a fragment (a page of them without script)."""
+    query = request.GET.get("q", "")[: search.MAX_QUERY]
+    results = search.search(request.user.pk, query) if query.strip() else []
+    context = {"query": query if query.strip() else None, "results": results}
+    if request.headers.get("HX-Request"):
+        return render(request, "agent/_search_results.html", context)
+    return render(request, "agent/search.html", context)
 
 
 @login_required

@@ -160,6 +160,25 @@ def test_the_sidebar_shows_this_months_spend_against_a_budget(client, ada, setti
     assert "This month: $3.50 of $20.00" in page
 
 
+def test_the_sidebar_search_finds_own_messages_escaped_with_the_match_marked(client, ada):
+    from agent.runs import search
+
+    mine = Conversation.objects.create(owner=ada, model="m", title="Ops notes")
+    theirs = Conversation.objects.create(owner=User.objects.create(username="zed"), model="m")
+    search.index(mine.id, [{"type": "user", "seq": 3, "content": "<b>rotate</b> the keys"}])
+    search.index(theirs.id, [{"type": "user", "seq": 1, "content": "rotate their keys"}])
+    page = client.get(f"/c/{mine.id}/").content.decode()
+    assert 'id="search"' in page and 'id="search-results"' in page
+    found = client.get("/search", {"q": "rotate"}, HTTP_HX_REQUEST="true").content.decode()
+    assert f'href="/c/{mine.id}/#seq-3"' in found and str(theirs.id) not in found
+    assert "&lt;b&gt;<mark>rotate</mark>&lt;/b&gt; the keys" in found  # escaped, then marked
+    assert "Ops notes" in found
+    none = client.get("/search", {"q": "giraffe"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "Nothing found for “giraffe”" in none
+    full = client.get("/search", {"q": "keys"}).content.decode()  # without script: a page
+    assert "<h1>Search</h1>" in full and f"/c/{mine.id}/#seq-3" in full
+
+
 def test_actions_need_post_and_csrf(ada):
     from django.test import Client
 
