@@ -10,17 +10,30 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
+from agent.server.body_limit import BodyLimit  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
 from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
+
+UPLOAD_PATHS = ("/api/files/",)  # raw file bodies (interfaces §13), HARNESS_MAX_UPLOAD_MB
+
+
+def body_limit(scope: dict) -> int:
+    """A request body's limit by path: uploads theirs; every other request Django's own
+    (with room for a form's encoding)."""
+    if scope.get("method") == "PUT" and scope.get("path", "").startswith(UPLOAD_PATHS):
+        return settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024
+
 
 application = ProtocolTypeRouter(
     {
         # Static files are served by the same process, compressed and cached (a proxy
         # may take this over).
-        "http": StaticFilesApp(django_asgi_app),
+        "http": BodyLimit(StaticFilesApp(django_asgi_app), body_limit),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),

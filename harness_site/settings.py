@@ -203,6 +203,8 @@ if HARNESS_THINKING and not MIN_THINKING_BUDGET <= HARNESS_THINKING < HARNESS_MA
         f"HARNESS_MAX_TOKENS - 1 ({HARNESS_MAX_TOKENS - 1}), not {HARNESS_THINKING}"
     )
 HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
+# A file uploaded to a workspace (PUT /api/files/…, the page's upload), in MB.
+HARNESS_MAX_UPLOAD_MB = env_int("HARNESS_MAX_UPLOAD_MB", 25, minimum=1)
 # Each user's spend limit per calendar month (UTC) in USD; the admin overrides it per user.
 HARNESS_MONTHLY_BUDGET_USD = env_amount("HARNESS_MONTHLY_BUDGET_USD")
 # The share of the model's context window at which the history is compacted (§10).

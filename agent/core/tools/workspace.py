@@ -340,6 +340,26 @@ class Workspace:
         finally:
             walk.close()
 
+    def remove(self, path: str) -> str:
+        """Remove the file (or empty directory) at ``path``: unlinked by name in the walk's
+        verified directory, so whatever stands at that name then (a file swapped for a
+        symlink included) is what goes, never anything outside. Returns its path from the
+        root."""
+        walk, name = self._walk(path)
+        try:
+            if name is None:
+                raise PathError("cannot remove the workspace root" if walk.rel() == "."
+                                else "path is a directory; name it without a trailing /")  # fmt: skip
+            try:
+                os.unlink(name, dir_fd=walk.fd)
+            except IsADirectoryError:
+                os.rmdir(name, dir_fd=walk.fd)
+            return walk.rel(name)
+        except OSError as exc:
+            raise PathError(os_error_message(exc)) from exc
+        finally:
+            walk.close()
+
     @staticmethod
     def _probe(dir_fd: int, name: str) -> os.stat_result | None:
         try:
