@@ -95,5 +95,8 @@ class DirectoryInstructions:
         for directory in directories:
             text = read_agents_file(self.workspace, directory, MARKER)
             if text:
-                found.append(text)
+                # The file's own lines must not pass for a marker: a later prompt would
+                # take that directory's instructions as given and never give them.
+                marker, newline, body = text.partition("\n")
+                found.append(marker + newline + _MARKED.sub(r" \g<0>", body))
         return found
