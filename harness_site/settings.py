@@ -7,6 +7,7 @@ mode (``python manage.py agent``), which serves nothing.
 
 from __future__ import annotations
 
+import logging
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -311,4 +312,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": HARNESS_LOG_LEVEL},
+    # DEBUG is for the app's own records. Below INFO, markdown-it traces every block rule
+    # it tries on every line (gigabytes an hour, and the CPU to format them) and the SDK
+    # logs each request's whole body (every user's prompts, files and system prompt).
+    "loggers": {
+        name: {"level": max(logging.getLevelName(HARNESS_LOG_LEVEL), logging.INFO)}
+        for name in ("markdown_it", "anthropic")
+    },
 }

@@ -19,24 +19,34 @@ from typing import Any
 
 from agent.core.system_prompt import read_agents_file
 from agent.core.tools.fileio import workers
-from agent.core.tools.workspace import Workspace
+from agent.core.tools.workspace import SANDBOX_ROOT, Workspace
 
 MARKER = "Instructions for files under {directory}/ (from {name}):"
-_MARKED = re.compile(r"^Instructions for files under (.+?)/ \(from [^()\n]+\.md\):$", re.M)
+_MARKED = re.compile(r"^Instructions for files under (.+?)/ \(from \1/[^/\n]+\.md\):$", re.M)
 PATH_TOOLS = frozenset({"read", "write", "edit", "list_dir", "grep"})
 MAX_DEPTH = 32  # directories of one path looked at
 
 
-def directories_of(tool: str, params: Any) -> list[str]:
+def directories_of(tool: str, params: Any, roots: tuple[str, ...] = (SANDBOX_ROOT,)) -> list[str]:
     """The workspace directories a call touches, outermost first, root excluded: a file's
     parents, a listed or searched directory and its parents. Lexical only (the tool itself
-    resolves and confines the path); a path that climbs out touches nothing here."""
+    resolves and confines the path); a path that climbs out touches nothing here. An
+    absolute path counts below one of ``roots`` (the workspace as the sandbox or the host
+    sees it, which the tools take too), else it touches nothing."""
     if tool not in PATH_TOOLS or not isinstance(params, dict):
         return []
     path = params.get("path")
     if not isinstance(path, str) or not path.strip() or "\0" in path:
         return []
-    normal = posixpath.normpath(path.strip()).lstrip("/")
+    normal = posixpath.normpath(path.strip())
+    if normal.startswith("/"):
+        root = next(
+            (r for r in roots if normal == r or normal.startswith(r.rstrip("/") + "/")), None
+        )
+        if root is None:
+            return []
+        normal = normal[len(root.rstrip("/")) :]
+    normal = normal.lstrip("/")
     if normal in ("", ".") or normal == ".." or normal.startswith("../"):
         return []
     parts = normal.split("/")
@@ -71,7 +81,8 @@ class DirectoryInstructions:
 
     async def after_tool(self, tool: str, params: Any) -> str | None:
         """The instructions of the directories this call touched for the first time."""
-        new = [d for d in directories_of(tool, params) if d not in self.looked]
+        roots = (SANDBOX_ROOT, str(self.workspace.root))
+        new = [d for d in directories_of(tool, params, roots) if d not in self.looked]
         if not new:
             return None
         self.looked.update(new)
@@ -84,5 +95,8 @@ class DirectoryInstructions:
         for directory in directories:
             text = read_agents_file(self.workspace, directory, MARKER)
             if text:
-                found.append(text)
+                # The file's own lines must not pass for a marker: a later prompt would
+                # take that directory's instructions as given and never give them.
+                marker, newline, body = text.partition("\n")
+                found.append(marker + newline + _MARKED.sub(r" \g<0>", body))
         return found

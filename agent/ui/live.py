@@ -223,7 +223,9 @@ class LiveMarkdown:
         body = self.head[self.head.index("\n") + 1 :]
         if not _MAYBE_FENCE_CLOSE.fullmatch(self.line):
             body += self.line
-        return body
+        # A last CR waits for what follows: HTML reads CR LF as one line break, but a CR
+        # appended in one frame and its LF in the next as two.
+        return body.removesuffix("\r")
 
     def _open_html(self) -> str:
         mode = self.mode

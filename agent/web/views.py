@@ -270,7 +270,8 @@ def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     """The signed-in user's workspace: a directory listing or a file view (read-only).
     Loaded into a conversation's side panel by htmx (``/c/<id>/files/``, with download
     links), or shown as a page on its own (``/files/``)."""
-    context: dict = {"error": None, "files_url": reverse("files"), "download_url": ""}
+    context: dict = {"error": None, "files_url": reverse("files"), "download_url": "",
+                     "download_cap": browse.DOWNLOAD_CAP}  # fmt: skip
     if conversation_id is not None:
         conversation = _owned_or_404(request, conversation_id)
         context["files_url"] = reverse("conversation_files", args=[conversation.id])

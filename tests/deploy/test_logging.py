@@ -104,7 +104,7 @@ def test_a_configured_secret_is_masked_in_messages_and_tracebacks(formatter_clas
 
 
 def _setting(expression: str, **env) -> subprocess.CompletedProcess:
-    code = f"import harness_site.settings as s; print({expression})"
+    code = f"import logging.config, harness_site.settings as s; print({expression})"
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, env=_settings_env(DJANGO_DEBUG="1", **env))  # fmt: skip
 
@@ -178,3 +178,17 @@ def test_the_first_superusers_password_is_printed_once_on_a_terminal(settings, t
     call_command("ensure_superuser", stdout=terminal)
     assert "password: " in terminal.getvalue()
     assert not (tmp_path / "var" / "initial-superuser-password").exists()
+
+
+def test_debug_logs_the_apps_records_not_markdown_its_traces_or_the_sdks_request_bodies():
+    """HARNESS_LOG_LEVEL=DEBUG: markdown-it would trace every block rule on every line
+    (hundreds of MB in minutes of streaming) and the SDK each request's whole body."""
+    levels = (
+        "(logging.config.dictConfig(s.LOGGING), [logging.getLogger(n).isEnabledFor(logging.DEBUG)"
+        " for n in ('agent.runs', 'markdown_it.rules_block.fence', 'anthropic._base_client')])[1]"
+    )
+    proc = _setting(levels, HARNESS_LOG_LEVEL="DEBUG")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[True, False, False]"
+    quiet = _setting(levels, HARNESS_LOG_LEVEL="ERROR")
+    assert quiet.stdout.strip() == "[False, False, False]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -323,3 +324,24 @@ def test_a_catch_up_mid_stream_shows_the_block_as_markdown():
     page = Page()
     page.apply(render_catch_up(events, 0, Conversation()))
     assert "<h1>Title</h1>" in page.live() and "<strong>bold</strong>" in page.live()
+
+
+def _html_text(text: str) -> str:
+    """Text as the HTML parser reads it: CR LF and a lone CR are each one line feed."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@pytest.mark.parametrize("cut", ["\r|\n", "|\r\n", "\r\n|"])
+def test_crlf_split_between_frames_in_an_open_fence_is_one_line_break(cut):
+    """Each frame's code is parsed by the browser on its own: a CR at the end of one frame
+    and the LF at the start of the next would be two line breaks, the lines double-spaced
+    until the block closes (and unlike what a catch-up shows)."""
+    before, after = cut.split("|")
+    chunks = ["```\n", f"a{before}", f"{after}b{before}", f"{after}c"]
+    live = LiveMarkdown.of(chunks[0])
+    live.html()
+    shown = []
+    for chunk in chunks[1:]:
+        live.feed(chunk)
+        shown.append(_html_text(unescape(live.frame().code)))
+    assert "".join(shown) == "a\nb\nc"

@@ -145,3 +145,17 @@ def test_the_panel_offers_downloads_under_the_conversation(client, setup):
     view = client.get(panel, {"path": "src/app.py"}, HTTP_HX_REQUEST="true").content.decode()
     assert f'href="/c/{conversation.id}/files/download?path=src/app.py" download' in view
     assert client.get(f"/c/{theirs.id}/files/", HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_the_panel_offers_no_download_of_a_file_over_the_cap(client, setup):
+    """A link that can only answer 413 is not offered: the listing and the file's view say
+    it is too large instead."""
+    mine, conversation, _ = setup
+    with open(mine / "huge.bin", "wb") as f:
+        f.truncate(DOWNLOAD_CAP + 1)  # sparse: costs no disk
+    panel = f"/c/{conversation.id}/files/"
+    listing = client.get(panel, HTTP_HX_REQUEST="true").content.decode()
+    assert "download?path=huge.bin" not in listing
+    assert "download?path=page.html" in listing
+    view = client.get(panel, {"path": "huge.bin"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "download?path=huge.bin" not in view and "too large to download" in view
