@@ -718,6 +718,16 @@
     });
   }
 
+  // "Compact context" closes the menu it sits in (on a phone it would cover the transcript).
+  function closeMenuOnCompact() {
+    document.querySelectorAll(".compact-form").forEach((form) => {
+      form.addEventListener("submit", () => {
+        const menu = form.closest("details");
+        if (menu) menu.open = false;
+      });
+    });
+  }
+
   function bindGlobalKeys(messages, prompt, helpOverlay, drawers) {
     document.addEventListener("keydown", (event) => {
       if (isHelpKey(event, prompt)) {
@@ -973,6 +983,7 @@
     watchComposer(keepFocusInQueue(prompt));
     autoScroll.jumpToBottom();
     showLinkedPart(messages);
+    closeMenuOnCompact();
 
     confirmBeforeSubmit();
     applyThemeOnChange();

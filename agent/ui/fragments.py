@@ -112,6 +112,8 @@ def _live_frame(frame: LiveFrame) -> str:
         out.append(f'<div hx-swap-oob="beforeend:#live-done">{"".join(frame.finished)}</div>')
     if frame.open_html is not None:
         out.append(f'<div class="md" id="live-open" hx-swap-oob="true">{frame.open_html}</div>')
+    if frame.pending:
+        out.append(f'<div hx-swap-oob="beforeend:#live-pending">{"".join(frame.pending)}</div>')
     if frame.line_html is not None:
         out.append(f'<div id="live-line" hx-swap-oob="true">{frame.line_html}</div>')
     if frame.frozen:

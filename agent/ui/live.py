@@ -6,11 +6,14 @@ longer the answer gets. Here the live text is cut into markdown blocks as it arr
 - A **finished block** (one that a blank line and the start of the next block closed, or a
   fenced code block that closed) is rendered once, highlighted and sanitized, and appended.
 - The **open block** is re-rendered whole each frame while it is short (``WHOLE_CHARS``).
-- A longer open block is shown as its complete lines (re-rendered when a line completes)
-  and the line being written. A long line is cut where no inline construct is left open
-  (no emphasis, code span, link or strikethrough that later text could still close); each
-  frozen piece is rendered once and appended, and only the unfrozen tail is redone per
-  frame. Rendered pieces of a line concatenate to what the whole line renders to.
+- A longer open block is shown as its complete lines and the line being written. Its lines
+  are rendered together each time they have grown by a quarter (so a block of many lines,
+  a long table or list, costs a constant factor of its size in all); the lines in between
+  are each rendered once, alone (a table's rows under its header), and appended.
+- A long line is cut where no inline construct is left open (no emphasis, code span, link
+  or strikethrough that later text could still close), or, with no space for a long way
+  (CJK text), anyway; each frozen piece is rendered once and appended, and only the
+  unfrozen tail is redone per frame. A line's pieces concatenate to what it renders to.
 - An **open fenced code block** grows by appending its escaped new text (it is
   highlighted once, when it closes).
 
@@ -34,12 +37,16 @@ LINE_BLOCK_CHARS = 500  # a line up to this long is rendered as a block of its o
 FREEZE_STEP = 300  # a long line is cut at the first space after each multiple of this...
 FORCE_CHARS = 3_000  # ...where nothing is left open, or regardless once this far
 SPLIT_LOOKAHEAD = 12  # characters of the line after a blank one that decide the split
+HEAD_GROWTH = 1.25  # a long block's lines are re-rendered together each time they grow this much
+NO_SPACE_CHARS = 600  # a line with no space this long (CJK, a long token) is cut anyway
 
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}(?=[^`]*$)|~{3,})")
 _LIST_ITEM = re.compile(r" {0,3}([-+*]|\d{1,9}[.)])(\s|$)")
 _MAYBE_FENCE_CLOSE = re.compile(r" {0,3}[`~]*")
 _CODE_SPAN = re.compile(r"<code>.*?</code>", re.S)
 _TAG = re.compile(r"<[^>]*>")
+_TABLE_DELIMITER = re.compile(r" {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*")
+_TBODY = re.compile(r"<tbody>(.*)</tbody>", re.S)
 _OPENER = re.compile(r"`|[*~](?=\S)|(?<![^\W_])_(?=\S)")
 
 
@@ -64,6 +71,7 @@ class LiveFrame:
     finished: list[str] = field(default_factory=list)  # blocks to append to #live-done
     open_html: str | None = None  # the inside of #live-open
     line_html: str | None = None  # the inside of #live-line (a split block's line)
+    pending: list[str] = field(default_factory=list)  # lines to append to #live-pending
     frozen: list[str] = field(default_factory=list)  # pieces to append to #live-frozen
     tail_html: str | None = None  # the inside of #live-tail
     code: str = ""  # escaped text to append to #live-code
@@ -71,6 +79,7 @@ class LiveFrame:
     def __bool__(self) -> bool:
         return bool(
             self.finished or self.open_html is not None or self.line_html is not None
+            or self.pending
             or self.frozen or self.tail_html is not None or self.code
         )  # fmt: skip
 
@@ -83,7 +92,11 @@ class LiveMarkdown:
         self.done: list[str] = []  # finished blocks' HTML
         self.chunk = 0  # counts finished blocks: the open block's identity
         self.head = ""  # the open block's complete lines
+        self.mark = 0  # how much of ``head`` a long block shows rendered together...
+        self.pending: list[str] = []  # ...and its lines after that, each shown alone
+        self._pending_html: list[str] = []  # (rendered as they are first shown)
         self.line = ""  # the line being written, after its frozen pieces
+        self.line_no = 0  # counts complete lines: the line being written's identity
         self.frozen_text: list[str] = []  # the line's frozen pieces, as text...
         self.frozen_html: list[str] = []  # ...and rendered
         self.frozen_chars = 0  # in those pieces
@@ -98,6 +111,9 @@ class LiveMarkdown:
         self._sent_line = ""
         self._sent_frozen = 0
         self._sent_tail = ""
+        self._sent_pending = 0
+        self._sent_line_kind = ""
+        self._sent_line_no = -1
         self._finished_since: list[str] = []
 
     # -- reading the text -------------------------------------------------------------
@@ -111,6 +127,7 @@ class LiveMarkdown:
             text = text[newline + 1 :]
             self.line, self.frozen_text, self.frozen_html, self.checked = "", [], [], 0
             self.frozen_chars = 0
+            self.line_no += 1
             self._complete_line(line)
         self._decide_split_early()
         if self.mode == "split" and not self.fence:
@@ -119,7 +136,7 @@ class LiveMarkdown:
     def _complete_line(self, line: str) -> None:
         content = line.rstrip("\n")
         if self.fence is not None:
-            self.head += line
+            self._grow(line)
             char, length = self.fence
             stripped = content.strip()
             if (
@@ -134,7 +151,7 @@ class LiveMarkdown:
         if not content.strip():
             if self.head:
                 self.blank = True
-                self.head += line
+                self._grow(line)
             return
         if self.blank:
             self.blank = False
@@ -148,7 +165,16 @@ class LiveMarkdown:
         if opener:
             self.fence = (opener.group(1)[0], len(opener.group(1)))
             self.fence_block = not self.head
+        self._grow(line)
+
+    def _grow(self, line: str) -> None:
+        """A complete line joins the open block: rendered with the rest once they have
+        grown enough since they last were (or while a fence is open in it), else alone."""
         self.head += line
+        if len(self.head) >= HEAD_GROWTH * self.mark or self.fence is not None:
+            self.mark, self.pending, self._pending_html = len(self.head), [], []
+        else:
+            self.pending.append(line)
 
     def _decide_split_early(self) -> None:
         """After a blank line, the next line's first characters decide whether the open
@@ -172,6 +198,7 @@ class LiveMarkdown:
             self._finished_since.append(html)
         self.chunk += 1
         self.head = ""
+        self.mark, self.pending, self._pending_html = 0, [], []
         self.blank = self.has_list = self.fence_block = False
         self.fence = None
         self.code_shown = 0
@@ -186,8 +213,12 @@ class LiveMarkdown:
             at = step * FREEZE_STEP
             if at >= len(self.line):
                 return
-            cut = self.line.find(" ", at)
-            if cut < 0:
+            space = self.line.find(" ", at, at + NO_SPACE_CHARS)
+            if space >= 0:
+                cut = space
+            elif len(self.line) >= at + NO_SPACE_CHARS:
+                cut = at  # a long run without spaces (CJK text, a long token)
+            else:
                 return
             piece = self.line[:cut]
             html = render_inline(piece)
@@ -214,7 +245,7 @@ class LiveMarkdown:
     def _key(self) -> tuple:
         mode = self.mode
         if mode == "split":
-            return (self.chunk, mode, len(self.head), self._line_kind())
+            return (self.chunk, mode, self.mark)
         return (self.chunk, mode)
 
     def _code_body(self) -> str:
@@ -239,8 +270,29 @@ class LiveMarkdown:
         if mode == "whole":
             self._sent_whole = self.head + "".join(self.frozen_text) + self.line
             return render_uncached(self._sent_whole) if self._sent_whole.strip() else ""
-        head = render_uncached(self.head) if self.head.strip() else ""
-        return f'{head}<div id="live-line">{self._line_markup()}</div>'
+        shown = self.head[: self.mark]
+        head = render_uncached(shown) if shown.strip() else ""
+        pending = "".join(self._pending_since(0))
+        return (
+            f'{head}<div id="live-pending">{pending}</div>'
+            f'<div id="live-line">{self._line_markup()}</div>'
+        )
+
+    def _pending_since(self, start: int) -> list[str]:
+        """The HTML of the lines after ``mark`` from ``start`` on (each rendered once)."""
+        while len(self._pending_html) < len(self.pending):
+            self._pending_html.append(self._render_alone(self.pending[len(self._pending_html)]))
+        self._sent_pending = len(self._pending_html)
+        return self._pending_html[start:]
+
+    def _render_alone(self, line: str) -> str:
+        """One line of a long block by itself: a table's row under the table's header."""
+        lines = self.head.split("\n", 2)
+        if len(lines) > 2 and "|" in lines[0] and _TABLE_DELIMITER.fullmatch(lines[1]):
+            rows = _TBODY.search(render_uncached(f"{lines[0]}\n{lines[1]}\n{line}"))
+            if rows:
+                return f"<table><tbody>{rows.group(1)}</tbody></table>"
+        return render_uncached(line) if line.strip() else ""
 
     def _line_markup(self) -> str:
         """The inside of ``#live-line``: the line as a block of its own, or its frozen
@@ -248,6 +300,8 @@ class LiveMarkdown:
         self._sent_line = self.line
         self._sent_frozen = len(self.frozen_html)
         self._sent_tail = self.line
+        self._sent_line_kind = self._line_kind()
+        self._sent_line_no = self.line_no
         if self._line_kind() == "block":
             return render_uncached(self.line) if self.line.strip() else ""
         return (
@@ -282,7 +336,18 @@ class LiveMarkdown:
         elif mode == "whole":
             if self.head + "".join(self.frozen_text) + self.line != self._sent_whole:
                 out.open_html = self._open_html()
-        elif self._line_kind() == "block":
+        else:
+            out.pending = self._pending_since(self._sent_pending)
+            self._line_changes(out)
+        return out
+
+    def _line_changes(self, out: LiveFrame) -> None:
+        """The line being written: whole when it is another line or shown another way (or
+        short), else its new frozen pieces and its tail."""
+        kind = self._line_kind()
+        if kind != self._sent_line_kind or self.line_no != self._sent_line_no:
+            out.line_html = self._line_markup()
+        elif kind == "block":
             if self.line != self._sent_line:
                 out.line_html = self._line_markup()
         else:
@@ -291,7 +356,6 @@ class LiveMarkdown:
             if self.line != self._sent_tail:
                 self._sent_tail = self.line
                 out.tail_html = render_inline(self.line)
-        return out
 
     @classmethod
     def of(cls, text: str) -> LiveMarkdown:

@@ -20,6 +20,7 @@ def test_compact_from_the_menu_shows_the_summary_and_the_gauge(new_context, fres
     page.click(".compact-form button")
     divider = page.wait_for_selector("[data-part=compaction]")
     wait_idle(page)
+    assert not page.is_visible(".compact-form")  # the menu closed, off the transcript
     assert "Context compacted" in divider.inner_text()
     divider.query_selector("summary").click()
     assert divider.query_selector(".md strong").inner_text() == "three steps"

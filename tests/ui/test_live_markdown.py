@@ -345,3 +345,50 @@ def test_crlf_split_between_frames_in_an_open_fence_is_one_line_break(cut):
         live.feed(chunk)
         shown.append(_html_text(unescape(live.frame().code)))
     assert "".join(shown) == "a\nb\nc"
+
+
+LONG_BLOCKS = {
+    "table": "| n | square |\n|---|---:|\n"
+    + "".join(f"| {i} | **{i * i}** |\n" for i in range(1500)),
+    "list": "".join(f"- item {i} with `code {i}`\n" for i in range(1500)),
+    "lines": "".join(f"a line of a long paragraph, number {i}\n" for i in range(1500)),
+    "cjk": "これは空白のない長い日本語の文章です。" * 1200,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LONG_BLOCKS))
+def test_a_long_block_of_many_lines_or_no_spaces_costs_in_proportion_to_its_size(monkeypatch, kind):
+    """The attack: one block of thousands of lines (a table, a list, a paragraph of short
+    lines) or a line without spaces re-rendered whole as it grows, quadratic in its size.
+    Every character handed to the renderer is counted over the whole stream: twice the
+    text costs about twice as much, not four times."""
+    rendered: list[int] = []
+    for name in ("render_inline", "render_uncached"):
+        real = getattr(live_module, name)
+        counted = lambda t, real=real: rendered.append(len(t)) or real(t)  # noqa: E731
+        monkeypatch.setattr(live_module, name, counted)
+
+    def cost(text: str) -> int:
+        rendered.clear()
+        renderer = FragmentRenderer()
+        for seq, at in enumerate(range(0, len(text), 40), start=1):
+            renderer.render([TextDeltaEvent(seq=seq, content=text[at : at + 40])], None)
+        return sum(rendered)
+
+    text = LONG_BLOCKS[kind]
+    assert len(text) > 20_000
+    half, whole = cost(text[: len(text) // 2]), cost(text)
+    assert whole <= 2.4 * half, (half, whole)
+    assert whole <= 25 * len(text)  # a bounded factor (the open tail, redone per frame)
+
+
+@pytest.mark.parametrize("kind", sorted(LONG_BLOCKS))
+def test_long_blocks_build_what_a_catch_up_renders(kind):
+    stream(LONG_BLOCKS[kind][:12_000], random.Random(kind), check_every=0.05)
+
+
+def test_a_long_tables_newest_rows_show_as_table_rows_not_pipes():
+    live = LiveMarkdown.of(LONG_BLOCKS["table"][:20_000])
+    html = live.html()
+    assert "| " not in re.sub(r"<[^>]+>", "", html.split('id="live-line"')[0])
+    assert html.count("<tr>") > 400

@@ -348,8 +348,9 @@ class Workspace:
         walk, name = self._walk(path)
         try:
             if name is None:
-                raise PathError("cannot remove the workspace root" if walk.rel() == "."
-                                else "path is a directory; name it without a trailing /")  # fmt: skip
+                root = walk.rel() == "."
+                raise PathError("cannot remove the workspace root" if root
+                                else "name the directory without a trailing /")  # fmt: skip
             try:
                 os.unlink(name, dir_fd=walk.fd)
             except IsADirectoryError:
