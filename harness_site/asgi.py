@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
-from agent.server.body_limit import BodyLimit  # noqa: E402
+from agent.server.body_limit import BodyLimit, cap_server_bodies  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
 from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
@@ -28,6 +28,11 @@ def body_limit(scope: dict) -> int:
         return settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024
 
+
+# No request body of any path may pass the largest of these, even before the application
+# reads it (under Daphne: agent/server/body_limit.py).
+cap_server_bodies(max(settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024,
+                      settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024))  # fmt: skip
 
 application = ProtocolTypeRouter(
     {

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from agent.web import api, health, views
+from agent.web import api, files_api, health, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -30,6 +30,8 @@ urlpatterns = [
     path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
     path("api/usage", api.usage_view, name="api_usage"),
+    path("api/files/", files_api.files, name="api_files_root"),
+    path("api/files/<path:path>", files_api.files, name="api_files"),
     path("api/search", api.search_view, name="api_search"),
     path("search", views.search_view, name="search"),
     path("api/conversations/<uuid:conversation_id>", api.conversation, name="api_conversation"),

@@ -72,3 +72,46 @@ async def _refuse(scope: dict, send, limit: int) -> None:
                 "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})  # fmt: skip
     await send({"type": "http.response.body", "body": body})
+
+
+def cap_server_bodies(limit: int) -> None:
+    """Under Daphne, Twisted reads a request's whole body (into a temporary file past
+    100 KB) before the application sees any of it: ``BodyLimit`` alone would run too late
+    to keep a huge body off the disk. Here a body whose declared length passes ``limit``
+    is answered 413 at once and the connection closed; a chunked one is cut off when it
+    passes it. (The per-path limits are then ``BodyLimit``'s.)"""
+    from daphne.http_protocol import WebRequest
+
+    if getattr(WebRequest, "harness_body_cap", None) is not None:
+        WebRequest.harness_body_cap = limit
+        return
+    got_length, content_chunk = WebRequest.gotLength, WebRequest.handleContentChunk
+    WebRequest.harness_body_cap = limit
+
+    def gotLength(self, length):  # noqa: N802 - Twisted's name
+        self.harness_body_size, self.harness_refused = 0, False
+        if length is not None and length > WebRequest.harness_body_cap:
+            _refuse_now(self)
+            return got_length(self, 0)
+        return got_length(self, length)
+
+    def handleContentChunk(self, data):  # noqa: N802 - Twisted's name
+        if getattr(self, "harness_refused", False):
+            return
+        self.harness_body_size = getattr(self, "harness_body_size", 0) + len(data)
+        if self.harness_body_size > WebRequest.harness_body_cap:
+            _refuse_now(self)
+            return
+        content_chunk(self, data)
+
+    WebRequest.gotLength, WebRequest.handleContentChunk = gotLength, handleContentChunk
+
+
+def _refuse_now(request) -> None:
+    request.harness_refused = True
+    body = b"The request body is too large."
+    request.channel.transport.write(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    request.channel.transport.loseConnection()

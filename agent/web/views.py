@@ -316,6 +316,12 @@ def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
         return _refusal(f"Not downloaded: {exc}.", 413)
     except PathError as exc:
         return _refusal(f"Not downloaded: {exc}.", 404)
+    return download_response(rel, data)
+
+
+def download_response(rel: str, data: bytes) -> HttpResponse:
+    """A workspace file as an attachment that no browser renders on this origin (the page's
+    download and ``GET /api/files/…`` alike)."""
     response = HttpResponse(data, content_type="application/octet-stream")
     name = rel.rsplit("/", 1)[-1] or "download"
     response["Content-Disposition"] = content_disposition_header(True, name)
