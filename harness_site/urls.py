@@ -40,6 +40,11 @@ urlpatterns = [
         api.unqueue,
         name="api_unqueue",
     ),  # fmt: skip
+    path(
+        "api/conversations/<uuid:conversation_id>/approvals/<str:call_id>",
+        api.approval,
+        name="api_approval",
+    ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -43,7 +43,7 @@ RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
 LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
 TARGET_CHARS = 80  # a tool card's header names its target, cut to this
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
-               "error": "Error: {message}", "idle": ""}  # fmt: skip
+               "waiting_input": "{message}", "error": "Error: {message}", "idle": ""}  # fmt: skip
 
 
 @dataclass
