@@ -12,6 +12,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
     path("c/<uuid:conversation_id>/thinking", views.set_thinking, name="set_thinking"),
+    path("c/<uuid:conversation_id>/approval", views.set_approval, name="set_approval"),
     path(
         "c/<uuid:conversation_id>/export.md",
         views.export_conversation,

@@ -148,6 +148,8 @@ def test_bad_environment_value_stops_start_up_naming_the_variable(model_server):
     assert proc.returncode != 0 and "HARNESS_MAX_TURNS" in proc.stderr
     proc = agent("hi", env=agent_env(model_server, HARNESS_BASH="yolo"))
     assert proc.returncode != 0 and "HARNESS_BASH" in proc.stderr
+    proc = agent("hi", env=agent_env(model_server, HARNESS_APPROVAL="sometimes"))
+    assert proc.returncode != 0 and "HARNESS_APPROVAL" in proc.stderr
 
 
 def clean_env(**extra) -> dict[str, str]:
@@ -203,6 +205,14 @@ def test_cli_approve_asks_on_the_terminal_for_each_call_that_changes_things(
     assert decisions == [("approve", None, "terminal"), ("deny", "keep it old", "terminal")]
     sent = model_server.bodies[-1]["messages"][-1]["content"][0]
     assert sent["is_error"] is True and "keep it old" in sent["content"]
+
+
+def test_harness_approval_read_only_reaches_the_cli(model_server, workspace):
+    model_server.enqueue(tool_reply(("write", {"path": "w.txt", "content": "x"})), text_reply("ok"))
+    proc = agent("--workspace", str(workspace.root), "write", input="n\n",
+                 env=agent_env(model_server, HARNESS_APPROVAL="read_only"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {t["name"] for t in model_server.bodies[0]["tools"]} == {"read", "grep", "list_dir"}
 
 
 def test_cli_without_approve_asks_nothing(model_server, workspace):
