@@ -167,6 +167,12 @@ class ApprovalEvent(Event):
     id: str
     name: str
     input: dict[str, Any]
+    # For the UI only: what exactly will run when it is not in the input (an edit's diff,
+    # computed read only from the file as it is).
+    display: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "display")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -558,7 +558,9 @@ class AgentLoop:
                 or use["name"] not in self.tools or self._approve_all):  # fmt: skip
             return None
         call_id = use["id"]
-        self._emit(ApprovalEvent(id=call_id, name=use["name"], input=use["input"]))
+        display = await self._preview(use)
+        self._emit(ApprovalEvent(id=call_id, name=use["name"], input=use["input"],
+                                 display=display))  # fmt: skip
         message = f"Waiting for approval: {use['name']}"
         self._emit(StatusEvent(state="waiting_input", message=message))
         if self.approver is not None:
@@ -575,6 +577,19 @@ class AgentLoop:
         self._emit(ApprovalDecisionEvent(id=call_id, decision=decision.decision,
                                          reason=decision.reason, by=decision.by))  # fmt: skip
         return decision
+
+    async def _preview(self, use: dict[str, Any]) -> dict[str, Any] | None:
+        """What a tool would do, read only (an edit's diff), for the approval card."""
+        preview = getattr(self.tools[use["name"]], "preview", None)
+        if preview is None:
+            return None
+        try:
+            return await preview(use["input"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a preview that cannot be made must not fail the call
+            log.exception("could not preview %s", use["name"])
+            return None
 
     async def _execute(self, use: dict[str, Any]) -> ToolResult:
         tool = self.tools.get(use["name"])

@@ -93,9 +93,13 @@ def approval_view(event: ApprovalEvent) -> ApprovalView:
     elif event.name == "write":
         view.preview = str(params.get("content", ""))
     elif event.name == "edit":
-        old, new = str(params.get("old_str", "")), str(params.get("new_str", ""))
-        lines = difflib.unified_diff(old.splitlines(), new.splitlines(), view.target,
-                                     view.target, lineterm="")  # fmt: skip
+        display = event.display if isinstance(event.display, dict) else {}
+        if isinstance(display.get("diff"), str):  # the file's change, read when it was asked
+            lines = display["diff"].splitlines()
+        else:  # (the edit will fail: old_str is not in the file once) its text alone
+            old, new = str(params.get("old_str", "")), str(params.get("new_str", ""))
+            lines = difflib.unified_diff(old.splitlines(), new.splitlines(), view.target,
+                                         view.target, lineterm="")  # fmt: skip
         view.diff = [(_diff_class(line), line) for line in lines]
     else:
         view.preview = json.dumps(params, indent=2, ensure_ascii=False)

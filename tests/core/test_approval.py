@@ -162,3 +162,21 @@ async def test_an_approver_decides_instead(make_harness, tools, model_server, wo
     assert [c["name"] for c in asked] == ["edit"]
     assert (workspace.root / "notes.txt").read_text() == "some notes"
     assert of_type(events, "approval_decision")[0].by == "terminal"
+
+
+async def test_an_edit_waiting_shows_the_diff_it_will_make_without_making_it(
+    make_harness, tools, model_server, workspace
+):
+    (workspace.root / "code.py").write_text("a = 1\nb = 2\nc = 3\n")
+    loop, events = make_harness(tools=tools, approval="ask")
+    model_server.enqueue(tool_reply(("edit", {"path": "code.py", "old_str": "b = 2",
+                                              "new_str": "b = 20"})), text_reply("ok"))  # fmt: skip
+    task = asyncio.create_task(loop.prompt("go"))
+    call_id = await waiting(loop)
+    (approval,) = of_type(events, "approval")
+    diff = approval.to_dict()["display"]["diff"]
+    assert "-b = 2\n+b = 20\n" in diff and " a = 1\n" in diff  # the file's lines around it
+    assert (workspace.root / "code.py").read_text() == "a = 1\nb = 2\nc = 3\n"  # not yet
+    loop.decide(call_id, "approve")
+    await asyncio.wait_for(task, 20)
+    assert (workspace.root / "code.py").read_text() == "a = 1\nb = 20\nc = 3\n"
