@@ -330,14 +330,16 @@ class RunManager:
         by: str,
         *,
         approve_all: bool = False,
+        running: bool = True,
     ) -> str | None:
         """Decide on a call waiting for approval, wherever its run is (through the control
         group, answered on the asker's channel, like the queue requests). None: no process
-        runs the conversation."""  # fmt: skip
+        runs the conversation. ``running``: whether it was seen running (if not, no process
+        is asked)."""
         outcome = self.decide_local(
             conversation_id, call_id, decision, reason, by, approve_all=approve_all
         )
-        if outcome is not None or str(conversation_id) in self._runs:
+        if outcome is not None or str(conversation_id) in self._runs or not running:
             return outcome
         await self._ensure_listener()
         answer = await self._ask(conversation_id, {

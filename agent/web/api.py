@@ -209,14 +209,17 @@ async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: st
 @of_conversation
 async def approval(request: HttpRequest, conversation: Conversation, call_id: str) -> JsonResponse:
     """Approve or deny a tool call waiting for a decision (interfaces §9): 200; 404 when no
-    such call waits; 409 when it was already decided."""
+    such call waits; 409 when it was already decided. ``"approve_all": true`` also approves
+    the run's later calls."""
     body = _json_body(request)
     if body is None:
         return api_error(400, "bad_request", "The body must be a JSON object.")
     try:
         await decide_approval(
-            conversation.id, request.api_user, call_id, body.get("decision"), body.get("reason")
-        )
+            conversation.id, request.api_user, call_id, body.get("decision"), body.get("reason"),
+            approve_all=body.get("approve_all") is True,
+            running=conversation.state == Conversation.State.RUNNING,
+        )  # fmt: skip
     except RunRefused as refused:
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
     return JsonResponse({"decided": True, "decision": body["decision"]})

@@ -202,10 +202,13 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(refused.message, refused.code))
             return
         if frame.get("action") in ("approve", "deny"):
+            conversation, _ = await _owned(self.conversation_id, self.user)
+            running = conversation is not None and conversation.state == Conversation.State.RUNNING
             try:
                 await decide_approval(
                     self.conversation_id, self.user, frame.get("id"), frame["action"],
                     frame.get("reason"), approve_all=bool(frame.get("approve_all")),
+                    running=running,
                 )  # fmt: skip
             except RunRefused as refused:
                 await self.send(text_data=composer_alert(refused.message, refused.code))

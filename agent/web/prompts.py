@@ -97,16 +97,25 @@ def _decided_before(conversation_id, call_id: str) -> bool:
 
 
 async def decide_approval(
-    conversation_id, user, call_id, decision, reason=None, *, approve_all: bool = False
+    conversation_id,
+    user,
+    call_id,
+    decision,
+    reason=None,
+    *,
+    approve_all: bool = False,
+    running: bool = True,
 ) -> None:
     """Approve or deny a tool call waiting for a decision, wherever its run is; or raise
-    ``RunRefused``: ``not_found`` when no such call waits, ``already_decided``."""
+    ``RunRefused``: ``not_found`` when no such call waits, ``already_decided``.
+    ``running``: whether the conversation was seen running (if not, no process is asked)."""
     decision, reason = checked_decision(decision, reason)
     if not isinstance(call_id, str) or not 0 < len(call_id) <= 200:
         raise RunRefused("not_found", "No tool call waits for a decision with this id.")
     outcome = await runs.decide(
-        conversation_id, call_id, decision, reason, user.get_username(), approve_all=approve_all
-    )
+        conversation_id, call_id, decision, reason, user.get_username(),
+        approve_all=approve_all, running=running,
+    )  # fmt: skip
     if outcome == "decided":
         return
     if outcome == "already" or await sync_to_async(_decided_before)(conversation_id, call_id):

@@ -4,6 +4,7 @@ real SDK and the test model server."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -132,6 +133,27 @@ def test_cancel_ends_the_wait_and_the_call_is_not_run(ada, fresh, workspace):
     assert [e["code"] for e in events if e["type"] == "error"] == ["cancelled"]
     assert not (workspace / "cancelled.txt").exists()
     assert decide(ada, conversation, approval["id"], "approve")[0] == 404
+
+
+def test_a_decision_on_an_idle_conversation_is_404_at_once(ada):
+    conversation = asking(ada)
+    started = time.monotonic()
+    status, payload = decide(ada, conversation, "toolu_none", "approve")
+    assert status == 404 and payload["error"] == "not_found"
+    assert time.monotonic() - started < 2  # no process is asked: none runs it
+
+
+def test_approve_all_over_the_api_approves_the_runs_later_calls(ada, fresh, workspace):
+    conversation = asking(ada)
+    fresh.enqueue(tool_reply(("write", {"path": "all-1.txt", "content": "1"})),
+                  tool_reply(("write", {"path": "all-2.txt", "content": "2"})),
+                  text_reply("both"))  # fmt: skip
+    stream, _, approval = until_waiting(ada, conversation)
+    path = f"/api/conversations/{conversation}/approvals/{approval['id']}"
+    assert ada.call("POST", path, {"decision": "approve", "approve_all": True})[0] == 200
+    events = events_of(read_until(stream, is_final))
+    assert [e["type"] for e in events].count("approval") == 0  # the second was not asked
+    assert (workspace / "all-2.txt").read_text() == "2"
 
 
 def test_a_server_killed_while_waiting_ends_the_run_interrupted(ada, fresh, workspace, live):
