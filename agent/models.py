@@ -7,7 +7,7 @@ import uuid
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 
-from agent.core.config import THINKING_LEVELS
+from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
 
 PROMPT_HISTORY_LIMIT = 100
 
@@ -53,6 +53,9 @@ class Conversation(models.Model):
     # The thinking level ("": the deployment's HARNESS_THINKING budget).
     thinking = models.CharField(max_length=10, blank=True, default="",
                                 choices=[(level, level) for level in THINKING_LEVELS])  # fmt: skip
+    # Tool approval (interfaces §9; "": the deployment's HARNESS_APPROVAL).
+    approval = models.CharField(max_length=10, blank=True, default="",
+                                choices=[(mode, mode) for mode in APPROVAL_MODES])  # fmt: skip
     state = models.CharField(max_length=20, choices=State.choices, default=State.IDLE)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

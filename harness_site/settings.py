@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from agent.core.config import DEFAULT_MODEL, MIN_THINKING_BUDGET
+from agent.core.config import APPROVAL_MODES, DEFAULT_MODEL, MIN_THINKING_BUDGET
 from agent.core.tools import BASH_MODES
 
 from .env import (
@@ -210,6 +210,8 @@ HARNESS_MAX_UPLOAD_MB = env_int("HARNESS_MAX_UPLOAD_MB", 25, minimum=1)
 HARNESS_MONTHLY_BUDGET_USD = env_amount("HARNESS_MONTHLY_BUDGET_USD")
 # The share of the model's context window at which the history is compacted (§10).
 HARNESS_COMPACT_AT = env_fraction("HARNESS_COMPACT_AT", 0.8, minimum=0.1)
+# Tool approval of conversations that chose none (interfaces §9): auto, ask or read_only.
+HARNESS_APPROVAL = env_choice("HARNESS_APPROVAL", APPROVAL_MODES, "auto")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
 # Workspace storage (agent/server/storage.py): `loop` gives each workspace a size-limited ext4
 # image of HARNESS_WORKSPACE_QUOTA_MB (needs root); `auto` uses it when it can.

@@ -12,6 +12,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
     path("c/<uuid:conversation_id>/thinking", views.set_thinking, name="set_thinking"),
+    path("c/<uuid:conversation_id>/approval", views.set_approval, name="set_approval"),
     path(
         "c/<uuid:conversation_id>/export.md",
         views.export_conversation,
@@ -43,6 +44,11 @@ urlpatterns = [
         "api/conversations/<uuid:conversation_id>/queue/<str:queue_id>",
         api.unqueue,
         name="api_unqueue",
+    ),  # fmt: skip
+    path(
+        "api/conversations/<uuid:conversation_id>/approvals/<str:call_id>",
+        api.approval,
+        name="api_approval",
     ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

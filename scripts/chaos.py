@@ -5,7 +5,9 @@ Each user has a signed-in session and a conversation of their own, sends prompts
 receives the live stream the way the page does (seq-ranged batches; a sync on connect, on
 a gap or an overlap). At random moments a user's socket is dropped mid-run and reconnected
 after a random pause; with ``--follow-up-rate``, a follow-up is queued on a run as soon as
-it has started (interfaces §8: it runs in the same run, or as a new one if that had ended).
+it has started (interfaces §8: it runs in the same run, or as a new one if that had ended);
+with ``--approval-rate``, a prompt makes the model call ``write`` in a conversation that asks
+first (interfaces §9), and the user approves the call from whichever socket sees the card.
 At the end every user's view is compared with the server's event log: events delivered,
 lost and duplicated, per user and in total.
 
@@ -39,6 +41,9 @@ MARKER = re.compile(
 )
 # Final parts only: the live block of a streaming answer ("part text live") is transient.
 PART = re.compile(r'class="part (user|text|error)" data-part="\w+" data-seq="(\d+)"')
+PENDING = re.compile(r'data-approval-id="([^"]+)" data-approval-state="pending"')
+DECIDED = re.compile(r'data-approval-id="([^"]+)" data-approval-state="(?:approve|closed)"')
+APPROVE_ME = "[write a file]"  # a prompt with this makes the test model call write
 
 SETUP = (
     "import json\nfrom bench.fixtures import sessions\nprint(json.dumps(sessions({n}, 'chaos')))"
@@ -62,6 +67,7 @@ class UserStats:
     last_retry_error: str = ""
     prompts_done: int = 0
     follow_ups: int = 0
+    approvals: int = 0  # tool calls approved
     latencies: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -77,6 +83,10 @@ class Client:
         self.accepted = False  # an applied batch carried the prompt's user part
         self.users = 0  # user parts applied since the prompt was sent
         self.expected_users = 1  # the prompt's, and its follow-up's if one was queued
+        # Approval cards seen and not yet shown decided: whether approve was sent (sent
+        # again when the run goes quiet: a dropped socket may have lost it).
+        self.pending: dict[str, bool] = {}
+        self.approved: set[str] = set()
 
     async def connect(self, attempts: int = 6):
         """Connect, retrying with backoff and jitter as the page does (an overloaded
@@ -139,13 +149,23 @@ class Client:
         if end >= start:
             self.s.applied.append((start, end))
         self.s.last_seq = max(self.s.last_seq, end)
+        for call_id in PENDING.findall(message):
+            self.pending.setdefault(call_id, False)
+        for call_id in DECIDED.findall(message):
+            self.pending.pop(call_id, None)
         for kind, seq in PART.findall(message):
             key = (kind, int(seq))
             self.s.parts_seen[key] = self.s.parts_seen.get(key, 0) + 1
 
 
 async def run_user(
-    stats: UserStats, base: str, prompts: int, drop_rate: float, rng, follow_up_rate: float = 0.0
+    stats: UserStats,
+    base: str,
+    prompts: int,
+    drop_rate: float,
+    rng,
+    follow_up_rate: float = 0.0,
+    approval_rate: float = 0.0,
 ) -> None:
     ws_base = base.replace("http://", "ws://").replace("https://", "wss://")
     client = Client(stats, f"{ws_base}/ws/c/{stats.conversation}/", base)
@@ -155,7 +175,8 @@ async def run_user(
         client.finished = client.accepted = False
         client.users, client.expected_users = 0, 1
         follow_up = rng.random() < follow_up_rate
-        await client.ws.send(json.dumps({"content": f"chaos prompt {n} from {stats.name}"}))
+        tool = APPROVE_ME if rng.random() < approval_rate else ""
+        await client.ws.send(json.dumps({"content": f"chaos prompt {n} from {stats.name}{tool}"}))
         # Drops happen mid-run: once the server has shown it took the prompt.
         drop_in = rng.uniform(0.05, 1.5) if rng.random() < drop_rate else None
         drop_at = None
@@ -166,6 +187,12 @@ async def run_user(
                 stats.follow_ups += 1
                 text = f"chaos follow-up {n} from {stats.name}"
                 await client.ws.send(json.dumps({"content": text, "mode": "follow_up"}))
+            for call_id, sent in list(client.pending.items()):
+                if not sent:
+                    stats.approvals += call_id not in client.approved
+                    client.approved.add(call_id)
+                    client.pending[call_id] = True
+                    await client.ws.send(json.dumps({"action": "approve", "id": call_id}))
             if drop_in is not None and drop_at is None and client.accepted:
                 drop_at = time.monotonic() + drop_in
             timeout = None if drop_at is None else max(0.0, drop_at - time.monotonic())
@@ -180,6 +207,7 @@ async def run_user(
                         stats.errors.append("no answer within 120 s")
                         return
                     client.syncing = False
+                    client.pending = dict.fromkeys(client.pending, False)  # sent again
                     await client.sync()
                     continue
                 stats.disconnects += 1
@@ -231,6 +259,7 @@ def report(all_stats: list[UserStats], base: str, elapsed: float) -> dict:
         "syncs": sum(s.syncs for s in all_stats),
         "prompts_completed": sum(s.prompts_done for s in all_stats),
         "follow_ups": sum(s.follow_ups for s in all_stats),
+        "approvals": sum(s.approvals for s in all_stats),
         "prompt_seconds_p50": round(statistics.median(latencies), 3) if latencies else None,
         "prompt_seconds_max": round(max(latencies), 3) if latencies else None,
         "errors": sum(len(s.errors) for s in all_stats),
@@ -251,13 +280,26 @@ async def main_async(args, base: str, env: dict | None) -> dict:
     started = time.monotonic()
     results = await asyncio.gather(
         *(run_user(s, base, args.prompts, args.drop_rate, random.Random(rng.random()),
-                   args.follow_up_rate) for s in all_stats),
+                   args.follow_up_rate, args.approval_rate) for s in all_stats),
         return_exceptions=True,
     )  # fmt: skip
     for stats, result in zip(all_stats, results, strict=True):
         if isinstance(result, BaseException):
             stats.errors.append(f"{type(result).__name__}: {result}")
     return report(all_stats, base, time.monotonic() - started)
+
+
+def chaos_reply(body, answer: str):
+    """The test model: a write call when the last user message is a prompt asking for one
+    (not yet answered by a tool result), else the streamed answer."""
+    from testkit.model_server import text_reply, tool_reply
+
+    last = (body.get("messages") or [{}])[-1]
+    blocks = last.get("content") if isinstance(last.get("content"), list) else []
+    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+    if last.get("role") == "user" and any(APPROVE_ME in t for t in texts):
+        return tool_reply(("write", {"path": "chaos.txt", "content": "approved"}))
+    return text_reply(answer, delay=0.01, chunk=12)
 
 
 def main(argv=None) -> int:
@@ -282,6 +324,12 @@ def main(argv=None) -> int:
         default=0.0,
         help="chance that a follow-up is queued on a prompt's run as soon as it started",
     )
+    parser.add_argument(
+        "--approval-rate",
+        type=float,
+        default=0.0,
+        help="chance that a prompt's answer starts with a write call that waits for approval",
+    )
     parser.add_argument("--words", type=int, default=120, help="words per streamed answer")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", help="also write the full report to this file")
@@ -292,16 +340,17 @@ def main(argv=None) -> int:
         parser.error("give --url or --spawn")
     if args.spawn:
         from testkit.live import LiveServer
-        from testkit.model_server import ModelServer, text_reply
+        from testkit.model_server import ModelServer
 
         model = ModelServer().start()
         answer = " ".join(f"word{i}" for i in range(args.words))
-        model.fallback = lambda body: text_reply(answer, delay=0.01, chunk=12)
+        model.fallback = lambda body: chaos_reply(body, answer)
         root = Path(tempfile.mkdtemp(prefix="harness-chaos-"))
         limit = str(args.prompts * 20 + 10)  # (queued follow-ups count too)
         server = LiveServer(root, ANTHROPIC_API_KEY="chaos", ANTHROPIC_BASE_URL=model.url,
                             HARNESS_BASH="off", HARNESS_RUNS_PER_MINUTE=limit,
-                            HARNESS_CONCURRENT_RUNS="3", DJANGO_DEBUG="1")  # fmt: skip
+                            HARNESS_CONCURRENT_RUNS="3", DJANGO_DEBUG="1",
+                            HARNESS_APPROVAL="ask" if args.approval_rate else "auto")  # fmt: skip
         if args.database_url:
             server.env["DATABASE_URL"] = args.database_url
         if args.redis_url:

@@ -162,10 +162,13 @@
     const status = $("#status");
     const state = status ? status.dataset.state : "idle";
     const wasRunning = isRunning();
-    const running = state === "thinking" || state === "running_tool";
+    // Waiting for a tool approval (§9) is still running (Stop cancels it), but the
+    // transcript is not busy: the approval card is what the user must read now.
+    const busy = state === "thinking" || state === "running_tool";
+    const running = busy || state === "waiting_input";
     document.body.classList.toggle("running", running);
     const messages = $("#messages");
-    if (messages) messages.setAttribute("aria-busy", String(running));
+    if (messages) messages.setAttribute("aria-busy", String(busy));
     if (wasRunning && !running) clearComposerAlert("prompt_running");
     markCurrentEntry(running);
     showPromptPlaceholder(running);

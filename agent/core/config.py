@@ -32,6 +32,12 @@ THINKING_MODELS = frozenset({"claude-haiku-4-5", "claude-sonnet-4-5", "claude-op
                              "claude-opus-4-1"})  # fmt: skip
 
 
+# A conversation's tool approval (interfaces §9): ``auto`` runs every tool at once, ``ask``
+# waits for a decision before the tools that change things, ``read_only`` does not offer them.
+APPROVAL_MODES = ("auto", "ask", "read_only")
+GATED_TOOLS = frozenset({"write", "edit", "bash"})
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
@@ -49,6 +55,7 @@ class Config:
     # compacted (HARNESS_COMPACT_AT; the model summarises the older exchanges).
     context_window: int = CONTEXT_WINDOW
     compact_at: float = 0.8
+    approval: str = "auto"  # APPROVAL_MODES
 
     def __post_init__(self) -> None:
         if not self.model or not self.model.strip():
@@ -68,6 +75,8 @@ class Config:
             raise ConfigError("context_window must be at least twice max_tokens")
         if not 0.1 <= self.compact_at <= 1:
             raise ConfigError("compact_at must be between 0.1 and 1")
+        if self.approval not in APPROVAL_MODES:
+            raise ConfigError(f"approval must be one of {', '.join(APPROVAL_MODES)}")
 
     @property
     def offline(self) -> bool:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-StatusState = Literal["thinking", "running_tool", "idle", "error"]
+StatusState = Literal["thinking", "running_tool", "waiting_input", "idle", "error"]
 QueueMode = Literal["steer", "follow_up"]
 QUEUE_MODES: tuple[str, ...] = ("steer", "follow_up")
 
@@ -159,6 +159,37 @@ class UnqueuedEvent(Event):
         return _without_none(Event.to_dict(self), "reason")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalEvent(Event):
+    """A tool call waiting for the user's decision (interfaces §9); ``id`` is the call's."""
+
+    type: ClassVar[str] = "approval"
+    id: str
+    name: str
+    input: dict[str, Any]
+    # For the UI only: what exactly will run when it is not in the input (an edit's diff,
+    # computed read only from the file as it is).
+    display: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "display")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecisionEvent(Event):
+    """The decision on an ``approval``: ``approve`` or ``deny``, by whom (a username, or
+    ``terminal`` for the CLI), with the reason a denial gave the model."""
+
+    type: ClassVar[str] = "approval_decision"
+    id: str
+    decision: str
+    by: str = ""
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "reason")
+
+
 # The token counts of a usage event, summed into a conversation's totals.
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                 "cache_creation_input_tokens")  # fmt: skip
@@ -189,6 +220,8 @@ TYPES: dict[str, type[Event]] = {
         CompactionEvent,
         QueuedEvent,
         UnqueuedEvent,
+        ApprovalEvent,
+        ApprovalDecisionEvent,
     )
 }
 

@@ -17,16 +17,18 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent.core import compaction, history
-from agent.core.config import Config
+from agent.core.config import GATED_TOOLS, Config
 from agent.core.errors import classify
 from agent.core.events import (
     QUEUE_MODES,
     USAGE_FIELDS,
+    ApprovalDecisionEvent,
+    ApprovalEvent,
     CompactionEvent,
     ErrorEvent,
     Event,
@@ -88,6 +90,26 @@ class _RunFailed(Exception):
         self.code, self.message = code, message
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The user's decision on a tool call waiting for approval (interfaces §9)."""
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    by: str = ""
+
+
+# Asks for a decision on a call (``{"id", "name", "input"}``): the CLI's terminal. Without
+# one, the loop waits on a future that ``decide`` resolves (no thread, nothing held).
+Approver = Callable[[dict[str, Any]], Awaitable[Decision]]
+DECISIONS = ("approve", "deny")
+
+
+def denied_message(reason: str | None) -> str:
+    reason = (reason or "").strip()
+    return "denied by the user" + (f": {reason}" if reason else " (no reason given)")
+
+
 KEEP_EXCHANGES = 2  # a compaction asked for keeps the last exchanges as they are
 
 
@@ -103,8 +125,11 @@ class AgentLoop:
         messages: list[dict[str, Any]] | None = None,
         next_seq: int = 1,
         instructions: DirectoryInstructions | None = None,
+        approver: Approver | None = None,
     ):
         self.client = client
+        if config.approval == "read_only":  # the tools that change things are not offered
+            tools = [tool for tool in tools if tool.name not in GATED_TOOLS]
         self.tools = {tool.name: tool for tool in tools}
         self._tool_specs = [tool_spec(tool) for tool in tools]
         self.config = config
@@ -124,6 +149,12 @@ class AgentLoop:
         self._results: list[dict[str, Any]] = []
         self._queue: list[QueuedPrompt] = []  # prompts sent while running, in order
         self._prompt_index = 0  # where the prompt being answered sits in the history
+        # Tool approval (interfaces §9): the calls waiting for a decision, those decided in
+        # this run, and "approve all for this run".
+        self.approver = approver
+        self._pending: dict[str, asyncio.Future[Decision]] = {}
+        self._decided: set[str] = set()
+        self._approve_all = False
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -171,6 +202,34 @@ class AgentLoop:
                 return True
         return False
 
+    @property
+    def pending_approvals(self) -> list[str]:
+        return list(self._pending)
+
+    def decide(
+        self,
+        call_id: str,
+        decision: str,
+        reason: str | None = None,
+        by: str = "",
+        *,
+        approve_all: bool = False,
+    ) -> str:
+        """Decide on a call waiting for approval: ``decided``; ``unknown`` when no such
+        call waits; ``already`` when it was decided before. ``approve_all`` also approves
+        every later call of this run."""  # fmt: skip
+        if decision not in DECISIONS:
+            raise ValueError(f"unknown decision {decision!r}")
+        future = self._pending.get(call_id)
+        if future is None:
+            return "already" if call_id in self._decided else "unknown"
+        if future.done():
+            return "already"
+        if approve_all and decision == "approve":
+            self._approve_all = True
+        future.set_result(Decision(decision, reason if decision == "deny" else None, by))
+        return "decided"
+
     async def prompt(self, content: str | None) -> RunResult:
         """Run a prompt to its end (queued prompts included); ``None`` compacts the history
         instead (a compaction asked for: interfaces §10). Ends with one idle or error
@@ -179,6 +238,8 @@ class AgentLoop:
             raise PromptAlreadyRunning()
         self._task = asyncio.current_task()
         self._cancel_requested = False
+        self._decided.clear()
+        self._approve_all = False
         try:
             return await self._run(content)
         finally:
@@ -187,6 +248,7 @@ class AgentLoop:
             self._open_calls.clear()
             self._results = []
             self._queue.clear()
+            self._pending.clear()
 
     # -- the loop --------------------------------------------------------------------
     def _emit(self, event: Event) -> Event:
@@ -473,8 +535,12 @@ class AgentLoop:
             elif failed:
                 result = fail("skipped: an earlier tool call in this turn failed")
             else:
-                self._emit(StatusEvent(state="running_tool", message=use["name"]))
-                result = await self._execute(use)
+                decision = await self._approval(use)
+                if decision is not None and decision.decision == "deny":
+                    result = fail(denied_message(decision.reason))
+                else:
+                    self._emit(StatusEvent(state="running_tool", message=use["name"]))
+                    result = await self._execute(use)
                 failed = result.is_error
                 if not failed and self.instructions is not None:
                     notes = await self._instructions_after(use)
@@ -484,6 +550,46 @@ class AgentLoop:
         self._mark()
         self._results = []
         return steers
+
+    async def _approval(self, use: dict[str, Any]) -> Decision | None:
+        """In ``ask``, a call to a tool that changes things waits for a decision (an
+        ``approval`` event, a ``waiting_input`` status); None: it needs none."""
+        if (self.config.approval != "ask" or use["name"] not in GATED_TOOLS
+                or use["name"] not in self.tools or self._approve_all):  # fmt: skip
+            return None
+        call_id = use["id"]
+        display = await self._preview(use)
+        self._emit(ApprovalEvent(id=call_id, name=use["name"], input=use["input"],
+                                 display=display))  # fmt: skip
+        message = f"Waiting for approval: {use['name']}"
+        self._emit(StatusEvent(state="waiting_input", message=message))
+        if self.approver is not None:
+            call = {"id": call_id, "name": use["name"], "input": use["input"]}
+            decision = await self.approver(call)
+        else:
+            future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+            self._pending[call_id] = future
+            try:
+                decision = await future
+            finally:
+                self._pending.pop(call_id, None)
+        self._decided.add(call_id)
+        self._emit(ApprovalDecisionEvent(id=call_id, decision=decision.decision,
+                                         reason=decision.reason, by=decision.by))  # fmt: skip
+        return decision
+
+    async def _preview(self, use: dict[str, Any]) -> dict[str, Any] | None:
+        """What a tool would do, read only (an edit's diff), for the approval card."""
+        preview = getattr(self.tools[use["name"]], "preview", None)
+        if preview is None:
+            return None
+        try:
+            return await preview(use["input"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a preview that cannot be made must not fail the call
+            log.exception("could not preview %s", use["name"])
+            return None
 
     async def _execute(self, use: dict[str, Any]) -> ToolResult:
         tool = self.tools.get(use["name"])

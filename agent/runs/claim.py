@@ -131,6 +131,7 @@ def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False)
         if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
+        config = config.replace(approval=conversation.approval or config.approval)
         if not config.offline:  # (the demo costs nothing)
             _check_budget(owner)
         # The per-minute limit protects spend: the offline demo model costs nothing.

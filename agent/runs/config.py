@@ -17,5 +17,6 @@ def agent_config(**overrides) -> Config:
         system_prompt=settings.HARNESS_SYSTEM_PROMPT,
         thinking_budget=settings.HARNESS_THINKING,
         compact_at=settings.HARNESS_COMPACT_AT,
+        approval=settings.HARNESS_APPROVAL,
     )
     return config.replace(**overrides) if overrides else config

@@ -43,7 +43,8 @@ from agent.server import metrics
 
 log = logging.getLogger(__name__)
 
-STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "idle": "idle",
+STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "waiting_input": "running",
+                    "idle": "idle",
                     "error": "error"}  # fmt: skip
 DELTA, TEXT = TextDeltaEvent.type, TextEvent.type
 

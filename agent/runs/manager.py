@@ -119,7 +119,9 @@ class RunManager:
             kind = message.get("type")
             if kind == "run.cancel":
                 self.cancel_local(message.get("conversation"))
-            elif kind in ("run.queue", "run.unqueue") and isinstance(message.get("reply"), str):
+            elif kind in ("run.queue", "run.unqueue", "run.decide") and isinstance(
+                message.get("reply"), str
+            ):
                 await self._answer(layer, message)
 
     async def _answer(self, layer, message: dict) -> None:
@@ -129,6 +131,14 @@ class RunManager:
         try:
             if message["type"] == "run.unqueue":
                 answer = {"removed": self.unqueue_local(conversation, str(message.get("id")))}
+            elif message["type"] == "run.decide":
+                reason = message.get("reason")
+                outcome = self.decide_local(
+                    conversation, str(message.get("id")), str(message.get("decision")),
+                    reason if isinstance(reason, str) else None, str(message.get("by", "")),
+                    approve_all=bool(message.get("approve_all")),
+                )  # fmt: skip
+                answer = {"outcome": outcome}
             else:
                 queued = self.queue_local(
                     conversation, str(message.get("content")), str(message.get("mode")),
@@ -292,6 +302,51 @@ class RunManager:
         await self._ensure_listener()
         answer = await self._ask(conversation_id, {"type": "run.unqueue", "id": queue_id})
         return bool(answer and answer.get("removed"))
+
+    # -- tool approval (interfaces §9) -----------------------------------------------------
+    def decide_local(
+        self,
+        conversation_id,
+        call_id: str,
+        decision: str,
+        reason: str | None,
+        by: str,
+        *,
+        approve_all: bool = False,
+    ) -> str | None:
+        """Decide on a call of this process's run: the loop's outcome (``decided``,
+        ``unknown``, ``already``); None when this process runs no prompt of it."""  # fmt: skip
+        run = self._running_here(conversation_id)
+        if run is None:
+            return None
+        return run.agent.decide(call_id, decision, reason, by, approve_all=approve_all)
+
+    async def decide(
+        self,
+        conversation_id,
+        call_id: str,
+        decision: str,
+        reason: str | None,
+        by: str,
+        *,
+        approve_all: bool = False,
+        running: bool = True,
+    ) -> str | None:
+        """Decide on a call waiting for approval, wherever its run is (through the control
+        group, answered on the asker's channel, like the queue requests). None: no process
+        runs the conversation. ``running``: whether it was seen running (if not, no process
+        is asked)."""
+        outcome = self.decide_local(
+            conversation_id, call_id, decision, reason, by, approve_all=approve_all
+        )
+        if outcome is not None or str(conversation_id) in self._runs or not running:
+            return outcome
+        await self._ensure_listener()
+        answer = await self._ask(conversation_id, {
+            "type": "run.decide", "id": call_id, "decision": decision, "reason": reason,
+            "by": by, "approve_all": approve_all,
+        })  # fmt: skip
+        return answer.get("outcome") if answer else None
 
     async def wait(self, conversation_id) -> None:
         run = self._runs.get(str(conversation_id))

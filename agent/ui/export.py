@@ -76,4 +76,13 @@ def conversation_markdown(meta: dict[str, Any], events: list[dict[str, Any]]) ->
                 output = "\n".join(line for _, line in tool.diff)
             if output:
                 lines += ["", _fence(output)]
+        elif part.kind == "approval" and part.approval is not None:
+            a = part.approval
+            if a.decision == "approve":
+                outcome = f"approved by {a.by or 'someone'}"
+            elif a.decision == "deny":
+                outcome = f"denied by {a.by or 'someone'}" + (f": {a.reason}" if a.reason else "")
+            else:
+                outcome = "not decided (not run)" if a.closed else "waiting for a decision"
+            lines += [f"> **Approval** of `{a.name}` {a.target}: {outcome}".rstrip()]
     return "\n".join(lines) + "\n"

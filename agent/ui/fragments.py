@@ -15,6 +15,8 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from agent.core.events import (
+    ApprovalDecisionEvent,
+    ApprovalEvent,
     CompactionEvent,
     Event,
     StatusEvent,
@@ -197,8 +199,13 @@ class FragmentRenderer:
                     out.append(render_to_string("agent/_tool_card.html", context))
                     if part.tool is not None and part.tool.name in WORKSPACE_TOOLS:
                         files_seq = event.seq
-            elif isinstance(event, StatusEvent):
+            elif isinstance(event, StatusEvent | ApprovalDecisionEvent):
                 flush_parts()
+                if part is not None:  # an approval decided, or closed with its run
+                    context = {"part": part, "oob": True}
+                    out.append(render_to_string("agent/_approval.html", context))
+                if isinstance(event, ApprovalDecisionEvent):
+                    continue
                 if self.live and event.state in ("idle", "error"):
                     # The prompt ended with a block still open (its text was lost with a
                     # crashed process): the live block must not linger.
@@ -231,7 +238,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     block, if any, is replaced, so this is safe to apply at any point)."""
     transcript = Transcript()
     for event in events:  # the calls whose results are missing (their cards get them)
-        if isinstance(event, ToolCallEvent) and event.seq <= after:
+        if isinstance(event, ToolCallEvent | ApprovalEvent) and event.seq <= after:
             transcript.add(event)
         elif is_queue_event(event) and event.seq <= after:  # the queue the page has
             transcript.fold_queue(event)

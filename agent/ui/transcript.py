@@ -7,12 +7,15 @@ goes through the markdown seam.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core.events import (
+    ApprovalDecisionEvent,
+    ApprovalEvent,
     CompactionEvent,
     ErrorEvent,
     Event,
@@ -43,7 +46,7 @@ RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
 LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
 TARGET_CHARS = 80  # a tool card's header names its target, cut to this
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
-               "error": "Error: {message}", "idle": ""}  # fmt: skip
+               "waiting_input": "{message}", "error": "Error: {message}", "idle": ""}  # fmt: skip
 
 
 @dataclass
@@ -59,6 +62,48 @@ class Part:
     detail: str = ""  # compaction parts: the tokens before and after
     mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
+    approval: ApprovalView | None = None  # approval parts
+
+
+@dataclass
+class ApprovalView:
+    """A tool call waiting for the user's decision (interfaces §9), and what exactly would
+    run: the command, the content written, the change an edit makes."""
+
+    id: str
+    name: str
+    target: str
+    preview: str = ""  # bash: the command; write: the content
+    diff: list[tuple[str, str]] = field(default_factory=list)  # edit: (css class, line)
+    decision: str = ""  # "" while undecided; approve | deny
+    by: str = ""
+    reason: str = ""
+    closed: bool = False  # the run ended without a decision (cancelled, interrupted)
+
+    @property
+    def pending(self) -> bool:
+        return not self.decision and not self.closed
+
+
+def approval_view(event: ApprovalEvent) -> ApprovalView:
+    params = event.input if isinstance(event.input, dict) else {}
+    view = ApprovalView(event.id, event.name, tool_target(event.name, params))
+    if event.name == "bash":
+        view.preview = str(params.get("command", ""))
+    elif event.name == "write":
+        view.preview = str(params.get("content", ""))
+    elif event.name == "edit":
+        display = event.display if isinstance(event.display, dict) else {}
+        if isinstance(display.get("diff"), str):  # the file's change, read when it was asked
+            lines = display["diff"].splitlines()
+        else:  # (the edit will fail: old_str is not in the file once) its text alone
+            old, new = str(params.get("old_str", "")), str(params.get("new_str", ""))
+            lines = difflib.unified_diff(old.splitlines(), new.splitlines(), view.target,
+                                         view.target, lineterm="")  # fmt: skip
+        view.diff = [(_diff_class(line), line) for line in lines]
+    else:
+        view.preview = json.dumps(params, indent=2, ensure_ascii=False)
+    return view
 
 
 @dataclass
@@ -259,6 +304,7 @@ class Transcript:
     def __init__(self) -> None:
         self.parts: list[Part] = []
         self.tools: dict[str, Part] = {}  # by tool call id
+        self.approvals: dict[str, Part] = {}  # by tool call id, undecided ones
         self.last_prompt = ""  # the prompt the events since answer (an error retries it)
         self.live: LiveText | None = None
         self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
@@ -316,7 +362,14 @@ class Transcript:
             self.status = event
             if event.state in ("idle", "error"):
                 self.live = None  # the prompt ended: no block is streaming any more
+                return self._close_approvals()
             return None
+        if isinstance(event, ApprovalDecisionEvent):
+            part = self.approvals.pop(event.id, None)
+            if part is not None and part.approval is not None:
+                part.approval.decision = event.decision
+                part.approval.by, part.approval.reason = event.by, event.reason or ""
+            return part
         part = self._part_for(event)
         if part is not None:
             part.timestamp = event.timestamp
@@ -348,6 +401,10 @@ class Transcript:
         if isinstance(event, ToolCallEvent):
             part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
             return part
+        if isinstance(event, ApprovalEvent):
+            part = Part("approval", event.seq, approval=approval_view(event))
+            self.approvals[event.id] = part
+            return part
         if isinstance(event, ReasoningEvent):
             return Part("reasoning", event.seq, content=event.content)
         if isinstance(event, CompactionEvent):
@@ -359,6 +416,17 @@ class Transcript:
             retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""
             return Part("error", event.seq, content=event.message, code=event.code, retry=retry)
         return None  # usage: shown by the meter, from the conversation's totals
+
+    def _close_approvals(self) -> Part | None:
+        """The run ended: a call still waiting will never run (its part says so). The
+        last one closed is returned (a run waits on one call at a time)."""
+        closed = None
+        for part in self.approvals.values():
+            if part.approval is not None:
+                part.approval.closed = True
+                closed = part
+        self.approvals.clear()
+        return closed
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> Transcript:

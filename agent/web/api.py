@@ -27,7 +27,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 
 from agent.access import conversation_for, conversations_of, new_conversation
-from agent.core.config import THINKING_LEVELS
+from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
 from agent.models import Conversation
 from agent.runs import search, usage
 from agent.runs.claim import RunRefused
@@ -35,7 +35,7 @@ from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
-from agent.web.prompts import accept_prompt, remove_queued, start_compaction
+from agent.web.prompts import accept_prompt, decide_approval, remove_queued, start_compaction
 from agent.web.revocation import token_group, user_group
 from agent.web.throttle import (
     Throttled,
@@ -48,7 +48,7 @@ from agent.web.views import TITLE_MAX, model_choices
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
                   "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429,
-                  "budget_exceeded": 429}  # fmt: skip
+                  "budget_exceeded": 429, "already_decided": 409}  # fmt: skip
 
 
 # An open stream re-checks its token at most this often (seconds) while events flow.
@@ -129,7 +129,8 @@ def _conversation_json(c: Conversation) -> dict[str, Any]:
 
 def _conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
-    return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None}
+    return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None,
+            "approval": c.approval or settings.HARNESS_APPROVAL}  # fmt: skip
 
 
 @api_view("GET", "POST")
@@ -213,6 +214,26 @@ async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: st
     return HttpResponse(status=204)
 
 
+@api_view("POST")
+@of_conversation
+async def approval(request: HttpRequest, conversation: Conversation, call_id: str) -> JsonResponse:
+    """Approve or deny a tool call waiting for a decision (interfaces §9): 200; 404 when no
+    such call waits; 409 when it was already decided. ``"approve_all": true`` also approves
+    the run's later calls."""
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", "The body must be a JSON object.")
+    try:
+        await decide_approval(
+            conversation.id, request.api_user, call_id, body.get("decision"), body.get("reason"),
+            approve_all=body.get("approve_all") is True,
+            running=conversation.state == Conversation.State.RUNNING,
+        )  # fmt: skip
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"decided": True, "decision": body["decision"]})
+
+
 @api_view("GET", "PATCH")
 @of_conversation
 async def conversation(request: HttpRequest, conversation: Conversation) -> JsonResponse:
@@ -250,7 +271,9 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
                 return {}, f"'thinking' must be one of {', '.join(THINKING_LEVELS)}."
             changes["thinking"] = value
         elif key == "approval":
-            return {}, "Tool approval modes are not available on this server yet."
+            if value not in APPROVAL_MODES:
+                return {}, f"'approval' must be one of {', '.join(APPROVAL_MODES)}."
+            changes["approval"] = value
         else:
             return {}, f"Unknown field {str(key)[:100]!r}."
     return changes, ""

@@ -33,7 +33,12 @@ from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.server import logs, metrics
 from agent.ui.fragments import composer_alert, render_catch_up, ws_error
-from agent.web.prompts import accept_prompt, remove_queued, start_compaction
+from agent.web.prompts import (
+    accept_prompt,
+    decide_approval,
+    remove_queued,
+    start_compaction,
+)
 from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
 
 log = logging.getLogger(__name__)
@@ -193,6 +198,18 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if frame.get("action") == "compact":
             try:
                 await start_compaction(self.conversation_id, self.user)
+            except RunRefused as refused:
+                await self.send(text_data=composer_alert(refused.message, refused.code))
+            return
+        if frame.get("action") in ("approve", "deny"):
+            conversation, _ = await _owned(self.conversation_id, self.user)
+            running = conversation is not None and conversation.state == Conversation.State.RUNNING
+            try:
+                await decide_approval(
+                    self.conversation_id, self.user, frame.get("id"), frame["action"],
+                    frame.get("reason"), approve_all=bool(frame.get("approve_all")),
+                    running=running,
+                )  # fmt: skip
             except RunRefused as refused:
                 await self.send(text_data=composer_alert(refused.message, refused.code))
             return

@@ -9,9 +9,11 @@ refusal is a ``RunRefused`` whose code each adapter shows in its medium.
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.core.events import QUEUE_MODES
+from agent.models import Event
 from agent.runs.claim import RunRefused
 from agent.runs.manager import runs
 
@@ -71,3 +73,51 @@ async def remove_queued(conversation_id, queue_id, *, running: bool = True) -> b
     if not is_queue_id(queue_id):
         return False
     return await runs.unqueue(conversation_id, queue_id, running=running)
+
+
+DECISIONS = ("approve", "deny")
+REASON_MAX = 2000  # characters of a denial's reason given to the model
+
+
+def checked_decision(decision, reason) -> tuple[str, str | None]:
+    """A decision on a tool call (interfaces §9) and its reason, or ``RunRefused``
+    (``bad_request``)."""
+    if decision not in DECISIONS:
+        raise RunRefused("bad_request", '\'decision\' must be "approve" or "deny".')
+    if reason is not None and (not isinstance(reason, str) or len(reason) > REASON_MAX):
+        raise RunRefused("bad_request", f"'reason' must be a string of at most {REASON_MAX} "
+                         "characters.")  # fmt: skip
+    return decision, (reason.strip() or None) if reason else None
+
+
+def _decided_before(conversation_id, call_id: str) -> bool:
+    return Event.objects.filter(
+        conversation_id=conversation_id, type="approval_decision", payload__id=call_id
+    ).exists()
+
+
+async def decide_approval(
+    conversation_id,
+    user,
+    call_id,
+    decision,
+    reason=None,
+    *,
+    approve_all: bool = False,
+    running: bool = True,
+) -> None:
+    """Approve or deny a tool call waiting for a decision, wherever its run is; or raise
+    ``RunRefused``: ``not_found`` when no such call waits, ``already_decided``.
+    ``running``: whether the conversation was seen running (if not, no process is asked)."""
+    decision, reason = checked_decision(decision, reason)
+    if not isinstance(call_id, str) or not 0 < len(call_id) <= 200:
+        raise RunRefused("not_found", "No tool call waits for a decision with this id.")
+    outcome = await runs.decide(
+        conversation_id, call_id, decision, reason, user.get_username(),
+        approve_all=approve_all, running=running,
+    )  # fmt: skip
+    if outcome == "decided":
+        return
+    if outcome == "already" or await sync_to_async(_decided_before)(conversation_id, call_id):
+        raise RunRefused("already_decided", "This tool call was already decided.")
+    raise RunRefused("not_found", "No tool call waits for a decision with this id.")

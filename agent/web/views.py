@@ -16,7 +16,7 @@ from agent.access import (
     empty_conversation_of,
     new_conversation,
 )
-from agent.core.config import MODELS, THINKING_LEVELS
+from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation, User
 from agent.runs import search, usage
@@ -132,6 +132,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "thinking_levels": THINKING_LEVELS,
         **_budget_line(request.user),
         "thinking": conversation.thinking or _default_thinking(),
+        "approval_modes": APPROVAL_LABELS,
+        "approval": conversation.approval or settings.HARNESS_APPROVAL,
         "offline": offline,
         "suggestions": demo_suggestions(request.user) if offline else SUGGESTIONS,
         "prompt_history": request.user.prompt_history or [],
@@ -182,6 +184,11 @@ def _budget_line(user) -> dict:
     return {"budget": budget, "month_spent": usage.month_to_date(user.pk)}
 
 
+# The approval select's labels (interfaces §9), in APPROVAL_MODES' order.
+APPROVAL_LABELS = (("auto", "Tools: run at once"), ("ask", "Tools: ask first"),
+                   ("read_only", "Tools: read only"))  # fmt: skip
+
+
 def _default_thinking() -> str:
     """The level the deployment's HARNESS_THINKING budget is closest to (what "" means)."""
     budget = settings.HARNESS_THINKING
@@ -224,6 +231,12 @@ def search_view(request: HttpRequest) -> HttpResponse:
     if request.headers.get("HX-Request"):
         return render(request, "agent/_search_results.html", context)
     return render(request, "agent/search.html", context)
+
+
+@login_required
+@require_POST
+def set_approval(request: HttpRequest, conversation_id) -> HttpResponse:
+    return _set_choice(request, conversation_id, "approval", APPROVAL_MODES)
 
 
 @login_required

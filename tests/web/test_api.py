@@ -218,7 +218,7 @@ def test_patch_changes_title_model_and_thinking_and_they_reach_the_next_request(
 @pytest.mark.parametrize(
     "body",
     [{"thinking": "extreme"}, {"model": "gpt-5"}, {"title": 7}, {"title": "x" * 201},
-     {"approval": "ask"}, {"colour": "red"}, {"title": "ok", "thinking": "maybe"}],
+     {"approval": "always"}, {"colour": "red"}, {"title": "ok", "thinking": "maybe"}],
 )  # fmt: skip
 def test_patch_with_a_bad_value_is_400_and_changes_nothing(alice, body):
     cid = new_conversation(alice, title="Kept")

@@ -148,6 +148,8 @@ def test_bad_environment_value_stops_start_up_naming_the_variable(model_server):
     assert proc.returncode != 0 and "HARNESS_MAX_TURNS" in proc.stderr
     proc = agent("hi", env=agent_env(model_server, HARNESS_BASH="yolo"))
     assert proc.returncode != 0 and "HARNESS_BASH" in proc.stderr
+    proc = agent("hi", env=agent_env(model_server, HARNESS_APPROVAL="sometimes"))
+    assert proc.returncode != 0 and "HARNESS_APPROVAL" in proc.stderr
 
 
 def clean_env(**extra) -> dict[str, str]:
@@ -179,3 +181,42 @@ def test_only_print_mode_goes_without_a_secret_key(workspace):
         )  # fmt: skip
         assert proc.returncode != 0 and "is required" in proc.stderr
         assert "DJANGO_SECRET_KEY" in proc.stderr, command
+
+
+def test_cli_approve_asks_on_the_terminal_for_each_call_that_changes_things(
+    model_server, workspace
+):
+    (workspace.root / "f.txt").write_text("old")
+    model_server.enqueue(
+        tool_reply(("read", {"path": "f.txt"}), ("write", {"path": "new.txt", "content": "hi"})),
+        tool_reply(("edit", {"path": "f.txt", "old_str": "old", "new_str": "new"})),
+        text_reply("ok"),
+    )  # fmt: skip
+    proc = agent("--approve", "--events", "--workspace", str(workspace.root), "change things",
+                 env=agent_env(model_server), input="y\nkeep it old\n")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("[y/n/reason]") == 2  # asked for the write and the edit, not read
+    assert "Allow write: new.txt" in proc.stderr and "Allow edit: f.txt" in proc.stderr
+    assert (workspace.root / "new.txt").read_text() == "hi"
+    assert (workspace.root / "f.txt").read_text() == "old"
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    decisions = [(e["decision"], e.get("reason"), e["by"]) for e in events
+                 if e["type"] == "approval_decision"]  # fmt: skip
+    assert decisions == [("approve", None, "terminal"), ("deny", "keep it old", "terminal")]
+    sent = model_server.bodies[-1]["messages"][-1]["content"][0]
+    assert sent["is_error"] is True and "keep it old" in sent["content"]
+
+
+def test_harness_approval_read_only_reaches_the_cli(model_server, workspace):
+    model_server.enqueue(tool_reply(("write", {"path": "w.txt", "content": "x"})), text_reply("ok"))
+    proc = agent("--workspace", str(workspace.root), "write", input="n\n",
+                 env=agent_env(model_server, HARNESS_APPROVAL="read_only"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {t["name"] for t in model_server.bodies[0]["tools"]} == {"read", "grep", "list_dir"}
+
+
+def test_cli_without_approve_asks_nothing(model_server, workspace):
+    model_server.enqueue(tool_reply(("write", {"path": "w.txt", "content": "x"})), text_reply("ok"))
+    proc = agent("--workspace", str(workspace.root), "write", env=agent_env(model_server))
+    assert proc.returncode == 0, proc.stderr
+    assert "[y/n/reason]" not in proc.stderr and (workspace.root / "w.txt").exists()

@@ -125,6 +125,30 @@ def test_the_page_sets_the_thinking_level_of_its_own_conversation_only(client, a
     assert other.thinking == ""
 
 
+def test_the_page_sets_the_tool_approval_of_its_own_conversation_only(client, ada, settings):
+    settings.HARNESS_APPROVAL = "ask"
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5")
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert '<select name="approval" id="approval"' in page
+    assert '<option value="ask" selected>' in page  # the deployment's default
+    answer = client.post(
+        f"/c/{conversation.id}/approval", {"approval": "read_only"}, HTTP_HX_REQUEST="true"
+    )
+    assert answer.status_code == 204
+    conversation.refresh_from_db()
+    assert conversation.approval == "read_only"
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert '<option value="read_only" selected>' in page
+    bad = client.post(
+        f"/c/{conversation.id}/approval", {"approval": "yolo"}, HTTP_HX_REQUEST="true"
+    )
+    assert bad.status_code == 400
+    other = Conversation.objects.create(owner=User.objects.create(username="eve"), model="m")
+    assert client.post(f"/c/{other.id}/approval", {"approval": "ask"}).status_code == 404
+    other.refresh_from_db()
+    assert other.approval == ""
+
+
 def test_the_page_shows_a_compaction_and_how_full_the_context_is(client, ada):
     conversation = Conversation.objects.create(
         owner=ada, model="m", context_tokens=50_000, context_window=200_000, last_seq=2

@@ -193,7 +193,23 @@ class EditTool(FileTool):
         required=("path", "old_str", "new_str"),
     )
 
-    def _execute(self, params: dict[str, Any]) -> ToolResult:
+    async def preview(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The diff this edit would make, read only (nothing is written): what an approval
+        card shows (interfaces §9). None when the edit would fail."""
+        try:
+            return await workers.run(self.workspace, self._preview, params)
+        except PathError:
+            return None
+
+    def _preview(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        planned = self._plan(params)
+        if isinstance(planned, ToolResult):
+            return None
+        rel, text, updated, _ = planned
+        return {"kind": "diff", "path": rel, "diff": _diff(rel, text, updated)}
+
+    def _plan(self, params: dict[str, Any]) -> tuple[str, str, str, bytes] | ToolResult:
+        """The file's path, its text, the text edited and its bytes; or the failure."""
         try:
             path = require_str(params, "path")
             old = require_str(params, "old_str")
@@ -230,22 +246,34 @@ class EditTool(FileTool):
             return encoded
         if len(encoded) > WRITE_CAP:
             return fail("the edited file would exceed 10 MB")
+        return rel, text, updated, encoded
+
+    def _execute(self, params: dict[str, Any]) -> ToolResult:
+        planned = self._plan(params)
+        if isinstance(planned, ToolResult):
+            return planned
+        rel, text, updated, encoded = planned
+        old = params["old_str"]
         try:
             # Written to the name the read went to (symlinks already resolved), replaced
             # whole: a full disk leaves the file as it was.
             self.workspace.write(rel, encoded, make_parents=False)
         except PathError as exc:
             return fail(f"cannot edit file: {exc}")
-        diff = "".join(
-            difflib.unified_diff(
-                text.splitlines(keepends=True),
-                updated.splitlines(keepends=True),
-                fromfile=f"a/{rel}",
-                tofile=f"b/{rel}",
-            )
-        )
+        diff = _diff(rel, text, updated)
         line = text[: text.index(old)].count("\n") + 1
         return ok(
             display={"kind": "diff", "path": rel, "diff": diff},
             result=f"Edited {rel} at line {line}",
         )
+
+
+def _diff(rel: str, text: str, updated: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            updated.splitlines(keepends=True),
+            fromfile=f"a/{rel}",
+            tofile=f"b/{rel}",
+        )
+    )

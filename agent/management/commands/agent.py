@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -21,7 +22,7 @@ from agent.core.events import (
     ToolResultEvent,
 )
 from agent.core.instructions import DirectoryInstructions
-from agent.core.loop import AgentLoop
+from agent.core.loop import AgentLoop, Decision
 from agent.core.model.client import make_client
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
@@ -51,9 +52,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--events", action="store_true",
                             help="print every event as one JSON object per line")  # fmt: skip
+        parser.add_argument(
+            "--approve",
+            action="store_true",
+            help="ask on the terminal before write, edit and bash run (y, n, or a reason to "
+            "deny with); answers are read from standard input when PROMPT is given",
+        )
 
     def handle(self, *args, **opts):
         prompt = " ".join(opts["prompt"]).strip()
+        answers = sys.stdin if prompt else None  # (else stdin is the prompt: the terminal)
         if not prompt and not sys.stdin.isatty():
             prompt = sys.stdin.read().strip()  # piped stdin is one prompt, not one per line
         if not prompt:
@@ -64,6 +72,8 @@ class Command(BaseCommand):
         }.items() if v is not None}  # fmt: skip
         try:
             config = agent_config(**overrides)
+            if opts["approve"]:
+                config = config.replace(approval="ask")
             workspace = Workspace(opts["workspace"] or os.getcwd())
             names = [n.strip() for n in opts["tools"].split(",")] if opts["tools"] else None
             tools = build_tools(
@@ -75,6 +85,8 @@ class Command(BaseCommand):
         printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
         harness = AgentLoop(make_client(config), tools, config, printer, system=system,
                             instructions=DirectoryInstructions(workspace))  # fmt: skip
+        if opts["approve"]:
+            harness.approver = TerminalApprover(answers, sys.stderr)
         printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
         result = asyncio.run(_run(harness, prompt))
         if printer.closed:
@@ -103,6 +115,55 @@ async def _run(harness: AgentLoop, prompt: str):
         loop.remove_signal_handler(signal.SIGINT)
         if hasattr(harness.client, "close"):  # the SDK's HTTP session, on this loop
             await harness.client.close()
+
+
+class TerminalApprover:
+    """``--approve``: each write, edit or bash call is shown on stderr and waits for a line:
+    ``y`` approves, ``n`` (or nothing) denies, any other text denies with it as the reason
+    given to the model. Lines come from ``answers`` (standard input when the prompt was an
+    argument), else from the controlling terminal; with neither, the call is denied."""
+
+    def __init__(self, answers, err):
+        self.answers, self.err = answers, err
+
+    async def __call__(self, call: dict) -> Decision:
+        params = call["input"] if isinstance(call["input"], dict) else {}
+        shown = {"bash": params.get("command"), "write": params.get("path")}.get(call["name"])
+        if call["name"] == "edit":
+            shown = f"{params.get('path')}: {params.get('old_str')!r} → {params.get('new_str')!r}"
+        if call["name"] == "write":
+            shown = f"{shown} ({len(str(params.get('content', '')))} characters)"
+        self.err.write(f"Allow {call['name']}: {shown}? [y/n/reason] ")
+        self.err.flush()
+        line = await self._read_line()
+        if line is None:
+            self.err.write("\n")
+            return Decision("deny", "no answer on the terminal", "terminal")
+        answer = line.strip()
+        if answer.lower() in ("y", "yes"):
+            return Decision("approve", None, "terminal")
+        if answer.lower() in ("", "n", "no"):
+            return Decision("deny", None, "terminal")
+        return Decision("deny", answer, "terminal")
+
+    async def _read_line(self) -> str | None:
+        """One line, read in a daemon thread (a cancelled run must not wait for it)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str | None] = loop.create_future()
+
+        def read() -> None:
+            try:
+                source = self.answers
+                if source is None:
+                    source = open("/dev/tty")  # noqa: SIM115 - closed with the process
+                line = source.readline()
+            except OSError:
+                line = ""
+            result = line if line else None
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
+
+        threading.Thread(target=read, daemon=True).start()
+        return await future
 
 
 class EventPrinter:

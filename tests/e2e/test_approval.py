@@ -1,0 +1,73 @@
+"""Tool approval in the browser (interfaces §9): the select, the pending card, approving
+and denying from the page, a reload that still shows the card, and axe-core with a
+pending approval in both themes."""
+
+from __future__ import annotations
+
+import json
+
+from testkit.model_server import text_reply, tool_reply
+from tests.e2e.conftest import send, sign_in, wait_idle
+from tests.e2e.test_a11y import DESKTOP, axe, new_conversation, scheme  # noqa: F401
+
+PENDING = "[data-part=approval][data-approval-state=pending]"
+
+
+def asking(page) -> None:
+    """A new conversation whose tools ask first (set with the page's select)."""
+    new_conversation(page)
+    with page.expect_response(lambda r: r.url.endswith("/approval")) as answer:
+        page.select_option("#approval", "ask")
+    assert answer.value.status == 204
+
+
+def test_approve_and_deny_from_the_page(new_context, fresh_model):
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "from-page.txt", "content": "approved text"})),
+        tool_reply(("write", {"path": "denied.txt", "content": "nope"})),
+        text_reply("done"),
+    )  # fmt: skip
+    page = sign_in(new_context(), "alice")
+    asking(page)
+    send(page, "write two files")
+    card = page.locator(PENDING)
+    card.wait_for()
+    page.wait_for_selector("#status[data-state=waiting_input]")
+    assert "approved text" in card.locator(".approval-preview").inner_text()
+    assert "approval" in page.locator("#status").inner_text().lower()
+    # A reload still shows it, with its controls.
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    page.locator(PENDING).locator("[data-decision=approve]").click()
+    page.wait_for_selector("[data-part=approval][data-approval-state=approve]")
+    second = page.locator(PENDING)
+    second.wait_for()
+    second.locator("input[name=reason]").fill("not this one")
+    second.locator("[data-decision=deny]").click()
+    page.wait_for_selector("[data-part=approval][data-approval-state=deny]")
+    wait_idle(page)
+    assert "Denied by alice: not this one" in page.locator("#messages").inner_text()
+    statuses = page.locator("[data-part=tool]").evaluate_all(
+        "cards => cards.map(c => c.dataset.toolStatus)"
+    )
+    assert statuses == ["ok", "error"]
+    sent = fresh_model.bodies[-1]["messages"][-1]["content"][0]
+    assert sent["is_error"] and "not this one" in sent["content"]
+    assert json.loads(sent["content"])["error"].startswith("denied by the user")
+    new_conversation(page)  # the user's newest conversation is left idle for other tests
+
+
+def test_axe_with_a_pending_approval(new_context, fresh_model, scheme):  # noqa: F811
+    fresh_model.enqueue(tool_reply(("edit", {"path": "a.txt", "old_str": "one\ntwo",
+                                              "new_str": "one\n2"})), text_reply("ok"))  # fmt: skip
+    context = new_context(viewport=DESKTOP, bypass_csp=True, color_scheme=scheme)
+    page = sign_in(context, "alice")
+    asking(page)
+    send(page, "edit it")
+    page.wait_for_selector(PENDING)
+    assert page.locator(f"{PENDING} .diff-add").count() == 1
+    violations = axe(page, "chat, approval pending")
+    page.click("#cancel")
+    page.wait_for_selector("[data-part=approval][data-approval-state=closed]")
+    new_conversation(page)
+    assert violations == []
