@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent', '0008_budgets'),
+        ('agent', '0009_search'),
     ]
 
     operations = [
