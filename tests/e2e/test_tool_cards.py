@@ -7,6 +7,19 @@ from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 
+def run_in_new_conversation(new_context, prompt: str):
+    """alice, with the clipboard allowed, sends ``prompt`` in a new conversation and waits
+    for its run to end."""
+    context = new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = sign_in(context, "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, prompt)
+    wait_idle(page)
+    return page
+
+
 def test_headers_name_targets_long_results_collapse_and_copy_copies_all(new_context, fresh_model):
     body = "".join(f"line {i}\n" for i in range(1, 31))
     fresh_model.enqueue(
@@ -15,13 +28,7 @@ def test_headers_name_targets_long_results_collapse_and_copy_copies_all(new_cont
                    ("list_dir", {"path": "notes"})),
         text_reply("Read it."),
     )  # fmt: skip
-    context = new_context()
-    context.grant_permissions(["clipboard-read", "clipboard-write"])
-    page = sign_in(context, "alice")
-    page.click(".new-conv")
-    page.wait_for_selector("body[data-ws=open]")
-    send(page, "write and read a long note")
-    wait_idle(page)
+    page = run_in_new_conversation(new_context, "write and read a long note")
     cards = page.locator("[data-part=tool]")
     headers = [cards.nth(i).locator("summary").first.inner_text() for i in range(3)]
     assert headers[0].startswith("write notes/long.txt")
@@ -53,13 +60,7 @@ def test_a_read_result_is_highlighted_by_file_type_and_copies_as_text(new_contex
                    ("grep", {"pattern": "import", "path": "hl/app.py"})),
         text_reply("Read it."),
     )  # fmt: skip
-    context = new_context()
-    context.grant_permissions(["clipboard-read", "clipboard-write"])
-    page = sign_in(context, "alice")
-    page.click(".new-conv")
-    page.wait_for_selector("body[data-ws=open]")
-    send(page, "write and read app.py")
-    wait_idle(page)
+    page = run_in_new_conversation(new_context, "write and read app.py")
     cards = page.locator("[data-part=tool]")
     read, grep = cards.nth(1), cards.nth(2)
     keyword = read.locator(".tool-code .codehilite .kn").first

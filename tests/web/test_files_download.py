@@ -14,21 +14,14 @@ from django.test import Client
 
 from agent.access import new_conversation
 from agent.models import User
-from agent.runs.workspaces import workspace_path
 from agent.ui.browse import DOWNLOAD_CAP
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def setup(client, settings, tmp_path):
-    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
-    grace = User.objects.create_user("grace", password="pw-grace-123")
-    heidi = User.objects.create_user("heidi", password="pw-heidi-123")
-    mine, theirs = workspace_path(grace.pk), workspace_path(heidi.pk)
-    for root in (mine, theirs):
-        root.mkdir(parents=True)
-    (mine / "src").mkdir()
+def setup(client, two_workspaces, tmp_path):
+    grace, mine, theirs = two_workspaces
     (mine / "src" / "app.py").write_bytes(b"print('hi')\n")
     (mine / "page.html").write_text("<script>alert(document.cookie)</script>")
     (theirs / "secret.txt").write_text("heidi's secret")
@@ -39,6 +32,7 @@ def setup(client, settings, tmp_path):
     os.mkfifo(mine / "pipe")
     client.force_login(grace)
     mine_conversation = new_conversation(grace, "claude-haiku-4-5")
+    heidi = User.objects.get(username="heidi")
     theirs_conversation = new_conversation(heidi, "claude-haiku-4-5")
     return mine, mine_conversation, theirs_conversation
 

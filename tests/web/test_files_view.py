@@ -6,21 +6,12 @@ import os
 
 import pytest
 
-from agent.models import User
-from agent.runs.workspaces import workspace_path
-
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def setup(client, settings, tmp_path):
-    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
-    grace = User.objects.create_user("grace", password="pw-grace-123")
-    heidi = User.objects.create_user("heidi", password="pw-heidi-123")
-    mine, theirs = workspace_path(grace.pk), workspace_path(heidi.pk)
-    for root in (mine, theirs):
-        root.mkdir(parents=True)
-    (mine / "src").mkdir()
+def setup(client, two_workspaces, tmp_path):
+    grace, mine, theirs = two_workspaces
     (mine / "src" / "app.py").write_text("print('<script>alert(1)</script>')\n")
     (mine / "blob.bin").write_bytes(b"\x00\x01\x02")
     (theirs / "secret.txt").write_text("heidi's secret")
