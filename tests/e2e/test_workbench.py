@@ -66,6 +66,7 @@ def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
         page.fill("#prompt", "list files")
         page.press("#prompt", "Enter")
         page.wait_for_selector("#messages [data-part=user]")
+        wait_idle(page)  # (deleting a conversation mid-run is another test's subject)
         page.click(".new-conv")
         page.wait_for_selector("body[data-ws=open]")
         here = page.url
