@@ -76,13 +76,6 @@ class LiveFrame:
     tail_html: str | None = None  # the inside of #live-tail
     code: str = ""  # escaped text to append to #live-code
 
-    def __bool__(self) -> bool:
-        return bool(
-            self.finished or self.open_html is not None or self.line_html is not None
-            or self.pending
-            or self.frozen or self.tail_html is not None or self.code
-        )  # fmt: skip
-
 
 class LiveMarkdown:
     """One streaming text block: ``feed`` it deltas, take a ``frame`` of changes, or the
@@ -110,7 +103,6 @@ class LiveMarkdown:
         self._sent_whole = ""  # the text whole-block mode last rendered
         self._sent_line = ""
         self._sent_frozen = 0
-        self._sent_tail = ""
         self._sent_pending = 0
         self._sent_line_kind = ""
         self._sent_line_no = -1
@@ -299,7 +291,6 @@ class LiveMarkdown:
         pieces and its tail."""
         self._sent_line = self.line
         self._sent_frozen = len(self.frozen_html)
-        self._sent_tail = self.line
         self._sent_line_kind = self._line_kind()
         self._sent_line_no = self.line_no
         if self._line_kind() == "block":
@@ -353,8 +344,8 @@ class LiveMarkdown:
         else:
             out.frozen = self.frozen_html[self._sent_frozen :]
             self._sent_frozen = len(self.frozen_html)
-            if self.line != self._sent_tail:
-                self._sent_tail = self.line
+            if self.line != self._sent_line:
+                self._sent_line = self.line
                 out.tail_html = render_inline(self.line)
 
     @classmethod
