@@ -23,6 +23,8 @@ class Sample:
 
     expected: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    # Per stream: from sending the prompt (or the SDK's request) to its first token's arrival
+    first_token_ms: list[float] = field(default_factory=list)
     frames: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -31,10 +33,11 @@ class Sample:
     def delivered(self) -> int:
         return len(self.latencies_ms)
 
-    def percentile(self, p: float) -> float | None:
-        if not self.latencies_ms:
+    def percentile(self, p: float, values: list[float] | None = None) -> float | None:
+        values = self.latencies_ms if values is None else values
+        if not values:
             return None
-        ordered = sorted(self.latencies_ms)
+        ordered = sorted(values)
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
     def summary(self) -> dict:
@@ -43,6 +46,8 @@ class Sample:
             "p99_ms": _round(self.percentile(99)),
             "max_ms": _round(max(self.latencies_ms, default=None)),
             "mean_ms": _round(statistics.fmean(self.latencies_ms) if self.latencies_ms else None),
+            "first_token_p50_ms": _round(self.percentile(50, self.first_token_ms)),
+            "first_token_p99_ms": _round(self.percentile(99, self.first_token_ms)),
             "delivered": self.delivered,
             "expected": self.expected,
             "frames": self.frames,
@@ -60,13 +65,17 @@ class _Seen:
 
     def __init__(self, sample: Sample):
         self.sample, self.indexes = sample, set()
+        self.started_ns = time.time_ns()  # set again when the prompt is sent
 
     def text(self, text: str, arrived_ns: int) -> None:
+        first = not self.indexes
         for match in STAMP.finditer(text):
             index = int(match[1])
             if index not in self.indexes:
                 self.indexes.add(index)
                 self.sample.latencies_ms.append((arrived_ns - int(match[2])) / 1e6)
+        if first and self.indexes:
+            self.sample.first_token_ms.append((arrived_ns - self.started_ns) / 1e6)
 
 
 async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) -> Sample:
@@ -83,6 +92,7 @@ async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) 
     async def one(i: int) -> None:
         await asyncio.sleep(spread * i / sessions)
         seen = _Seen(sample)
+        seen.started_ns = time.time_ns()
         stream = await client.messages.create(
             model="claude-haiku-4-5",
             max_tokens=4096,
@@ -129,6 +139,7 @@ async def product_streams(sockets: list, tokens: int, spread: float) -> Sample:
     async def one(i: int, ws) -> None:
         await asyncio.sleep(spread * i / len(sockets))
         seen = _Seen(sample)
+        seen.started_ns = time.time_ns()
         await ws.send(json.dumps({"content": "bench"}))
         while True:
             frame = await asyncio.wait_for(ws.recv(), timeout=60)
@@ -150,3 +161,60 @@ async def _gather(sample: Sample, coroutines: list) -> None:
     for result in await asyncio.gather(*coroutines, return_exceptions=True):
         if isinstance(result, BaseException):
             sample.errors.append(f"{type(result).__name__}: {result}")
+
+
+async def sdk_first_tokens(base_url: str, streams: int, at_once: bool) -> list[float]:
+    """Request → first token (ms) read by the SDK alone: ``streams`` requests one after
+    another, or all at once; each closed after its first token."""
+    from agent.core.config import Config
+    from agent.core.model.client import make_client
+
+    client = make_client(Config(api_key="bench", base_url=base_url))
+
+    async def one() -> float:
+        started = time.time_ns()
+        stream = await client.messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=4096,
+            messages=[{"role": "user", "content": "bench"}],
+            stream=True,
+        )
+        try:
+            async for event in stream:
+                if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    return (time.time_ns() - started) / 1e6
+        finally:
+            await stream.close()
+        raise RuntimeError("the stream ended without a token")
+
+    try:
+        if at_once:
+            return list(await asyncio.gather(*(one() for _ in range(streams))))
+        return [await one() for _ in range(streams)]
+    finally:
+        await client.close()
+
+
+async def product_first_tokens(sockets: list, at_once: bool) -> list[float]:
+    """Enter → first visible token (ms) on each open session: a prompt sent, its first
+    stamped token read, the run cancelled and its end awaited; one session after another,
+    or all at once (a burst of prompts)."""
+
+    async def one(ws) -> float:
+        started = time.time_ns()
+        await ws.send(json.dumps({"content": "bench"}))
+        first = None
+        while True:
+            frame = await asyncio.wait_for(ws.recv(), timeout=60)
+            arrived = time.time_ns()
+            if first is None and STAMP.search(frame.partition(END_OF_LIVE_TEXT)[0]):
+                first = (arrived - started) / 1e6
+                await ws.send(json.dumps({"action": "cancel"}))
+            if any(marker in frame for marker in FINISHED):
+                if first is None:
+                    raise RuntimeError("the run ended without a token")
+                return first
+
+    if at_once:
+        return list(await asyncio.gather(*(one(ws) for ws in sockets)))
+    return [await one(ws) for ws in sockets]

@@ -28,6 +28,8 @@ class Options:
     tokens: int = 300  # deltas per answer: 6 s at 50/s
     rate: float = 50.0
     spread: float = 1.0  # seconds over which a level's streams start
+    idle_prompts: int = 20  # Enter → first token on an idle server: prompts one by one
+    burst: int = 100  # … and under a burst: this many prompts sent at once
     idle_sessions: int = 250
     long_events: int = 2000
     render_tokens: int = 20_000
@@ -191,9 +193,34 @@ async def warm_up(cluster: Cluster) -> None:
     await asyncio.gather(*(ws.close() for ws in sockets))
 
 
+def _percentiles(values: list[float]) -> dict:
+    sample = latency.Sample(latencies_ms=values)
+    return {"p50_ms": latency._round(sample.percentile(50)),
+            "p99_ms": latency._round(sample.percentile(99)), "count": len(values)}  # fmt: skip
+
+
+async def first_tokens(cluster: Cluster, model_url: str, options: Options) -> dict:
+    """Enter → first visible token against the SDK's request → first token: on an idle
+    server (prompts one after another on one session) and under a burst of prompts."""
+    result = {}
+    for name, count, at_once in (("idle", options.idle_prompts, False),
+                                 ("burst", options.burst, True)):  # fmt: skip
+        sdk = await latency.sdk_first_tokens(model_url, count, at_once)
+        sessions = cluster.fixture(f"sessions({count if at_once else 1}, 'first-{name}')")
+        sockets = await latency.open_sessions(sessions)
+        await asyncio.sleep(0.5)
+        ours = await latency.product_first_tokens(sockets if at_once else sockets * count,
+                                                  at_once)  # fmt: skip
+        await asyncio.gather(*(ws.close() for ws in sockets))
+        result[name] = {"prompts": count, "sdk": _percentiles(sdk),
+                        "harness": _percentiles(ours)}  # fmt: skip
+    return result
+
+
 async def measure(cluster: Cluster, model_url: str, options: Options) -> dict:
     await warm_up(cluster)
     result = {"idle_memory": await idle_memory(cluster, options.idle_sessions), "levels": []}
+    result["first_token"] = await first_tokens(cluster, model_url, options)
     for sessions in options.levels:
         result["levels"].append(await level(cluster, model_url, sessions, options))
         print(_level_line(result["levels"][-1]), file=sys.stderr, flush=True)
@@ -285,6 +312,14 @@ def table(report: dict) -> str:
         " | SDK CPU | Hns CPU   | fr/s/s",
     ]
     lines += [_level_line(row) for row in report["levels"]]
+    for name, row in report.get("first_token", {}).items():
+        sdk, ours = row["sdk"], row["harness"]
+        how = "one after another" if name == "idle" else "sent at once"
+        lines.append(
+            f"first token, {row['prompts']} prompts {how}: SDK p50 {_ms(sdk['p50_ms']).strip()}"
+            f" / p99 {_ms(sdk['p99_ms']).strip()} ms; Enter → first visible token p50 "
+            f"{_ms(ours['p50_ms']).strip()} / p99 {_ms(ours['p99_ms']).strip()} ms"
+        )
     lines += [
         "",
         f"memory per idle open session: {idle['per_session_kb']:.1f} KB "

@@ -35,6 +35,17 @@ class Event:
             data[name] = getattr(self, name)
         return data
 
+    def with_seq(self, seq: int) -> Event:
+        """A copy numbered ``seq``: what ``dataclasses.replace`` does in half the time (no
+        look at the class's fields, no ``__init__``; the fields were checked when this one
+        was made). It runs once per streamed delta."""
+        cls = type(self)
+        copy = object.__new__(cls)
+        for name in _field_names(cls):
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "seq", seq)
+        return copy
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _ContentEvent(Event):

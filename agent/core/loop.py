@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -252,7 +251,7 @@ class AgentLoop:
 
     # -- the loop --------------------------------------------------------------------
     def _emit(self, event: Event) -> Event:
-        event = dataclasses.replace(event, seq=self.next_seq)
+        event = event.with_seq(self.next_seq)
         self.next_seq += 1
         if self._emit_fn is not None:
             try:

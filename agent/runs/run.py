@@ -33,6 +33,7 @@ from agent.runs.broadcast import broadcast
 from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
+from agent.runs.pacing import loop_lag
 from agent.runs.sandbox import sandbox_limits
 from agent.server import metrics
 from agent.ui.fragments import FragmentRenderer, title_fragments
@@ -41,7 +42,8 @@ from agent.ui.transcript import pending_highlights
 
 log = logging.getLogger(__name__)
 
-FRAME_INTERVAL = 0.05  # at most one frame of text deltas per 50 ms per conversation
+# Frames of text deltas are coalesced over an interval that adapts to the process's load
+# (agent/runs/pacing.py): at once when idle, spaced out when the event loop runs late.
 # Frames of text deltas alone are broadcast at once and stored at most this often, in the
 # background (everything else is stored before it is sent): a crash loses under a second
 # of partial text, and a stream costs one write a second instead of twenty.
@@ -149,7 +151,16 @@ class Run:
                 return
 
     async def _write(self) -> None:
-        last_frame = last_save = 0.0
+        loop_lag.acquire()
+        try:
+            await self._write_batches()
+        finally:
+            loop_lag.release()
+
+    async def _write_batches(self) -> None:
+        # The last frame that carried text: only those pace the next (the first delta of an
+        # answer never waits behind the status frame sent just before it).
+        last_text = last_save = 0.0
         unsaved: list[Event] = []  # delta frames sent but not stored yet
         conversation = self.conversation
         done = False
@@ -164,8 +175,9 @@ class Run:
                 continue
             only_deltas = _only_deltas(batch)
             if not done and only_deltas:
-                # Only deltas: wait out the frame interval and take what arrived meanwhile.
-                wait = last_frame + FRAME_INTERVAL - time.monotonic()
+                # Only deltas: at once when the last text frame is older than the interval;
+                # else wait it out and take what arrived meanwhile.
+                wait = last_text + loop_lag.interval() - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
                     more, done = self.inbox.take_nowait()
@@ -196,7 +208,8 @@ class Run:
                 log.exception("could not deliver events of %s", self.conversation.id)
             # From the end of this frame: when the process is busy and frames take long,
             # they space out by themselves (fewer, bigger frames: less work per delta).
-            last_frame = time.monotonic()
+            if any(isinstance(event, TextDeltaEvent) for event in batch):
+                last_text = time.monotonic()
         await self._stored_partial()  # before the run's final save, never after it
         if self._storage_failure is not None:
             await self._show_storage_failure(conversation)

@@ -16,7 +16,8 @@ def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
     env["DJANGO_DEBUG"] = "1"
     proc = subprocess.run(
         [sys.executable, "manage.py", "bench", "--levels", "1,3", "--tokens", "15",
-         "--idle-sessions", "5", "--long-events", "40", "--render-tokens", "2000",
+         "--idle-sessions", "5", "--idle-prompts", "3", "--burst", "4",
+         "--long-events", "40", "--render-tokens", "2000",
          "--out", str(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -32,6 +33,11 @@ def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
         assert level["sdk"]["delivered"] == level["sdk"]["expected"]
         assert level["harness"]["errors"] == [] and level["sdk"]["errors"] == []
     assert report["idle_memory"]["sessions"] == 5
+    first = report["first_token"]
+    assert first["idle"]["harness"]["count"] == first["idle"]["sdk"]["count"] == 3
+    assert first["burst"]["harness"]["count"] == first["burst"]["sdk"]["count"] == 4
+    assert 0 < first["burst"]["harness"]["p50_ms"] <= first["burst"]["harness"]["p99_ms"]
+    assert "first token, 4 prompts sent at once" in proc.stdout
     assert report["render"]["tokens"] == 2000 and report["render"]["ratio"] > 0
     transfer = report["page"]["transfer"]
     assert len(transfer["items"]) >= 6

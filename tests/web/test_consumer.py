@@ -15,6 +15,7 @@ from django.test import Client
 import agent.runs.run as runs_module
 from agent.models import Conversation, Event
 from agent.runs.manager import runs
+from agent.runs.pacing import MIN_INTERVAL, loop_lag
 from harness_site.asgi import application
 from testkit.model_server import text_reply, tool_reply
 
@@ -475,7 +476,7 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     delta_sends = [t for t, events in sent_at if all(e.type == "text_delta" for e in events)]
     assert len(delta_sends) >= 3
     gaps = [b - a for a, b in zip(delta_sends, delta_sends[1:], strict=False)]
-    assert min(gaps) >= runs_module.FRAME_INTERVAL * 0.9  # at most one frame per interval
+    assert min(gaps) >= MIN_INTERVAL * 0.9  # at most one frame per interval
     streamed = "".join(re.sub(r"<[^>]+>", "", m) for _, m in delta_frames)
     assert streamed.count("x") >= deltas  # every delta arrived (plus the final text)
     assert rendered == [deltas]  # markdown rendered once, for the completed block
@@ -499,4 +500,24 @@ async def test_streamed_frames_do_not_hop_to_the_sync_thread(alice, model_server
     html = await collect_until_idle(ws)
     await runs.wait(conversation.id)
     assert "streamed" in html and hops == []
+    await ws.disconnect()
+
+
+async def test_the_first_delta_goes_out_at_once_not_paced_by_the_status_frame_before_it(
+    alice, model_server, monkeypatch
+):
+    """Frames of text are paced by the last frame of text only: the status frame that
+    starts an answer does not make its first token wait (with an interval of 30 s here,
+    pacing by it would hold that token for 30 s)."""
+    user, conversation = alice
+    monkeypatch.setattr(loop_lag, "interval", lambda: 30.0)
+    model_server.enqueue(text_reply("x", chunk=1, delay=0.2))  # one delta, its own batch
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "one token"}))
+    async with asyncio.timeout(5):
+        while "live-text" not in (frame := await ws.receive_from(timeout=5)):
+            assert 'data-state="idle"' not in frame  # the delta came before the end
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert "x" in html
     await ws.disconnect()

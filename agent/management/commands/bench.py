@@ -50,6 +50,20 @@ class Command(BaseCommand):
         )
         parser.add_argument("--idle-sessions", type=int, default=default.idle_sessions)
         parser.add_argument(
+            "--idle-prompts",
+            type=int,
+            default=default.idle_prompts,
+            help="prompts one after another for the idle first-token figure "
+            f"(default {default.idle_prompts})",
+        )
+        parser.add_argument(
+            "--burst",
+            type=int,
+            default=default.burst,
+            help=f"prompts sent at once for the first-token figure under a burst "
+            f"(default {default.burst})",
+        )
+        parser.add_argument(
             "--long-events",
             type=int,
             default=default.long_events,
@@ -78,6 +92,8 @@ class Command(BaseCommand):
 
         if options["tokens"] < 1 or options["rate"] <= 0 or options["render_tokens"] < 2000:
             raise CommandError("--tokens and --rate must be positive, --render-tokens >= 2000")
+        if options["idle_prompts"] < 1 or options["burst"] < 1:
+            raise CommandError("--idle-prompts and --burst must be 1 or more")
         if options["processes"] < 1:
             raise CommandError("--processes must be 1 or more")
         if options["processes"] > 1 and not options["redis_url"]:
@@ -88,6 +104,8 @@ class Command(BaseCommand):
             tokens=options["tokens"],
             rate=options["rate"],
             idle_sessions=options["idle_sessions"],
+            idle_prompts=options["idle_prompts"],
+            burst=options["burst"],
             long_events=options["long_events"],
             render_tokens=options["render_tokens"],
             database_url=options["database_url"],

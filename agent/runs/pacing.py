@@ -1,0 +1,68 @@
+"""How often a run sends frames of text deltas: adaptive to how busy this process is.
+
+A frame costs the same whether it carries one delta or ten (rendering it, a channel-layer
+message, a socket write per viewer), so frames are coalesced; but every millisecond a delta
+waits for its frame is latency the reader sees. An idle process sends a delta at once when
+the conversation's last frame of text is older than the interval, and the interval is
+short. A busy process (many streams) spaces frames out by how late its event loop runs —
+the measured lag, not a fixed frame budget: fewer, bigger frames then cost less CPU per
+delta, which is what brings the lag back down.
+
+The lag is sampled by one task per process sleeping a fixed tick and measuring how late it
+wakes; a smoothed value (quick to rise, slow to fall, so bursts are caught and frames do
+not flap) sets the interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+MIN_INTERVAL = 0.015  # seconds: an idle process; under one delta's spacing at 50 deltas/s
+MAX_INTERVAL = 0.25  # a process far behind still shows text four times a second
+LAG_FACTOR = 3.0  # interval = MIN_INTERVAL + LAG_FACTOR × smoothed lag
+TICK = 0.02  # the sampler's sleep
+RISE, FALL = 0.5, 0.05  # smoothing weights of a sample above / below the current value
+
+
+class LoopLag:
+    """The event loop's smoothed lag (seconds), sampled while anything streams."""
+
+    def __init__(self) -> None:
+        self.lag = 0.0
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._users = 0
+
+    def observe(self, sample: float) -> None:
+        weight = RISE if sample > self.lag else FALL
+        self.lag += weight * (sample - self.lag)
+
+    def interval(self) -> float:
+        return min(MAX_INTERVAL, MIN_INTERVAL + LAG_FACTOR * self.lag)
+
+    def acquire(self) -> None:
+        """A run starts streaming: sample while at least one does (an idle process does
+        not wake 50 times a second for nothing)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # (a new loop: tests run one per test)
+            self._loop, self._task, self._users, self.lag = loop, None, 0, 0.0
+        self._users += 1
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._sample())
+
+    def release(self) -> None:
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self.lag = 0.0
+
+    async def _sample(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(TICK)
+            self.observe(max(0.0, time.monotonic() - started - TICK))
+
+
+loop_lag = LoopLag()

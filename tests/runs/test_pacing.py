@@ -1,0 +1,48 @@
+"""Frame pacing adapts to the process's event-loop lag (agent/runs/pacing.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent.runs.pacing import MAX_INTERVAL, MIN_INTERVAL, TICK, LoopLag
+
+
+def test_an_unloaded_loop_paces_frames_at_the_shortest_interval():
+    lag = LoopLag()
+    assert lag.interval() == MIN_INTERVAL
+
+
+def test_lag_rises_quickly_and_falls_slowly():
+    lag = LoopLag()
+    lag.observe(0.1)
+    risen = lag.lag
+    assert risen >= 0.05  # one late sample is felt at once
+    lag.observe(0.0)
+    assert risen * 0.9 <= lag.lag < risen  # one prompt sample does not undo it
+    for _ in range(200):
+        lag.observe(0.0)
+    assert lag.lag < 0.001
+
+
+def test_the_interval_is_capped():
+    lag = LoopLag()
+    for _ in range(20):
+        lag.observe(10.0)
+    assert lag.interval() == MAX_INTERVAL
+
+
+async def test_a_blocked_event_loop_widens_the_interval_and_the_last_release_resets_it():
+    lag = LoopLag()
+    lag.acquire()
+    lag.acquire()
+    await asyncio.sleep(TICK * 2)  # the sampler runs
+    for _ in range(5):
+        time.sleep(0.06)  # the loop is busy: the sampler wakes late
+        await asyncio.sleep(0)
+        await asyncio.sleep(TICK)
+    assert lag.interval() > MIN_INTERVAL * 2
+    lag.release()
+    assert lag.lag > 0  # another run still streams
+    lag.release()
+    assert lag.lag == 0 and lag.interval() == MIN_INTERVAL
