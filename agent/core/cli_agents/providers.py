@@ -1,0 +1,247 @@
+"""The provider registry: which CLI agents exist, how each is found, started and spoken to.
+
+A provider names a CLI (``claude-code``, ``pi``…), how to find it (``PATH`` or
+``HARNESS_AGENT_<NAME>_COMMAND``), the major versions whose structured output we parse (an
+unknown major version is refused with a clear message: its output may have changed), its
+command line and environment, what to type into the pane for a prompt and for an interrupt,
+and a parser of its structured output (one per run: parsers keep a little state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.core.events import Event
+
+VERSION_TIMEOUT = 20.0  # seconds: a node CLI's first start can be slow on a busy machine
+
+
+class UnknownVersion(Exception):
+    """The CLI's major version is not one whose output this release understands."""
+
+
+class Parser(Protocol):
+    def feed(self, line: str) -> list[Event]: ...
+
+    @property
+    def finished(self) -> bool: ...  # the prompt's turn is over (success or error)
+
+    @property
+    def failed(self) -> str | None: ...  # why the turn failed, when it did
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    name: str
+    available: bool
+    version: str | None
+    reason: str | None = None  # why it is unavailable
+
+
+class Provider:
+    name: str = ""
+    binary: str = ""  # the executable looked up on PATH
+    majors: tuple[int, ...] = ()  # major versions whose output we parse
+    # seed 003's pane patterns, for the state where the structured channel says nothing
+    idle_pattern = re.compile(r"^[>❯]\s*$", re.MULTILINE)
+    waiting_pattern = re.compile(r"Do you want to|\(y/n\)|Allow|Approve", re.IGNORECASE)
+
+    def command_env_name(self) -> str:
+        return "HARNESS_AGENT_" + self.name.upper().replace("-", "_") + "_COMMAND"
+
+    def find(self, environ: dict[str, str] | None = None) -> str | None:
+        """The CLI's executable: ``HARNESS_AGENT_<NAME>_COMMAND`` when set, else on PATH."""
+        environ = os.environ if environ is None else environ
+        configured = environ.get(self.command_env_name(), "").strip()
+        if configured:
+            return configured if os.access(configured, os.X_OK) else None
+        return shutil.which(self.binary, path=environ.get("PATH"))
+
+    def parse_version(self, output: str) -> str:
+        match = re.search(r"(\d+)\.(\d+)\.(\d+)", output)
+        if match is None:
+            raise UnknownVersion(f"{self.name}: could not read a version from {output[:80]!r}")
+        version = match.group(0)
+        if int(match.group(1)) not in self.majors:
+            known = ", ".join(f"{m}.x" for m in self.majors)
+            raise UnknownVersion(
+                f"{self.name} {version} is not supported (this release understands {known}); "
+                "install a supported version"
+            )
+        return version
+
+    # -- what runs in the pane ---------------------------------------------------------------
+    def argv(self, executable: str, *, resume: bool) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def config_files(self, base_url: str) -> dict[str, str]:
+        """Files (relative to the CLI's HOME) that point it at the model endpoint."""
+        return {}
+
+    def prompt_input(self, content: str) -> str:
+        """What to paste into the pane for a prompt (one line: multi-line safe)."""
+        raise NotImplementedError
+
+    def interrupt_input(self) -> str | None:
+        """A line that interrupts the turn through the structured channel, if any."""
+        return None
+
+    interrupt_keys: tuple[str, ...] = ("C-c",)  # else these keys (tmux send-keys)
+
+    def parser(self) -> Parser:
+        raise NotImplementedError
+
+    def pane_state(self, pane: str) -> str:
+        """seed 003's status from the pane's text: idle, waiting_input or processing."""
+        tail = "\n".join(pane.rstrip().splitlines()[-15:])
+        if self.waiting_pattern.search(tail):
+            return "waiting_input"
+        if self.idle_pattern.search(tail):
+            return "idle"
+        return "processing"
+
+
+class ClaudeCode(Provider):
+    """Claude Code in print mode with stream-json in and out: the session stays open (one
+    process, many prompts), every message is one JSON line on its stdout."""
+
+    name = "claude-code"
+    binary = "claude"
+    majors = (1, 2)
+    interrupt_keys = ("C-c",)
+
+    def argv(self, executable: str, *, resume: bool) -> list[str]:
+        argv = [executable, "-p", "--input-format", "stream-json", "--output-format",
+                "stream-json", "--verbose", "--dangerously-skip-permissions"]  # fmt: skip
+        if resume:
+            argv.append("--continue")  # the conversation's earlier turns (same HOME, cwd)
+        return argv
+
+    def env(self) -> dict[str, str]:
+        return {
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "IS_SANDBOX": "1",  # it is in one; lets it skip its own permission prompts
+        }
+
+    def prompt_input(self, content: str) -> str:
+        message = {"type": "user", "message": {"role": "user", "content": content}}
+        return json.dumps(message, ensure_ascii=True) + "\n"
+
+    def parser(self) -> Parser:
+        from agent.core.cli_agents.claude_code import ClaudeStreamParser
+
+        return ClaudeStreamParser()
+
+
+class Pi(Provider):
+    """Pi (``@mariozechner/pi-coding-agent``) in RPC mode: JSON commands on stdin, JSON events
+    on stdout."""
+
+    name = "pi"
+    binary = "pi"
+    majors = (0,)
+
+    def argv(self, executable: str, *, resume: bool) -> list[str]:
+        argv = [executable, "--mode", "rpc", "--provider", "anthropic", "--offline"]
+        if resume:
+            argv.append("--continue")
+        return argv
+
+    def env(self) -> dict[str, str]:
+        return {"PI_OFFLINE": "1"}
+
+    def config_files(self, base_url: str) -> dict[str, str]:
+        # Pi ignores ANTHROPIC_BASE_URL: its built-in provider is routed in models.json.
+        return {
+            ".pi/agent/models.json": json.dumps({"providers": {"anthropic": {"baseUrl": base_url}}})
+        }
+
+    def prompt_input(self, content: str) -> str:
+        return json.dumps({"type": "prompt", "message": content}, ensure_ascii=True) + "\n"
+
+    def interrupt_input(self) -> str | None:
+        return json.dumps({"type": "abort"}) + "\n"
+
+    def parser(self) -> Parser:
+        from agent.core.cli_agents.pi import PiRpcParser
+
+        return PiRpcParser()
+
+
+class Unsupported(Provider):
+    """A CLI that speaks no Anthropic-compatible wire protocol: listed, never available."""
+
+    def __init__(self, name: str, binary: str, reason: str):
+        self.name, self.binary, self.reason = name, binary, reason
+
+
+PROVIDERS: dict[str, Provider] = {
+    p.name: p
+    for p in (
+        ClaudeCode(),
+        Pi(),
+        Unsupported("codex", "codex", "Codex speaks the OpenAI Responses API only; the "
+                    "deployment's model endpoint is Anthropic's Messages API"),
+        Unsupported("opencode", "opencode", "not supported yet: its Anthropic provider's "
+                    "configuration is not wired to the deployment's endpoint"),
+    )
+}  # fmt: skip
+
+
+def provider_for(name: str) -> Provider | None:
+    return PROVIDERS.get(name)
+
+
+async def detect(provider: Provider, environ: dict[str, str] | None = None) -> AgentInfo:
+    """Whether the CLI can be used here, and its version (runs ``--version``, off the loop)."""
+    if isinstance(provider, Unsupported):
+        return AgentInfo(provider.name, False, None, provider.reason)
+    executable = provider.find(environ)
+    if executable is None:
+        reason = f"not installed (not on PATH, {provider.command_env_name()} unset)"
+        return AgentInfo(provider.name, False, None, reason)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            executable, "--version", stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
+                 "PI_OFFLINE": "1"},
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        return AgentInfo(provider.name, False, None, f"could not run --version: {exc}")
+    try:
+        version = provider.parse_version(out.decode(errors="replace"))
+    except UnknownVersion as exc:
+        return AgentInfo(provider.name, False, None, str(exc))
+    return AgentInfo(provider.name, True, version)
+
+
+_cache: dict[str, tuple[float, AgentInfo]] = {}
+CACHE_SECONDS = 60.0
+
+
+async def available_agents(environ: dict[str, str] | None = None) -> list[AgentInfo]:
+    """Every provider with its availability (cached a minute: ``--version`` starts node)."""
+    infos = []
+    for provider in PROVIDERS.values():
+        cached = _cache.get(provider.name)
+        if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS or environ is not None:
+            cached = (time.monotonic(), await detect(provider, environ))
+            if environ is None:
+                _cache[provider.name] = cached
+        infos.append(cached[1])
+    return infos

@@ -1,0 +1,193 @@
+"""One CLI agent kept alive in a tmux session for one conversation (seed 003's life cycle).
+
+The CLI runs inside the user's bubblewrap sandbox (the bash tool's arguments: only the
+workspace writable, no host files, a cleared environment, no network unless the model
+gateway provides a way out), with the workspace as its working directory and its HOME in
+the user's own area (never the server's home). Its structured output reaches the server
+through ``pipe-pane`` into a log outside the sandbox, read here from where the last read
+stopped; the pane itself is the live terminal.
+
+Session naming (seed 003): session ``{prefix}-{conversation id}``, window
+``{provider}-{4 hex}``; the target is ``{session}:{window}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.core.cli_agents.providers import Provider
+from agent.core.cli_agents.tmux import Tmux
+from agent.core.tools.bash import bwrap_path, sandbox_argv
+
+POLL_INTERVAL = 0.1  # seconds between reads of the pane's log while a prompt runs
+READ_CHUNK = 1 << 20
+MAX_LINE = 4 << 20  # a longer "line" is dropped: no JSON message of a CLI is that big
+HOME_IN_SANDBOX = "/home/agent"
+# Put in front of the CLI: no canonical line editing (a pasted line may be longer than the
+# tty's 4 KiB line buffer), no echo (the pane shows the CLI's output, not our JSON), and a
+# "ready" on the screen once that holds, then a wait for the server's "go" (sent once it
+# saw "ready" and pipe-pane records the pane: no input echoed, no output lost). The CLI
+# reads the pane through a pipe: print modes refuse a terminal on stdin.
+READY = "harness-cli-ready"
+PRELUDE = f"stty -icanon -echo min 1 time 0; echo {READY}; IFS= read -r _go; cat | "
+START_TIMEOUT = 30.0
+
+
+def session_name(prefix: str, conversation_id: str) -> str:
+    return f"{prefix}-{conversation_id}"
+
+
+@dataclass
+class SessionSpec:
+    conversation_id: str
+    provider: Provider
+    executable: str
+    workspace: str  # host path of the user's workspace
+    home: str  # host path of the CLI's HOME (the user's area)
+    state_dir: str  # host path, outside the sandbox: the pane's log
+    env: dict[str, str] = field(default_factory=dict)  # the gateway's (base URL, credential)
+    extra_bwrap: list[str] = field(default_factory=list)  # the gateway's bind mounts
+    wrap: Callable[[list[str]], list[str]] | None = None  # the gateway's in-sandbox forwarder
+    run_as: tuple[int, int] | None = None  # a root server's per-user uid/gid
+    share_net: bool = False  # tests only: the model server on the host's loopback
+    resume: bool = False  # continue the CLI's earlier session (a restart after a crash)
+    prefix: str = "ah"
+
+
+def _install_root(executable: str) -> str | None:
+    """The directory to mount read-only so the CLI's own files are reachable (an npm
+    prefix's ``node_modules``), or None when it lives under /usr (already there)."""
+    real = os.path.realpath(executable)
+    if real.startswith("/usr/"):
+        return None
+    parts = Path(real).parts
+    if "node_modules" in parts:
+        return str(Path(*parts[: parts.index("node_modules") + 1]))
+    return str(Path(real).parent)
+
+
+def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
+    """The bash tool's sandbox around the CLI, with the workspace bound by path (tmux, not
+    the server, starts it: no descriptor to pass), the CLI's files read-only, its HOME."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
+    inner = spec.provider.argv(spec.executable, resume=spec.resume)
+    if spec.wrap is not None:
+        inner = spec.wrap(inner)
+    argv = sandbox_argv(bwrap, 0, PRELUDE + shlex.join(inner), spec.run_as)
+    at = argv.index("--bind-fd")
+    argv[at : at + 3] = ["--bind", spec.workspace, "/workspace"]
+    extra = ["--bind", spec.home, HOME_IN_SANDBOX]
+    root = _install_root(spec.executable)
+    if root is not None:
+        extra += ["--ro-bind", root, root]
+    if spec.share_net:
+        extra += ["--share-net"]
+        for path in ("/etc/resolv.conf", "/etc/hosts"):
+            if os.path.exists(path):
+                extra += ["--ro-bind", path, path]
+    extra += spec.extra_bwrap
+    env = {**spec.provider.env(), **spec.env, "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
+    for name, value in env.items():
+        extra += ["--setenv", name, value]
+    separator = argv.index("--")
+    return argv[:separator] + extra + argv[separator:]
+
+
+class CliSession:
+    """The tmux session of one conversation's CLI, and the reader of its output."""
+
+    def __init__(self, tmux: Tmux, spec: SessionSpec):
+        self.tmux = tmux
+        self.spec = spec
+        self.name = session_name(spec.prefix, spec.conversation_id)
+        self.window = f"{spec.provider.binary}-{uuid.uuid4().hex[:4]}"
+        self.target = f"{self.name}:{self.window}"
+        self.log_path = os.path.join(spec.state_dir, "pane.log")
+        self._offset = 0
+        self._partial = b""
+        self.last_used = time.monotonic()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._prepare_files)
+        await self.tmux.kill_session(self.name)  # a leftover of an earlier process
+        await self.tmux.new_session(self.name, self.window, self.spec.workspace,
+                                    cli_sandbox_argv(self.spec))  # fmt: skip
+        await self.tmux.pipe_pane(self.target, self.log_path)
+        deadline = time.monotonic() + START_TIMEOUT
+        while READY not in await self.tmux.capture(self.target, lines=50):
+            if time.monotonic() > deadline or await self.tmux.pane_dead(self.target):
+                screen = await self.tmux.capture(self.target, lines=20)
+                await self.close()
+                raise RuntimeError(
+                    f"{self.spec.provider.name} did not start: {screen.strip()[-500:]}"
+                )
+            await asyncio.sleep(0.05)
+        await self.tmux.send_keys(self.target, "go", "Enter")
+
+    def _prepare_files(self) -> None:
+        os.makedirs(self.spec.state_dir, mode=0o700, exist_ok=True)
+        os.makedirs(self.spec.home, mode=0o700, exist_ok=True)
+        # The log starts empty: only this session's output is read.
+        with open(self.log_path, "wb"):
+            pass
+        for relative, text in self.spec.provider.config_files(self.spec.env.get(
+                "ANTHROPIC_BASE_URL", "")).items():  # fmt: skip
+            path = os.path.join(self.spec.home, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        if self.spec.run_as is not None:
+            uid, gid = self.spec.run_as
+            for root, dirs, files in os.walk(self.spec.home):
+                for name in dirs + files:
+                    os.lchown(os.path.join(root, name), uid, gid)
+            os.chown(self.spec.home, uid, gid)
+
+    async def alive(self) -> bool:
+        return await self.tmux.has_session(self.name) and not await self.tmux.pane_dead(self.target)
+
+    async def send(self, text: str) -> None:
+        self.last_used = time.monotonic()
+        await self.tmux.send_text(self.target, text)
+
+    async def interrupt(self) -> None:
+        line = self.spec.provider.interrupt_input()
+        if line is not None:
+            await self.tmux.send_text(self.target, line)
+        else:
+            await self.tmux.send_keys(self.target, *self.spec.provider.interrupt_keys)
+
+    async def capture(self, escapes: bool = True) -> str:
+        return await self.tmux.capture(self.target, escapes=escapes)
+
+    async def close(self) -> None:
+        await self.tmux.kill_session(self.name)
+
+    def _read_new(self) -> list[str]:
+        with open(self.log_path, "rb") as f:
+            f.seek(self._offset)
+            chunk = f.read(READ_CHUNK)
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        if len(self._partial) > MAX_LINE:
+            self._partial = b""
+        return [line.rstrip(b"\r").decode(errors="replace") for line in lines]
+
+    async def lines(self) -> AsyncIterator[str]:
+        """The pane's output, line by line, as it comes (until the caller stops)."""
+        while True:
+            lines = await asyncio.to_thread(self._read_new)
+            for line in lines:
+                yield line
+            if not lines:
+                await asyncio.sleep(POLL_INTERVAL)

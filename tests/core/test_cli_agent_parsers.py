@@ -1,0 +1,108 @@
+"""The CLI agents' structured output as the core's events (interfaces §14), on output
+recorded from the real CLIs (Claude Code 2.1, Pi 0.73) against the test model server: a
+prompt whose answer runs one shell command, then answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.core.cli_agents.providers import PROVIDERS, UnknownVersion
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli_agents"
+
+
+def parse(name: str, fixture: str):
+    parser = PROVIDERS[name].parser()
+    events = []
+    for line in (FIXTURES / fixture).read_text().splitlines():
+        events += parser.feed(line)
+    return parser, events
+
+
+@pytest.mark.parametrize(("name", "fixture", "tool"), [
+    ("claude-code", "claude_code_tool_run.jsonl", "Bash"),
+    ("pi", "pi_rpc_tool_run.jsonl", "bash"),
+])  # fmt: skip
+def test_a_recorded_tool_run_becomes_text_a_tool_card_and_usage(name, fixture, tool):
+    parser, events = parse(name, fixture)
+    kinds = [e.type for e in events if e.type != "usage"]
+    assert kinds == ["text", "tool_call", "status", "tool_result", "status", "text"]
+    assert events[0].content == "Running it."
+    call = next(e for e in events if e.type == "tool_call")
+    result = next(e for e in events if e.type == "tool_result")
+    assert call.name == tool and call.input["command"] == "echo hello-from-tool"
+    assert result.id == call.id and result.result.strip() == "hello-from-tool"
+    assert not result.isError
+    assert [e.state for e in events if e.type == "status"] == ["running_tool", "thinking"]
+    assert [e for e in events if e.type == "text"][-1].content == "Done: **hello** printed."
+    usage = [e for e in events if e.type == "usage"]
+    assert usage and all(u.output_tokens > 0 and u.cost_usd > 0 for u in usage)
+    assert parser.finished and parser.failed is None
+
+
+@pytest.mark.parametrize("name", ["claude-code", "pi"])
+def test_hostile_lines_are_skipped_never_raised(name):
+    parser = PROVIDERS[name].parser()
+    hostile = ["", "not json", "[1, 2]", "null", '"text"', '{"type": 5}', "\x1b[31m{" + "x" * 9999]
+    hostile += [json.dumps(m) for m in (
+        {"type": "assistant", "message": {"content": "x"}},
+        {"type": "assistant", "message": {"content": [5, {"type": "tool_use", "input": 3}]}},
+        {"type": "message_end", "message": {"role": "assistant", "usage": {"input": -5, "cost": 7},
+                                            "content": [{"type": "toolCall", "arguments": "x"}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result",
+                                                  "content": [{"type": "text", "text": 9}]}]}},
+    )]  # fmt: skip
+    for line in hostile:
+        for event in parser.feed(line):
+            json.dumps(event.to_dict())  # whatever comes out is a well-formed event
+
+
+def test_a_failed_claude_turn_is_reported_as_the_failure():
+    parser = PROVIDERS["claude-code"].parser()
+    parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": True,
+                            "result": "Not logged in"}))  # fmt: skip
+    assert parser.finished and parser.failed == "Not logged in"
+
+
+def test_a_prompt_is_one_json_line_whatever_its_newlines():
+    for provider in (PROVIDERS["claude-code"], PROVIDERS["pi"]):
+        line = provider.prompt_input('first\nsecond\r\n"quoted" \x1b[2J')
+        assert line.endswith("\n") and line.count("\n") == 1 and "\x1b" not in line
+        assert "first\\nsecond" in line
+
+
+@pytest.mark.parametrize(("name", "output", "ok"), [
+    ("claude-code", "2.1.197 (Claude Code)", True),
+    ("claude-code", "3.0.0 (Claude Code)", False),
+    ("pi", "0.73.1", True),
+    ("pi", "1.0.0", False),
+    ("pi", "garbage", False),
+])  # fmt: skip
+def test_unknown_major_versions_are_refused_with_a_clear_message(name, output, ok):
+    provider = PROVIDERS[name]
+    if ok:
+        assert provider.parse_version(output) == output.split()[0]
+    else:
+        with pytest.raises(UnknownVersion, match=name):
+            provider.parse_version(output)
+
+
+def test_the_command_variable_overrides_path(tmp_path):
+    cli = tmp_path / "my-claude"
+    cli.write_text("#!/bin/sh\necho 2.0.1\n")
+    cli.chmod(0o755)
+    provider = PROVIDERS["claude-code"]
+    assert provider.find(
+        {"PATH": "/nonexistent", "HARNESS_AGENT_CLAUDE_CODE_COMMAND": str(cli)}
+    ) == str(cli)
+    assert provider.find({"PATH": "/nonexistent"}) is None
+
+
+def test_seed_pane_patterns_tell_idle_waiting_and_processing():
+    provider = PROVIDERS["claude-code"]
+    assert provider.pane_state("output\n> ") == "idle"
+    assert provider.pane_state("Do you want to run this command?\n 1. Yes") == "waiting_input"
+    assert provider.pane_state("✻ Thinking…") == "processing"
