@@ -53,5 +53,5 @@ def empty_conversation_of(user) -> Conversation | None:
     )
 
 
-def new_conversation(user: User, model: str) -> Conversation:
-    return Conversation.objects.create(owner=user, model=model)
+def new_conversation(user: User, model: str, agent: str = "harness") -> Conversation:
+    return Conversation.objects.create(owner=user, model=model, agent=agent)

@@ -57,6 +57,8 @@ class Conversation(models.Model):
     approval = models.CharField(max_length=10, blank=True, default="",
                                 choices=[(mode, mode) for mode in APPROVAL_MODES])  # fmt: skip
     state = models.CharField(max_length=20, choices=State.choices, default=State.IDLE)
+    # Who answers (interfaces §14): "harness", the built-in loop, or an external CLI agent.
+    agent = models.CharField(max_length=20, default="harness")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     # The highest seq handed out so far; the next event gets last_seq + 1 (never reused).

@@ -225,6 +225,17 @@ HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
 # kernel's per-uid limits and permissions keep users apart). Pick a range no host account
 # or container uses.
 HARNESS_SANDBOX_UID_BASE = env_int("HARNESS_SANDBOX_UID_BASE", 200_000, minimum=1000)
+# External CLI agents (interfaces §14, agent/runs/cli_sessions.py): where each CLI is
+# (else PATH), how long an unused tmux session lives, and the tmux server's socket.
+HARNESS_AGENT_COMMANDS = {
+    name: env_str(f"HARNESS_AGENT_{name.upper().replace('-', '_')}_COMMAND", "")
+    for name in ("claude-code", "pi", "codex", "opencode")
+}
+HARNESS_AGENT_IDLE_MINUTES = env_int("HARNESS_AGENT_IDLE_MINUTES", 30, minimum=1)
+HARNESS_AGENT_STATE = Path(env_str("HARNESS_AGENT_STATE", str(VAR_DIR / "cli-agents")))
+# Tests only, before the model gateway exists: the CLI reaches this URL directly, with the
+# host's network shared into its sandbox. Never set it in production.
+HARNESS_AGENT_DIRECT_MODEL_URL = env_str("HARNESS_AGENT_DIRECT_MODEL_URL", "")
 # What all of one user's sandboxed bash commands may hold at once (agent/core/tools/cgroups.py):
 # enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
 # `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when

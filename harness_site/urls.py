@@ -31,6 +31,7 @@ urlpatterns = [
     path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
     path("api/usage", api.usage_view, name="api_usage"),
+    path("api/agents", api.agents_view, name="api_agents"),
     path("api/files/", files_api.files, name="api_files_root"),
     path("api/files/<path:path>", files_api.files, name="api_files"),
     path("api/search", api.search_view, name="api_search"),

@@ -208,6 +208,9 @@ class RunManager:
         run.task = asyncio.create_task(main(), name=f"run-{key}", context=contextvars.Context())
         return run
 
+    def is_running(self, conversation_id) -> bool:
+        return str(conversation_id) in self._runs
+
     def cancel_local(self, conversation_id) -> bool:
         run = self._runs.get(str(conversation_id))
         return run.agent.cancel() if run is not None else False

@@ -31,6 +31,7 @@ from agent.models import Conversation
 from agent.runs import eventlog
 from agent.runs.broadcast import broadcast
 from agent.runs.claim import Setup, finish, renew_lease
+from agent.runs.cli_run import CliAgent
 from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
 from agent.runs.pacing import loop_lag
@@ -78,6 +79,12 @@ class Run:
         self.content = content
         self.inbox = Inbox()
         self.renderer = FragmentRenderer()
+        self.task: asyncio.Task | None = None
+        self._saving: asyncio.Task | None = None  # partial text being stored
+        if self.conversation.agent != "harness":
+            # An external CLI agent (interfaces §14): its events take the same way.
+            self.agent = CliAgent(self.conversation, self.inbox.put, self.conversation.last_seq + 1)
+            return
         self.agent = AgentLoop(
             client_for(self.config),
             build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
@@ -88,8 +95,6 @@ class Run:
             next_seq=self.conversation.last_seq + 1,
             instructions=DirectoryInstructions(workspace, self.conversation.history),
         )
-        self.task: asyncio.Task | None = None
-        self._saving: asyncio.Task | None = None  # partial text being stored
 
     # Set by the writer when the run's events cannot be stored: the page's message (and
     # its code); the run is then stopped and its end shown, not stored.

@@ -18,7 +18,7 @@ import time
 from functools import partial, wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -31,6 +31,7 @@ from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
 from agent.models import Conversation
 from agent.runs import search, usage
 from agent.runs.claim import RunRefused
+from agent.runs.cli_sessions import agents, check_available
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
@@ -130,7 +131,7 @@ def _conversation_json(c: Conversation) -> dict[str, Any]:
 def _conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
     return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None,
-            "approval": c.approval or settings.HARNESS_APPROVAL}  # fmt: skip
+            "approval": c.approval or settings.HARNESS_APPROVAL, "agent": c.agent}  # fmt: skip
 
 
 @api_view("GET", "POST")
@@ -146,15 +147,27 @@ def conversations(request: HttpRequest) -> JsonResponse:
         return api_error(400, "bad_request", f"'title' must be a string of at most {TITLE_MAX}.")
     if model not in dict(model_choices()):
         return api_error(400, "bad_request", f"Unknown model {str(model)[:100]!r}.")
+    agent = body.get("agent", "harness")
+    if not isinstance(agent, str):
+        return api_error(400, "bad_request", "'agent' must be a string.")
+    unavailable = async_to_sync(check_available)(agent)
+    if unavailable is not None:
+        return api_error(400, "agent_unavailable", unavailable)
     try:
         check_new_conversation(request.api_user)
     except Throttled as refusal:
         return throttled(refusal)
-    conversation = new_conversation(request.api_user, model)
+    conversation = new_conversation(request.api_user, model, agent)
     if title.strip():
         conversation.title = " ".join(title.split())
         conversation.save(update_fields=["title"])
     return JsonResponse({"id": str(conversation.id)}, status=201)
+
+
+@api_view("GET")
+async def agents_view(request: HttpRequest) -> JsonResponse:
+    """The external CLI agents and whether each can be used here (interfaces §14)."""
+    return JsonResponse({"agents": await agents()})
 
 
 @api_view("GET")

@@ -17,6 +17,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_safe
 
+from agent.core.cli_agents.tmux import tmux_version
+from agent.runs.cli_sessions import agents
 from agent.runs.selftest import sandbox_status
 from agent.server import storage
 from agent.web import prometheus
@@ -112,6 +114,13 @@ def _disk_checks() -> dict[str, str]:
     return checks
 
 
+async def _cli_agents() -> dict:
+    tmux = await tmux_version()
+    return {"tmux": tmux or "not installed",
+            "agents": {a["name"]: a["version"] or f"unavailable: {a.get('reason')}"
+                       for a in await agents()}}  # fmt: skip
+
+
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {}
@@ -130,5 +139,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     checks["sandbox"] = sandbox_status()  # the start-up self-test's result (runs/selftest.py)
     healthy = not any(v.startswith("error") for v in checks.values())
     body = {"status": "ok" if healthy else "error", **checks}
+    # Informational (interfaces §14): a missing tmux or CLI disables CLI agents, not the server.
+    body["cli_agents"] = async_to_sync(_cli_agents)()
     body.update(version=VERSION, uptime_seconds=_uptime_seconds())
     return JsonResponse(body, status=200 if healthy else 503)

@@ -21,6 +21,7 @@ from agent.core.tools import PathError
 from agent.models import Conversation, User
 from agent.runs import search, usage
 from agent.runs.broadcast import interrupt_and_announce
+from agent.runs.cli_sessions import end_session_sync
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
@@ -172,6 +173,8 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     if conversation.state == Conversation.State.RUNNING:
         cancel_from_sync(conversation.id)
+    if conversation.agent != "harness":
+        end_session_sync(conversation.id)  # its CLI's tmux session (interfaces §14)
     conversation.delete()
     return _back_to(request, redirect("home"))
 

@@ -78,7 +78,9 @@ class Provider:
         return version
 
     # -- what runs in the pane ---------------------------------------------------------------
-    def argv(self, executable: str, *, resume: bool) -> list[str]:
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
+        """The command line; ``resume``: the CLI's own session to continue (after the tmux
+        session ended: idle, a restart, a cancel that had to kill it)."""
         raise NotImplementedError
 
     def env(self) -> dict[str, str]:
@@ -97,6 +99,10 @@ class Provider:
         return None
 
     interrupt_keys: tuple[str, ...] = ("C-c",)  # else these keys (tmux send-keys)
+
+    def session_marker(self, parser: Parser) -> str | None:
+        """What to keep to resume the CLI's session in a new process (see ``argv``)."""
+        return None
 
     def parser(self) -> Parser:
         raise NotImplementedError
@@ -120,11 +126,11 @@ class ClaudeCode(Provider):
     majors = (1, 2)
     interrupt_keys = ("C-c",)
 
-    def argv(self, executable: str, *, resume: bool) -> list[str]:
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
         argv = [executable, "-p", "--input-format", "stream-json", "--output-format",
                 "stream-json", "--verbose", "--dangerously-skip-permissions"]  # fmt: skip
         if resume:
-            argv.append("--continue")  # the conversation's earlier turns (same HOME, cwd)
+            argv += ["--resume", resume]  # its session id, from the init line
         return argv
 
     def env(self) -> dict[str, str]:
@@ -140,6 +146,15 @@ class ClaudeCode(Provider):
         message = {"type": "user", "message": {"role": "user", "content": content}}
         return json.dumps(message, ensure_ascii=True) + "\n"
 
+    def interrupt_input(self) -> str | None:
+        # The SDK's control request: the turn stops, the process (and session) stays.
+        request = {"type": "control_request", "request_id": "harness-interrupt",
+                   "request": {"subtype": "interrupt"}}  # fmt: skip
+        return json.dumps(request) + "\n"
+
+    def session_marker(self, parser: Parser) -> str | None:
+        return getattr(parser, "session_id", None)
+
     def parser(self) -> Parser:
         from agent.core.cli_agents.claude_code import ClaudeStreamParser
 
@@ -154,8 +169,11 @@ class Pi(Provider):
     binary = "pi"
     majors = (0,)
 
-    def argv(self, executable: str, *, resume: bool) -> list[str]:
-        argv = [executable, "--mode", "rpc", "--provider", "anthropic", "--offline"]
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
+        # Sessions kept per conversation (in the CLI's HOME): --continue picks this one's.
+        sessions = f"/home/agent/.pi/sessions/{conversation_id}"
+        argv = [executable, "--mode", "rpc", "--provider", "anthropic", "--offline",
+                "--session-dir", sessions]  # fmt: skip
         if resume:
             argv.append("--continue")
         return argv
@@ -174,6 +192,9 @@ class Pi(Provider):
 
     def interrupt_input(self) -> str | None:
         return json.dumps({"type": "abort"}) + "\n"
+
+    def session_marker(self, parser: Parser) -> str | None:
+        return "1"  # its sessions are per conversation already: continue the latest
 
     def parser(self) -> Parser:
         from agent.core.cli_agents.pi import PiRpcParser
@@ -230,18 +251,19 @@ async def detect(provider: Provider, environ: dict[str, str] | None = None) -> A
     return AgentInfo(provider.name, True, version)
 
 
-_cache: dict[str, tuple[float, AgentInfo]] = {}
+_cache: dict[tuple, tuple[float, AgentInfo]] = {}
 CACHE_SECONDS = 60.0
 
 
+async def detect_cached(provider: Provider, environ: dict[str, str] | None = None) -> AgentInfo:
+    """``detect``, remembered a minute (``--version`` starts node: not once per request)."""
+    key = (provider.name, tuple(sorted((environ or {}).items())))
+    cached = _cache.get(key)
+    if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS:
+        cached = _cache[key] = (time.monotonic(), await detect(provider, environ))
+    return cached[1]
+
+
 async def available_agents(environ: dict[str, str] | None = None) -> list[AgentInfo]:
-    """Every provider with its availability (cached a minute: ``--version`` starts node)."""
-    infos = []
-    for provider in PROVIDERS.values():
-        cached = _cache.get(provider.name)
-        if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS or environ is not None:
-            cached = (time.monotonic(), await detect(provider, environ))
-            if environ is None:
-                _cache[provider.name] = cached
-        infos.append(cached[1])
-    return infos
+    """Every provider with its availability."""
+    return [await detect_cached(provider, environ) for provider in PROVIDERS.values()]

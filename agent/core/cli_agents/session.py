@@ -14,6 +14,7 @@ Session naming (seed 003): session ``{prefix}-{conversation id}``, window
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import time
@@ -30,6 +31,7 @@ POLL_INTERVAL = 0.1  # seconds between reads of the pane's log while a prompt ru
 READ_CHUNK = 1 << 20
 MAX_LINE = 4 << 20  # a longer "line" is dropped: no JSON message of a CLI is that big
 HOME_IN_SANDBOX = "/home/agent"
+CLI_IN_SANDBOX = "/opt/cli"  # where a CLI installed outside /usr is mounted (read-only)
 # Put in front of the CLI: no canonical line editing (a pasted line may be longer than the
 # tty's 4 KiB line buffer), no echo (the pane shows the CLI's output, not our JSON), and a
 # "ready" on the screen once that holds, then a wait for the server's "go" (sent once it
@@ -38,6 +40,10 @@ HOME_IN_SANDBOX = "/home/agent"
 READY = "harness-cli-ready"
 PRELUDE = f"stty -icanon -echo min 1 time 0; echo {READY}; IFS= read -r _go; cat | "
 START_TIMEOUT = 30.0
+
+
+class CliExited(Exception):
+    """The CLI's process ended (the pane is dead, or the session is gone)."""
 
 
 def session_name(prefix: str, conversation_id: str) -> str:
@@ -57,7 +63,7 @@ class SessionSpec:
     wrap: Callable[[list[str]], list[str]] | None = None  # the gateway's in-sandbox forwarder
     run_as: tuple[int, int] | None = None  # a root server's per-user uid/gid
     share_net: bool = False  # tests only: the model server on the host's loopback
-    resume: bool = False  # continue the CLI's earlier session (a restart after a crash)
+    resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
 
 
@@ -79,18 +85,32 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
     bwrap = bwrap_path()
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
-    inner = spec.provider.argv(spec.executable, resume=spec.resume)
+    executable = spec.executable
+    root = _install_root(executable)
+    if root is not None:
+        # Mounted at a fixed place: the host's path may pass through private directories
+        # (which bwrap would re-create closed to the sandbox's user).
+        executable = CLI_IN_SANDBOX + "/" + os.path.relpath(os.path.realpath(executable), root)
+    inner = spec.provider.argv(executable, conversation_id=spec.conversation_id,
+                               resume=spec.resume)  # fmt: skip
     if spec.wrap is not None:
         inner = spec.wrap(inner)
     argv = sandbox_argv(bwrap, 0, PRELUDE + shlex.join(inner), spec.run_as)
+    # A root server's bwrap makes the parents of its binds (/etc) closed to the sandbox's
+    # user; a CLI looks for its settings there (and hangs on EACCES).
+    argv[1:1] = ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
+    tmp = argv.index("--tmpfs")  # writable by the sandbox's user (a root server's is not)
+    argv[tmp:tmp] = ["--perms", "01777"]
     at = argv.index("--bind-fd")
     argv[at : at + 3] = ["--bind", spec.workspace, "/workspace"]
-    extra = ["--bind", spec.home, HOME_IN_SANDBOX]
-    root = _install_root(spec.executable)
+    extra = ["--perms", "0755", "--dir", "/home", "--bind", spec.home, HOME_IN_SANDBOX]
     if root is not None:
-        extra += ["--ro-bind", root, root]
+        extra += ["--perms", "0755", "--dir", "/opt", "--ro-bind", root, CLI_IN_SANDBOX]
     if spec.share_net:
-        extra += ["--share-net"]
+        if "--unshare-net" in argv:  # a root server's sandbox lists what it unshares
+            argv.remove("--unshare-net")
+        else:
+            extra += ["--share-net"]
         for path in ("/etc/resolv.conf", "/etc/hosts"):
             if os.path.exists(path):
                 extra += ["--ro-bind", path, path]
@@ -183,11 +203,25 @@ class CliSession:
             self._partial = b""
         return [line.rstrip(b"\r").decode(errors="replace") for line in lines]
 
+    def skip_output(self) -> None:
+        """Read from the log's end (a session adopted after a restart: its old output is
+        not this prompt's)."""
+        with contextlib.suppress(OSError):
+            self._offset = os.path.getsize(self.log_path)
+
     async def lines(self) -> AsyncIterator[str]:
-        """The pane's output, line by line, as it comes (until the caller stops)."""
+        """The pane's output, line by line, as it comes; ``CliExited`` when the CLI is gone."""
+        quiet = 0
         while True:
             lines = await asyncio.to_thread(self._read_new)
             for line in lines:
                 yield line
-            if not lines:
-                await asyncio.sleep(POLL_INTERVAL)
+            if lines:
+                quiet = 0
+                continue
+            quiet += 1
+            if quiet % 10 == 0 and not await self.alive():
+                for line in await asyncio.to_thread(self._read_new):
+                    yield line
+                raise CliExited(f"{self.spec.provider.name} exited")
+            await asyncio.sleep(POLL_INTERVAL)

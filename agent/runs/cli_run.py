@@ -1,0 +1,154 @@
+"""A prompt of a conversation whose agent is an external CLI (interfaces §14): what the
+built-in loop is to ``Run``, with the same face (prompt, cancel, messages, next_seq…), so
+the run's writer stores, broadcasts and renders its events exactly as the loop's.
+
+The prompt goes into the conversation's tmux session; the CLI's structured output comes
+back through the provider's parser as ``text``, ``tool_call``, ``tool_result``, ``status``
+and ``usage`` events; every prompt ends with one ``idle`` or ``error`` status. Cancel asks
+the CLI to stop its turn (its interrupt), and the session stays for the next prompt; a CLI
+that does not stop in time is ended and the next prompt resumes its session anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agent.core.cli_agents.session import CliExited
+from agent.core.events import ErrorEvent, Event, StatusEvent, UserEvent
+from agent.core.loop import NotRunning
+from agent.runs.cli_sessions import sessions
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_GRACE = 8.0  # seconds the CLI has to end its turn after an interrupt
+
+
+class CliAgent:
+    def __init__(self, conversation, emit: Callable[[Event], None], next_seq: int):
+        self.conversation = conversation
+        self.conversation_id = str(conversation.id)
+        self.owner_id = conversation.owner_id
+        self.agent = conversation.agent
+        self._emit_fn = emit
+        self.next_seq = next_seq
+        self._task: asyncio.Task | None = None
+        self._cancel_requested = False
+
+    # -- the loop's face ----------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        # The CLI keeps its own history; ours stays as it was (the event log is the record).
+        return list(self.conversation.history)
+
+    def cancel(self) -> bool:
+        if self._task is None or self._task.done():
+            return False
+        self._cancel_requested = True
+        self._task.cancel()
+        return True
+
+    def queue(self, content: str, mode: str, queue_id: str | None = None) -> str:
+        raise NotRunning()  # a CLI takes one prompt at a time: the API answers 409
+
+    def unqueue(self, queue_id: str) -> bool:
+        return False
+
+    def decide(self, *args, **kwargs) -> str | None:
+        return "unknown"
+
+    def _emit(self, event: Event) -> None:
+        event = event.with_seq(self.next_seq)
+        self.next_seq += 1
+        try:
+            self._emit_fn(event)
+        except Exception:
+            log.exception("event handler failed on %s", event.type)
+
+    # -- a prompt ------------------------------------------------------------------------------
+    async def prompt(self, content: str | None) -> None:
+        self._task = asyncio.current_task()
+        self._cancel_requested = False
+        try:
+            await self._prompt(content)
+        finally:
+            self._task = None
+
+    async def _prompt(self, content: str | None) -> None:
+        if content is None:
+            self._emit(ErrorEvent(message="A CLI agent compacts its own context.",
+                                  code="not_supported"))  # fmt: skip
+            self._emit(StatusEvent(state="error", message="Not supported"))
+            return
+        self._emit(UserEvent(content=content))
+        self._emit(StatusEvent(state="thinking", message=f"Starting {self.agent}"))
+        entry = parser = None
+        try:
+            entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent)
+            entry.gateway.begin_run(uuid.uuid4().hex)
+            parser = entry.provider.parser()
+            await entry.session.send(entry.provider.prompt_input(content))
+            self._emit(StatusEvent(state="thinking"))
+            await self._follow(entry, parser)
+        except asyncio.CancelledError:
+            if not self._cancel_requested:
+                self._emit(ErrorEvent(message="Cancelled", code="cancelled"))
+                self._emit(StatusEvent(state="error", message="Cancelled"))
+                raise  # the server is stopping
+            asyncio.current_task().uncancel()
+            if entry is not None and parser is not None:
+                await self._interrupt(entry, parser)
+            self._emit(ErrorEvent(message="Cancelled", code="cancelled"))
+            self._emit(StatusEvent(state="error", message="Cancelled"))
+            return
+        except CliExited as exc:
+            await sessions.end(self.conversation_id)
+            self._fail(f"{exc}; the next prompt starts it again", "cli_exited")
+            return
+        except Exception as exc:
+            log.exception("CLI agent %s failed", self.agent)
+            self._fail(f"The {self.agent} agent could not run: {exc}", "cli_failed")
+            return
+        finally:
+            if entry is not None:
+                entry.gateway.end_run()
+                entry.session.last_used = time.monotonic()
+                if parser is not None:
+                    marker = entry.provider.session_marker(parser)
+                    with contextlib.suppress(OSError):
+                        await asyncio.to_thread(sessions.remember, self.conversation_id, marker)
+        if parser.failed:
+            self._fail(parser.failed, "cli_error")
+        else:
+            self._emit(StatusEvent(state="idle"))
+
+    def _fail(self, message: str, code: str) -> None:
+        self._emit(ErrorEvent(message=message, code=code))
+        self._emit(StatusEvent(state="error", message=message[:200]))
+
+    async def _follow(self, entry, parser) -> None:
+        async for line in entry.session.lines():
+            for event in parser.feed(line):
+                self._emit(event)
+            if parser.finished:
+                return
+
+    async def _interrupt(self, entry, parser) -> None:
+        """Stop the CLI's turn and read its output to the turn's end (what it did before
+        stopping is kept); a CLI that does not stop is ended (its session resumes later)."""
+        try:
+            await entry.session.interrupt()
+            async with asyncio.timeout(INTERRUPT_GRACE):
+                await self._follow(entry, parser)
+        except Exception:  # it did not stop (or is gone): end it
+            log.warning("%s did not stop its turn when interrupted; ending it", self.agent)
+            await sessions.end(self.conversation_id)

@@ -1,0 +1,238 @@
+"""The tmux sessions of this process's CLI agents (interfaces §14, seed 003's life cycle).
+
+One session per conversation: started on its first prompt, reused by the next, ended when
+the conversation is deleted, when unused for HARNESS_AGENT_IDLE_MINUTES, and when the
+server stops. tmux's own server outlives ours: after a restart a conversation's surviving
+session is adopted (re-attached, reading from its log's end) when its next prompt comes,
+and one whose CLI is gone is started again, resuming the CLI's own session. A run that a
+crash cut short is marked interrupted by the lease reaper, as for the built-in agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agents, detect_cached
+from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
+from agent.core.cli_agents.tmux import Tmux, tmux_path
+from agent.runs.workspaces import sandbox_ids, workspace_for
+
+log = logging.getLogger(__name__)
+
+PREFIX = "ah"  # seed 003's session prefix (agent-harness)
+REAP_INTERVAL = 30.0
+
+
+def agent_environ() -> dict[str, str]:
+    """What provider lookup sees: PATH and the configured HARNESS_AGENT_<NAME>_COMMANDs."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for name, command in settings.HARNESS_AGENT_COMMANDS.items():
+        if command:
+            environ[PROVIDERS[name].command_env_name()] = command
+    return environ
+
+
+async def agents() -> list[dict]:
+    """``GET /api/agents``: every CLI agent, available or not (and why not)."""
+    infos = await available_agents(agent_environ())
+    return [{"name": i.name, "available": i.available, "version": i.version,
+             **({"reason": i.reason} if i.reason else {})} for i in infos]  # fmt: skip
+
+
+async def check_available(name: str) -> str | None:
+    """None when a conversation may use ``name``; else why not (400 agent_unavailable)."""
+    if name == "harness":
+        return None
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        return f"Unknown agent {name[:40]!r}: use harness, {', '.join(PROVIDERS)}."
+    if tmux_path() is None:
+        return "tmux is not installed on the server, so CLI agents cannot run."
+    info = await detect_cached(provider, agent_environ())
+    return None if info.available else f"{name} is not available: {info.reason}."
+
+
+def _socket() -> str:
+    state = Path(settings.HARNESS_AGENT_STATE)
+    state.mkdir(parents=True, exist_ok=True)
+    return str(state / "tmux.sock")
+
+
+class DirectGateway:
+    """Tests only (HARNESS_AGENT_DIRECT_MODEL_URL): the CLI calls the model server itself,
+    with a dummy key (never the deployment's) and the host's network shared in."""
+
+    share_net = True
+
+    def __init__(self, url: str):
+        self.env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "direct-test-credential"}
+
+    def bwrap_args(self) -> list[str]:
+        return []
+
+    def wrap_command(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def begin_run(self, run_id) -> None:
+        pass
+
+    def end_run(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def _open_gateway(conversation_id: str, owner_id: int):
+    if settings.HARNESS_AGENT_DIRECT_MODEL_URL:
+        return DirectGateway(settings.HARNESS_AGENT_DIRECT_MODEL_URL)
+    try:
+        from agent.runs.llm_gateway import open_gateway  # the model gateway (its own branch)
+    except ImportError:
+        raise RuntimeError("CLI agents need the deployment's model gateway (/llm/anthropic), "
+                           "which this server does not have") from None  # fmt: skip
+    return await open_gateway(conversation_id, owner_id)
+
+
+class Entry:
+    def __init__(self, session: CliSession, gateway, provider: Provider):
+        self.session, self.gateway, self.provider = session, gateway, provider
+
+
+class CliSessions:
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._reaper: asyncio.Task | None = None
+
+    def tmux(self) -> Tmux:
+        return Tmux(_socket())
+
+    def _state_dir(self, conversation_id: str) -> str:
+        return str(Path(settings.HARNESS_AGENT_STATE) / "sessions" / conversation_id)
+
+    async def session_for(self, conversation_id: str, owner_id: int, agent: str) -> Entry:
+        """The conversation's live session: this process's, else a surviving one adopted,
+        else a new one (resuming the CLI's own session when there was one)."""
+        self._ensure_reaper()
+        key = str(conversation_id)
+        entry = self._entries.get(key)
+        if entry is not None and entry.provider.name == agent and await entry.session.alive():
+            return entry
+        if entry is not None:
+            await self.end(key)
+        provider = PROVIDERS[agent]
+        executable = provider.find(agent_environ())
+        if executable is None:
+            raise RuntimeError(f"{agent} is not installed")
+        workspace = await asyncio.to_thread(workspace_for, owner_id)
+        gateway = await _open_gateway(key, owner_id)
+        state_dir = self._state_dir(key)
+        marker = Path(state_dir) / "cli-session"
+        resume = await asyncio.to_thread(lambda: marker.read_text().strip() if marker.exists()
+                                         else None)  # fmt: skip
+        spec = SessionSpec(
+            conversation_id=key, provider=provider, executable=executable,
+            workspace=str(workspace.root),
+            # The CLI's HOME: the user's own area (its config, its sessions), not ours.
+            home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / str(int(owner_id))),
+            state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
+            wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
+            share_net=getattr(gateway, "share_net", False), resume=resume or None, prefix=PREFIX,
+        )  # fmt: skip
+        session = CliSession(self.tmux(), spec)
+        try:
+            if await self._adopt(session):
+                log.info("re-attached to the surviving tmux session %s", session.name)
+            else:
+                await session.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await gateway.close()
+            raise
+        entry = Entry(session, gateway, provider)
+        self._entries[key] = entry
+        return entry
+
+    async def _adopt(self, session: CliSession) -> bool:
+        """A session left by an earlier server process, its CLI still alive: used as it
+        is (seed 003's start-up: re-attach). Its credential came from that process's
+        gateway, so with a real gateway it is restarted instead."""
+        if not settings.HARNESS_AGENT_DIRECT_MODEL_URL:
+            return False
+        windows = await session.tmux.run("list-windows", "-t", f"={session.name}", "-F",
+                                         "#{window_name}", check=False)  # fmt: skip
+        names = windows.split()
+        if not names:
+            return False
+        session.window, session.target = names[0], f"{session.name}:{names[0]}"
+        if not await session.alive():
+            return False
+        session.skip_output()
+        return True
+
+    def remember(self, conversation_id: str, marker: str | None) -> None:
+        """Keep what resumes the CLI's session in a new process (blocking: a small write)."""
+        if marker:
+            path = Path(self._state_dir(str(conversation_id))) / "cli-session"
+            path.write_text(marker)
+
+    async def end(self, conversation_id: str) -> None:
+        entry = self._entries.pop(str(conversation_id), None)
+        if entry is not None:
+            with contextlib.suppress(Exception):
+                await entry.gateway.close()
+        await self.tmux().kill_session(session_name(PREFIX, str(conversation_id)))
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL)
+            await self.reap_idle()
+
+    async def reap_idle(self, busy: set[str] | None = None) -> list[str]:
+        """End the sessions unused for HARNESS_AGENT_IDLE_MINUTES (not one running)."""
+        from agent.runs.manager import runs
+
+        limit = settings.HARNESS_AGENT_IDLE_MINUTES * 60
+        ended = []
+        for key, entry in list(self._entries.items()):
+            if runs.is_running(key) or (busy and key in busy):
+                continue
+            if time.monotonic() - entry.session.last_used >= limit:
+                await self.end(key)
+                ended.append(key)
+        return ended
+
+    async def shutdown(self) -> None:
+        """The server stops: end every session of this process (seed 003 leaves them for
+        inspection; ours hold a per-run credential and a user's processes, so they end)."""
+        for key in list(self._entries):
+            with contextlib.suppress(Exception):
+                await self.end(key)
+
+
+sessions = CliSessions()
+
+
+def end_session_sync(conversation_id) -> None:
+    """End a conversation's tmux session from synchronous code (deleting it), whichever
+    process started it: tmux's server is the deployment's, reached by its socket."""
+    path = tmux_path()
+    socket = Path(settings.HARNESS_AGENT_STATE) / "tmux.sock"
+    if path is None or not socket.exists():
+        return
+    name = session_name(PREFIX, str(conversation_id))
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([path, "-S", str(socket), "kill-session", "-t", f"={name}"],
+                       capture_output=True, timeout=10, check=False)  # fmt: skip

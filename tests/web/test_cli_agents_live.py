@@ -1,0 +1,155 @@
+"""External CLI agents end to end (interfaces §14): the real Claude Code and Pi, installed
+from npm, in their tmux sessions inside the bubblewrap sandbox, against the test model
+server, through the live server's API and SSE stream."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from testkit.api_client import Api, read_until
+from testkit.live import LiveServer
+from testkit.model_server import echo_fallback, text_reply, tool_reply
+from tests.cli_agents import install_cli_agents
+from tests.conftest import require_bwrap
+
+pytestmark = pytest.mark.slow
+
+TOOL_NAMES = {"claude-code": "Bash", "pi": "bash"}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, model):
+    require_bwrap()
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    clis = install_cli_agents()
+    root = tmp_path_factory.mktemp("cli")
+    server = LiveServer(root, ANTHROPIC_API_KEY="the-deployments-real-key",
+                        ANTHROPIC_BASE_URL=model.url, HARNESS_AGENT_DIRECT_MODEL_URL=model.url,
+                        HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
+                        HARNESS_AGENT_PI_COMMAND=clis["pi"],
+                        HARNESS_AGENT_STATE=str(root / "cli"),
+                        HARNESS_RUNS_PER_MINUTE="100")  # fmt: skip
+    server.start()
+    server.create_users("alice")
+    server.socket = str(root / "cli" / "tmux.sock")
+    yield server
+    server.stop()
+    subprocess.run(["tmux", "-S", server.socket, "kill-server"], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def alice(live):
+    return Api(live.url, live.manage("create_api_token", "alice").strip())
+
+
+def script(model, *replies):
+    """The main loop's calls (the ones with tools) get ``replies`` in order; a CLI's side
+    calls (titles, summaries) get an echo."""
+    queue = list(replies)
+    model.reset()
+    model.fallback = lambda body: (
+        queue.pop(0) if body and body.get("tools") and queue else echo_fallback(body)
+    )
+
+
+def prompt_and_read(api: Api, conversation_id: str, content: str, since: int = 0):
+    response, stream = api.events(conversation_id, since=since, timeout=90)
+    assert response.status == 200
+    status, body = api.call("POST", f"/api/conversations/{conversation_id}/prompt",
+                            {"content": content})  # fmt: skip
+    assert status == 202, body
+    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+                       and i[2]["state"] in ("idle", "error"), timeout=90)  # fmt: skip
+    return [i[2] for i in items if i[0] == "event"]
+
+
+def tmux_sessions(live) -> list[str]:
+    out = subprocess.run(["tmux", "-S", live.socket, "list-sessions", "-F", "#{session_name}"],
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.split()
+
+
+def test_agents_lists_the_installed_clis_and_refuses_unavailable_ones(alice):
+    status, body = alice.call("GET", "/api/agents")
+    assert status == 200
+    agents = {a["name"]: a for a in body["agents"]}
+    assert agents["claude-code"]["available"] and agents["claude-code"]["version"] == "2.1.197"
+    assert agents["pi"]["available"] and agents["pi"]["version"] == "0.73.1"
+    assert not agents["codex"]["available"] and "Responses" in agents["codex"]["reason"]
+    for name in ("codex", "opencode", "no-such-agent"):
+        status, body = alice.call("POST", "/api/conversations", {"agent": name})
+        assert (status, body["error"]) == (400, "agent_unavailable")
+    assert alice.call("POST", "/api/conversations", {"agent": 5})[0] == 400
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "pi"])
+def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, alice, model,
+                                                                           agent):  # fmt: skip
+    status, body = alice.call("POST", "/api/conversations", {"agent": agent})
+    assert status == 201
+    conversation_id = body["id"]
+    assert alice.call("GET", f"/api/conversations/{conversation_id}")[1]["agent"] == agent
+    script(model, tool_reply((TOOL_NAMES[agent], {"command": "echo made-by-cli > cli.txt; "
+                                                  "cat cli.txt"}), text="Running it."),
+           text_reply("Done: **made** it."))  # fmt: skip
+    events = prompt_and_read(alice, conversation_id, "make\na file")
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "user" and events[0]["content"] == "make\na file"
+    call = next(e for e in events if e["type"] == "tool_call")
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert call["name"] == TOOL_NAMES[agent] and result["id"] == call["id"]
+    assert result["result"].strip() == "made-by-cli" and not result["isError"]
+    assert [e["content"] for e in events if e["type"] == "text"] == [
+        "Running it.",
+        "Done: **made** it.",
+    ]
+    assert "usage" in kinds and events[-1] == {**events[-1], "type": "status", "state": "idle"}
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    name = f"ah-{conversation_id}"
+    assert name in tmux_sessions(live)
+    # The model saw the prompt, and never the deployment's key.
+    requests = [r for r in model.requests if (r["body"] or {}).get("tools")]
+    assert requests and all("the-deployments-real-key" not in str(r["headers"])
+                            for r in model.requests)  # fmt: skip
+
+    pid = _pane_pid(live, name)
+    script(model, text_reply("Second answer."))
+    second = prompt_and_read(alice, conversation_id, "again", since=events[-1]["seq"])
+    assert [e["content"] for e in second if e["type"] == "text"] == ["Second answer."]
+    assert second[-1]["state"] == "idle" and second[0]["seq"] == events[-1]["seq"] + 1
+    assert _pane_pid(live, name) == pid  # the same CLI process: the session was reused
+    last = [r for r in model.requests if (r["body"] or {}).get("tools")][-1]["body"]
+    assert "Done: **made** it." in str(last["messages"])  # it continued the conversation
+
+
+def _pane_pid(live, name: str) -> str:
+    out = subprocess.run(["tmux", "-S", live.socket, "display-message", "-p", "-t", f"={name}",
+                          "#{pane_pid}"], capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(live, alice,
+                                                                                model):  # fmt: skip
+    conversation_id = alice.call("POST", "/api/conversations", {"agent": "claude-code"})[1]["id"]
+    script(model, tool_reply(("Bash", {"command": "sleep 60"})), text_reply("stopped"))
+    response, stream = alice.events(conversation_id, timeout=90)
+    alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "wait"})
+    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=90)
+    started = time.monotonic()
+    assert alice.call("POST", f"/api/conversations/{conversation_id}/cancel")[1] == {
+        "cancelled": True}  # fmt: skip
+    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+                       and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
+    assert items[-1][2] == {**items[-1][2], "state": "error", "message": "Cancelled"}
+    assert time.monotonic() - started < 20  # not the 60 s of the command
+    script(model, text_reply("Back again."))
+    since = items[-1][2]["seq"]
+    events = prompt_and_read(alice, conversation_id, "hello again", since=since)
+    assert [e["content"] for e in events if e["type"] == "text"] == ["Back again."]
+    assert events[-1]["state"] == "idle"
+    assert f"ah-{conversation_id}" in tmux_sessions(live)
