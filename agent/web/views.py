@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
@@ -21,7 +22,7 @@ from agent.core.tools import PathError
 from agent.models import Conversation, User
 from agent.runs import search, usage
 from agent.runs.broadcast import interrupt_and_announce
-from agent.runs.cli_sessions import end_session_sync
+from agent.runs.cli_sessions import agents, check_available, end_session_sync
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
@@ -140,6 +141,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "prompt_history": request.user.prompt_history or [],
         "max_prompt": settings.HARNESS_MAX_PROMPT_CHARS,
         "themes": User.Theme.choices,
+        # The CLI agents a new conversation may use (detected once a minute, cached).
+        "cli_agents": [a for a in async_to_sync(agents)() if a["available"]],
     }
     return render(request, "agent/conversation.html", context)
 
@@ -147,14 +150,18 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
 @login_required
 @require_POST
 def create_conversation(request: HttpRequest) -> HttpResponse:
+    agent = request.POST.get("agent", "harness")  # an external CLI agent (interfaces §14)
+    unavailable = async_to_sync(check_available)(agent)
+    if unavailable is not None:
+        return HttpResponseBadRequest(unavailable, content_type="text/plain; charset=utf-8")
     empty = empty_conversation_of(request.user)
-    if empty is not None:  # reused, not made: it does not count towards the hourly limit
+    if empty is not None and empty.agent == agent:  # reused, not made: not counted
         return redirect("conversation", conversation_id=empty.id)
     try:
         check_new_conversation(request.user)  # per user and hour (agent/web/throttle.py)
     except Throttled as refusal:
         return _throttled_page(request, refusal)
-    conversation = new_conversation(request.user, settings.HARNESS_MODEL)
+    conversation = new_conversation(request.user, settings.HARNESS_MODEL, agent)
     return redirect("conversation", conversation_id=conversation.id)
 
 

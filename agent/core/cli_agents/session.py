@@ -31,7 +31,9 @@ POLL_INTERVAL = 0.1  # seconds between reads of the pane's log while a prompt ru
 READ_CHUNK = 1 << 20
 MAX_LINE = 4 << 20  # a longer "line" is dropped: no JSON message of a CLI is that big
 HOME_IN_SANDBOX = "/home/agent"
-CLI_IN_SANDBOX = "/opt/cli"  # where a CLI installed outside /usr is mounted (read-only)
+# Where a CLI installed outside /usr is mounted (read-only); named node_modules, so node
+# finds the CLI's packages the way it does on the host.
+CLI_IN_SANDBOX = "/opt/cli/node_modules"
 # Put in front of the CLI: no canonical line editing (a pasted line may be longer than the
 # tty's 4 KiB line buffer), no echo (the pane shows the CLI's output, not our JSON), and a
 # "ready" on the screen once that holds, then a wait for the server's "go" (sent once it
@@ -105,7 +107,8 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
     argv[at : at + 3] = ["--bind", spec.workspace, "/workspace"]
     extra = ["--perms", "0755", "--dir", "/home", "--bind", spec.home, HOME_IN_SANDBOX]
     if root is not None:
-        extra += ["--perms", "0755", "--dir", "/opt", "--ro-bind", root, CLI_IN_SANDBOX]
+        extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
+                  "--ro-bind", root, CLI_IN_SANDBOX]  # fmt: skip
     if spec.share_net:
         if "--unshare-net" in argv:  # a root server's sandbox lists what it unshares
             argv.remove("--unshare-net")

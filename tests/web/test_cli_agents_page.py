@@ -1,0 +1,102 @@
+"""Choosing a CLI agent on the page, and the life cycle of its tmux session (interfaces §14):
+ended when the conversation is deleted and when unused for HARNESS_AGENT_IDLE_MINUTES."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+
+import pytest
+
+from agent.core.cli_agents import providers
+from agent.models import Conversation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fake_claude(tmp_path, settings):
+    """A stand-in for the claude executable that answers --version (no sandbox or model is
+    involved in these tests; the real CLI runs in test_cli_agents_live.py)."""
+    cli = tmp_path / "claude"
+    cli.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    cli.chmod(0o755)
+    settings.HARNESS_AGENT_COMMANDS = {**settings.HARNESS_AGENT_COMMANDS, "claude-code": str(cli)}
+    settings.HARNESS_AGENT_STATE = tmp_path / "cli"
+    providers._cache.clear()
+    yield cli
+    providers._cache.clear()
+
+
+def test_the_page_offers_only_available_agents_and_creates_a_conversation_with_one(
+    client, ada, fake_claude
+):
+    first = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{first.id}/").content.decode()
+    assert 'id="new-agent"' in page and '<option value="claude-code">' in page
+    assert '"codex"' not in page and '"opencode"' not in page
+    response = client.post("/c/new/", {"agent": "claude-code"})
+    made = Conversation.objects.exclude(id=first.id).get(owner=ada)
+    assert response.status_code == 302 and made.agent == "claude-code"
+    assert "agent-badge" in client.get(f"/c/{made.id}/").content.decode()
+
+
+@pytest.mark.parametrize("agent", ["codex", "no-such-agent", "pi"])
+def test_an_unavailable_agent_is_refused_and_nothing_is_made(client, ada, fake_claude,
+                                                             settings, agent):  # fmt: skip
+    settings.HARNESS_AGENT_COMMANDS = {**settings.HARNESS_AGENT_COMMANDS,
+                                       "pi": "/nonexistent/pi"}  # fmt: skip
+    response = client.post("/c/new/", {"agent": agent})
+    assert response.status_code == 400
+    assert not Conversation.objects.filter(owner=ada).exists()
+
+
+def _tmux(socket, *args):
+    return subprocess.run(["tmux", "-S", str(socket), *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def tmux_socket(fake_claude, settings):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    settings.HARNESS_AGENT_STATE.mkdir(parents=True)
+    socket = settings.HARNESS_AGENT_STATE / "tmux.sock"
+    yield socket
+    _tmux(socket, "kill-server")
+
+
+def test_deleting_the_conversation_ends_its_tmux_session(client, ada, tmux_socket):
+    conversation = Conversation.objects.create(owner=ada, model="m", agent="claude-code")
+    other = Conversation.objects.create(owner=ada, model="m", agent="claude-code")
+    for c in (conversation, other):
+        assert (
+            _tmux(tmux_socket, "new-session", "-d", "-s", f"ah-{c.id}", "sleep 300").returncode == 0
+        )
+    client.post(f"/c/{conversation.id}/delete")
+    sessions = _tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").stdout.split()
+    assert sessions == [f"ah-{other.id}"]
+
+
+def test_sessions_unused_for_the_idle_time_are_ended_and_used_ones_kept(tmux_socket, settings):
+    from agent.core.cli_agents.session import CliSession, SessionSpec
+    from agent.runs.cli_sessions import CliSessions, DirectGateway, Entry
+
+    settings.HARNESS_AGENT_IDLE_MINUTES = 1
+    registry = CliSessions()
+
+    async def scenario():
+        made = {}
+        for key, idle in (("old", 61.0), ("fresh", 5.0)):
+            spec = SessionSpec(key, providers.PROVIDERS["claude-code"], "/bin/true", "/", "/",
+                               str(settings.HARNESS_AGENT_STATE / key), prefix="ah")  # fmt: skip
+            session = CliSession(registry.tmux(), spec)
+            await session.tmux.run("new-session", "-d", "-s", session.name, "sleep 300")
+            session.last_used -= idle
+            registry._entries[key] = made[key] = Entry(session, DirectGateway("x"),
+                                                       spec.provider)  # fmt: skip
+        return await registry.reap_idle()
+
+    assert asyncio.run(scenario()) == ["old"]
+    sessions = _tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").stdout.split()
+    assert sessions == ["ah-fresh"]
