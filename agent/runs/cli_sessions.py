@@ -236,3 +236,20 @@ def end_session_sync(conversation_id) -> None:
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run([path, "-S", str(socket), "kill-session", "-t", f"={name}"],
                        capture_output=True, timeout=10, check=False)  # fmt: skip
+
+
+def capture_sync(conversation_id) -> str:
+    """The conversation's pane as it is now, for the first page (synchronous: a view's
+    thread); empty when it has no session."""
+    path = tmux_path()
+    socket = Path(settings.HARNESS_AGENT_STATE) / "tmux.sock"
+    if path is None or not socket.exists():
+        return ""
+    name = session_name(PREFIX, str(conversation_id))
+    try:
+        done = subprocess.run([path, "-S", str(socket), "capture-pane", "-e", "-p", "-J", "-S",
+                               "-200", "-t", f"={name}:"], capture_output=True, timeout=5,
+                              check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.decode(errors="replace") if done.returncode == 0 else ""

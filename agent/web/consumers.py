@@ -245,6 +245,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             return "A frame must be a JSON object."
         return frame
 
+    async def conversation_terminal(self, message: dict) -> None:
+        """A CLI agent's live terminal (interfaces §14): its rendered, sanitized screen."""
+        if not self.refused:
+            await self.send(text_data=message["html"])
+
     async def conversation_batch(self, message: dict) -> None:
         if self.refused:
             return

@@ -22,7 +22,7 @@ from agent.core.tools import PathError
 from agent.models import Conversation, User
 from agent.runs import search, usage
 from agent.runs.broadcast import interrupt_and_announce
-from agent.runs.cli_sessions import agents, check_available, end_session_sync
+from agent.runs.cli_sessions import agents, capture_sync, check_available, end_session_sync
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
@@ -34,6 +34,7 @@ from agent.ui.export import conversation_json, conversation_markdown, conversati
 from agent.ui.fragments import live_block
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.live import LiveMarkdown
+from agent.ui.terminal import terminal_fragment
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.throttle import Throttled, check_new_conversation
 
@@ -143,6 +144,10 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "themes": User.Theme.choices,
         # The CLI agents a new conversation may use (detected once a minute, cached).
         "cli_agents": [a for a in async_to_sync(agents)() if a["available"]],
+        # A CLI agent's live terminal, as it is now (the socket keeps it current).
+        "terminal": terminal_fragment(capture_sync(conversation.id))
+        if conversation.agent != "harness"
+        else "",
     }
     return render(request, "agent/conversation.html", context)
 
