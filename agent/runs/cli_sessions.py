@@ -11,6 +11,7 @@ crash cut short is marked interrupted by the lease reaper, as for the built-in a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
@@ -22,7 +23,7 @@ from django.conf import settings
 
 from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agents, detect_cached
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
-from agent.core.cli_agents.tmux import Tmux, tmux_path
+from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.runs.workspaces import sandbox_ids, workspace_for
 
 log = logging.getLogger(__name__)
@@ -194,11 +195,38 @@ class CliSessions:
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
+            if not self._exit_hook:
+                atexit.register(self.shutdown_sync)
+                self._exit_hook = True
+
+    _exit_hook = False
 
     async def _reap(self) -> None:
         while True:
+            with contextlib.suppress(Exception):
+                await self.reap_idle()
+                await self.reap_orphans()
             await asyncio.sleep(REAP_INTERVAL)
-            await self.reap_idle()
+
+    async def reap_orphans(self) -> list[str]:
+        """seed 003's start-up scan: sessions of ours that no process uses (left by a
+        server that stopped or crashed) end once tmux saw no activity in them for the idle
+        time; until then the conversation's next prompt may re-attach to one."""
+        from agent.runs.manager import runs
+
+        limit = settings.HARNESS_AGENT_IDLE_MINUTES * 60
+        out = await self.tmux().run("list-sessions", "-F", "#{session_name} #{session_activity}",
+                                    check=False)  # fmt: skip
+        ended = []
+        for line in out.splitlines():
+            name, _, activity = line.partition(" ")
+            key = name.removeprefix(PREFIX + "-")
+            if not name.startswith(PREFIX + "-") or key in self._entries or runs.is_running(key):
+                continue
+            if activity.isdigit() and time.time() - int(activity) >= limit:
+                await self.tmux().kill_session(name)
+                ended.append(key)
+        return ended
 
     async def reap_idle(self, busy: set[str] | None = None) -> list[str]:
         """End the sessions unused for HARNESS_AGENT_IDLE_MINUTES (not one running)."""
@@ -221,6 +249,13 @@ class CliSessions:
             with contextlib.suppress(Exception):
                 await self.end(key)
 
+    def shutdown_sync(self) -> None:
+        """At the process's exit: end this process's sessions (their runs are over; a
+        session outliving its server keeps a user's processes for nothing)."""
+        for key in list(self._entries):
+            end_session_sync(key)
+        self._entries.clear()
+
 
 sessions = CliSessions()
 
@@ -235,7 +270,7 @@ def end_session_sync(conversation_id) -> None:
     name = session_name(PREFIX, str(conversation_id))
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run([path, "-S", str(socket), "kill-session", "-t", f"={name}"],
-                       capture_output=True, timeout=10, check=False)  # fmt: skip
+                       capture_output=True, timeout=10, check=False, env=CLEAN_ENV)  # fmt: skip
 
 
 def capture_sync(conversation_id) -> str:
@@ -249,7 +284,7 @@ def capture_sync(conversation_id) -> str:
     try:
         done = subprocess.run([path, "-S", str(socket), "capture-pane", "-e", "-p", "-J", "-S",
                                "-200", "-t", f"={name}:"], capture_output=True, timeout=5,
-                              check=False)  # fmt: skip
+                              check=False, env=CLEAN_ENV)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.decode(errors="replace") if done.returncode == 0 else ""

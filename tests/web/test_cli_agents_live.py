@@ -4,9 +4,11 @@ server, through the live server's API and SSE stream."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +120,8 @@ def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, 
                             for r in model.requests)  # fmt: skip
 
     pid = _pane_pid(live, name)
+    assert pid.isdigit()
+    _assert_key_never_reaches_the_cli(live, pid)
     script(model, text_reply("Second answer."))
     second = prompt_and_read(alice, conversation_id, "again", since=events[-1]["seq"])
     assert [e["content"] for e in second if e["type"] == "text"] == ["Second answer."]
@@ -127,8 +131,41 @@ def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, 
     assert "Done: **made** it." in str(last["messages"])  # it continued the conversation
 
 
+def _descendants(pid: int) -> list[int]:
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
+    """The deployment's API key is in no environment of the CLI's processes, nor in any
+    file of its HOME or the workspace (interfaces §14: the CLI never sees it)."""
+    processes = _descendants(int(pane_pid))
+    assert len(processes) >= 3  # bwrap, the shell's pipe, the CLI
+    for pid in processes:
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert b"the-deployments-real-key" not in environ
+            assert b"ANTHROPIC_API_KEY=" not in environ or b"direct-test-credential" in environ
+    for folder in (live.root / "cli" / "homes", live.root / "workspaces"):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert b"the-deployments-real-key" not in path.read_bytes(), path
+
+
 def _pane_pid(live, name: str) -> str:
-    out = subprocess.run(["tmux", "-S", live.socket, "display-message", "-p", "-t", f"={name}",
+    out = subprocess.run(["tmux", "-S", live.socket, "display-message", "-p", "-t", f"={name}:",
                           "#{pane_pid}"], capture_output=True, text=True)  # fmt: skip
     return out.stdout.strip()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -100,3 +101,28 @@ def test_sessions_unused_for_the_idle_time_are_ended_and_used_ones_kept(tmux_soc
     assert asyncio.run(scenario()) == ["old"]
     sessions = _tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").stdout.split()
     assert sessions == ["ah-fresh"]
+
+
+def test_orphaned_sessions_end_after_the_idle_time_and_live_ones_stay(tmux_socket, settings):
+    """seed 003's start-up scan: a session no process uses (its server stopped) ends once
+    tmux saw no activity in it for HARNESS_AGENT_IDLE_MINUTES."""
+    from agent.runs.cli_sessions import CliSessions
+
+    settings.HARNESS_AGENT_IDLE_MINUTES = 1
+    registry = CliSessions()
+    for name in ("ah-orphan", "ah-recent", "someone-elses"):
+        assert _tmux(tmux_socket, "new-session", "-d", "-s", name, "sleep 300").returncode == 0
+
+    async def scenario():
+        assert await registry.reap_orphans() == []  # all just active
+        real = time.time
+        time.time = lambda: real() + 120  # two minutes later, nothing happened in them
+        try:
+            return await registry.reap_orphans()
+        finally:
+            time.time = real
+
+    assert sorted(asyncio.run(scenario())) == ["orphan", "recent"]
+    assert _tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").stdout.split() == [
+        "someone-elses"
+    ]

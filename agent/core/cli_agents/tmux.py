@@ -12,6 +12,9 @@ import shutil
 import uuid
 
 TIMEOUT = 10.0
+# tmux's server (and every pane's first process) takes the environment of the client that
+# starts it: never the server's own (its API key, its secret key).
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "xterm-256color"}
 
 
 class TmuxError(Exception):
@@ -44,7 +47,7 @@ class Tmux:
         process = await asyncio.create_subprocess_exec(
             path, "-S", self.socket, *args,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=CLEAN_ENV,
         )  # fmt: skip
         try:
             out, err = await asyncio.wait_for(process.communicate(stdin), TIMEOUT)
