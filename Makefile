@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test bench lint format install install-dev system-deps lock clean
+.PHONY: run test bench lint format install install-dev system-deps cli-agents lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,8 +51,19 @@ system-deps:
 		echo "note: missing$$missing (not root: tests that need them will skip)"; \
 	fi
 
-test: install-dev system-deps
+test: install-dev system-deps cli-agents
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The external CLI agents (README "External CLI agents"), at the versions the tests pin, into
+# var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the
+# end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
+CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1
+cli-agents:
+	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ]; then :; \
+	elif command -v npm >/dev/null; then \
+		npm install --no-audit --no-fund --prefix var/cli-agents $(CLI_AGENTS) >/dev/null \
+		|| echo "note: npm install of the CLI agents failed (no registry?)"; \
+	else echo "note: npm is missing: the CLI agent tests will skip"; fi
 
 # The performance benchmark (docs/PERFORMANCE.md): prints a table, writes var/bench/*.json.
 # Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…"
