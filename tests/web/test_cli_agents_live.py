@@ -14,7 +14,16 @@ import pytest
 
 from testkit.api_client import Api, read_until
 from testkit.live import LiveServer
-from testkit.model_server import echo_fallback, text_reply, tool_reply
+from testkit.model_server import (
+    PING,
+    Stream,
+    echo_fallback,
+    message_end,
+    message_start,
+    text_block,
+    text_reply,
+    tool_reply,
+)
 from tests.cli_agents import install_cli_agents
 from tests.conftest import require_bwrap
 
@@ -190,3 +199,23 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
     assert [e["content"] for e in events if e["type"] == "text"] == ["Back again."]
     assert events[-1]["state"] == "idle"
     assert f"ah-{conversation_id}" in tmux_sessions(live)
+
+
+def test_a_cli_runs_usage_counts_against_the_owners_budget(live, alice, model):
+    """The CLI's usage events are stored like the built-in agent's: into the conversation's
+    totals and the owner's monthly spend, so a spent budget refuses the next prompt."""
+    live.manage("shell", "-c", "from agent.models import User; "
+                "User.objects.create_user('carol', password='pw-carol-1234', "
+                "monthly_budget_usd='0.01')")  # fmt: skip
+    carol = Api(live.url, live.manage("create_api_token", "carol").strip())
+    conversation_id = carol.call("POST", "/api/conversations", {"agent": "claude-code"})[1]["id"]
+    costly = Stream([message_start(input_tokens=200_000), PING,
+                     *text_block(0, "An expensive answer."),
+                     *message_end(output_tokens=200_000)])  # fmt: skip
+    script(model, costly)
+    events = prompt_and_read(carol, conversation_id, "spend")
+    usage = [e for e in events if e["type"] == "usage"]
+    assert events[-1]["state"] == "idle" and usage and usage[0]["cost_usd"] > 0.01
+    status, body = carol.call("POST", f"/api/conversations/{conversation_id}/prompt",
+                              {"content": "more"})  # fmt: skip
+    assert (status, body["error"]) == (429, "budget_exceeded")
