@@ -22,7 +22,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from agent.core.cli_agents.session import CliExited
-from agent.core.events import ErrorEvent, Event, StatusEvent, UserEvent
+from agent.core.events import ApprovalDecisionEvent, ErrorEvent, Event, StatusEvent, UserEvent
 from agent.core.loop import NotRunning
 from agent.runs.cli_sessions import sessions
 from agent.runs.groups import group_name
@@ -37,7 +37,8 @@ TERMINAL_INTERVAL = 0.5
 
 
 class CliAgent:
-    def __init__(self, conversation, emit: Callable[[Event], None], next_seq: int):
+    def __init__(self, conversation, emit: Callable[[Event], None], next_seq: int,
+                 approval: str = "auto"):  # fmt: skip
         self.conversation = conversation
         self.conversation_id = str(conversation.id)
         self.owner_id = conversation.owner_id
@@ -46,6 +47,12 @@ class CliAgent:
         self.next_seq = next_seq
         self._task: asyncio.Task | None = None
         self._cancel_requested = False
+        # "auto": the CLI runs its tools unasked (in the sandbox); else it asks, and each
+        # request becomes an approval card (read_only asks too: the CLI has no such mode).
+        self.approval = "auto" if approval == "auto" else "ask"
+        self._entry = None
+        self._parser = None
+        self._decided: set[str] = set()
 
     # -- the loop's face ----------------------------------------------------------------------
     @property
@@ -70,8 +77,25 @@ class CliAgent:
     def unqueue(self, queue_id: str) -> bool:
         return False
 
-    def decide(self, *args, **kwargs) -> str | None:
-        return "unknown"
+    def decide(self, call_id: str, decision: str, reason: str | None = None, by: str = "", *,
+               approve_all: bool = False) -> str:  # fmt: skip
+        """Answer the CLI's permission request for ``call_id`` (interfaces §9's outcomes)."""
+        pending = getattr(self._parser, "pending", {})
+        if call_id not in pending:
+            return "already" if call_id in self._decided else "unknown"
+        request_id, call_input = pending.pop(call_id)
+        self._decided.add(call_id)
+        allow = decision == "approve"
+        line = self._entry.provider.approval_response(request_id, allow, call_input, reason)
+        self._emit(ApprovalDecisionEvent(id=call_id, decision=decision, by=by,
+                                         reason=reason if not allow else None))  # fmt: skip
+        self._emit(StatusEvent(state="running_tool" if allow else "thinking"))
+        task = asyncio.get_running_loop().create_task(self._entry.session.send(line))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        return "decided"
+
+    _sending: set[asyncio.Task] = set()
 
     def _emit(self, event: Event) -> None:
         event = event.with_seq(self.next_seq)
@@ -100,9 +124,11 @@ class CliAgent:
         self._emit(StatusEvent(state="thinking", message=f"Starting {self.agent}"))
         entry = parser = None
         try:
-            entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent)
+            entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent,
+                                               self.approval)  # fmt: skip
             entry.gateway.begin_run(uuid.uuid4().hex)
             parser = entry.provider.parser()
+            self._entry, self._parser = entry, parser
             await entry.session.send(entry.provider.prompt_input(content))
             self._emit(StatusEvent(state="thinking"))
             terminal = asyncio.create_task(self._push_terminal(entry))

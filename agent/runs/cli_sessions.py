@@ -119,14 +119,21 @@ class CliSessions:
     def _state_dir(self, conversation_id: str) -> str:
         return str(Path(settings.HARNESS_AGENT_STATE) / "sessions" / conversation_id)
 
-    async def session_for(self, conversation_id: str, owner_id: int, agent: str) -> Entry:
+    async def session_for(self, conversation_id: str, owner_id: int, agent: str,
+                          approval: str = "auto") -> Entry:  # fmt: skip
         """The conversation's live session: this process's, else a surviving one adopted,
-        else a new one (resuming the CLI's own session when there was one)."""
+        else a new one (resuming the CLI's own session when there was one). A changed
+        tool approval restarts the CLI (it is a command-line flag), resuming its session."""
         self._ensure_reaper()
         key = str(conversation_id)
         entry = self._entries.get(key)
-        if entry is not None and entry.provider.name == agent and await entry.session.alive():
-            return entry
+        if (
+            entry is not None
+            and entry.provider.name == agent
+            and entry.session.spec.approval == approval
+            and await entry.session.alive()
+        ):
+            return entry  # fmt: skip
         if entry is not None:
             await self.end(key)
         provider = PROVIDERS[agent]
@@ -147,6 +154,7 @@ class CliSessions:
             state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
             wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
             share_net=getattr(gateway, "share_net", False), resume=resume or None, prefix=PREFIX,
+            approval=approval,
         )  # fmt: skip
         session = CliSession(self.tmux(), spec)
         try:

@@ -83,7 +83,8 @@ class Run:
         self._saving: asyncio.Task | None = None  # partial text being stored
         if self.conversation.agent != "harness":
             # An external CLI agent (interfaces §14): its events take the same way.
-            self.agent = CliAgent(self.conversation, self.inbox.put, self.conversation.last_seq + 1)
+            self.agent = CliAgent(self.conversation, self.inbox.put,
+                                  self.conversation.last_seq + 1, self.config.approval)  # fmt: skip
             return
         self.agent = AgentLoop(
             client_for(self.config),

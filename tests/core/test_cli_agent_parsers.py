@@ -106,3 +106,25 @@ def test_seed_pane_patterns_tell_idle_waiting_and_processing():
     assert provider.pane_state("output\n> ") == "idle"
     assert provider.pane_state("Do you want to run this command?\n 1. Yes") == "waiting_input"
     assert provider.pane_state("✻ Thinking…") == "processing"
+
+
+def test_claudes_permission_request_becomes_an_approval_card_and_its_answer_a_line():
+    provider = PROVIDERS["claude-code"]
+    parser = provider.parser()
+    # As Claude Code 2.1 sends it with --permission-prompt-tool stdio (recorded).
+    request = {"type": "control_request", "request_id": "req-1", "request": {
+        "subtype": "can_use_tool", "tool_name": "Bash", "tool_use_id": "toolu_1",
+        "input": {"command": "rm -rf build"}, "description": "clean"}}  # fmt: skip
+    events = parser.feed(json.dumps(request))
+    assert [e.type for e in events] == ["approval", "status"]
+    card = events[0]
+    assert (card.id, card.name, card.input) == ("toolu_1", "Bash", {"command": "rm -rf build"})
+    assert events[1].state == "waiting_input"
+    assert parser.pending == {"toolu_1": ("req-1", {"command": "rm -rf build"})}
+    allow = json.loads(provider.approval_response("req-1", True, {"command": "x"}, None))
+    deny = json.loads(provider.approval_response("req-1", False, {}, "no"))
+    assert allow["response"]["response"] == {"behavior": "allow", "updatedInput": {"command": "x"}}
+    assert deny["response"] == {"subtype": "success", "request_id": "req-1",
+                                "response": {"behavior": "deny", "message": "no"}}  # fmt: skip
+    assert "--dangerously-skip-permissions" not in provider.argv(
+        "claude", conversation_id="c", resume=None, approval="ask")  # fmt: skip

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from agent.core.events import (
+    ApprovalEvent,
     Event,
     ReasoningEvent,
     StatusEvent,
@@ -43,6 +44,8 @@ class ClaudeStreamParser:
         self.finished = False
         self.failed: str | None = None
         self.session_id: str | None = None
+        # Permission requests waiting for the user: tool call id → (request id, input).
+        self.pending: dict[str, tuple[str, dict]] = {}
 
     def feed(self, line: str) -> list[Event]:
         try:
@@ -60,7 +63,25 @@ class ClaudeStreamParser:
             return self._tool_results(message.get("message"))
         if kind == "result":
             return self._result(message)
+        if kind == "control_request":
+            return self._permission(message)
         return []
+
+    def _permission(self, message: dict) -> list[Event]:
+        """``can_use_tool``: the CLI asks before a call (``--permission-prompt-tool stdio``);
+        the approval card carries the tool call's id, so it sits with its tool card."""
+        request = message.get("request")
+        if not isinstance(request, dict) or request.get("subtype") != "can_use_tool":
+            return []
+        request_id = str(message.get("request_id", ""))[:200]
+        call_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+        call_id = str(request.get("tool_use_id") or request_id)[:200]
+        name = str(request.get("tool_name", "tool"))[:200]
+        self.pending[call_id] = (request_id, call_input)
+        return [
+            ApprovalEvent(id=call_id, name=name, input=call_input),
+            StatusEvent(state="waiting_input", message=f"Waiting for approval: {name}"),
+        ]
 
     def _assistant(self, body: Any) -> list[Event]:
         if not isinstance(body, dict) or not isinstance(body.get("content"), list):

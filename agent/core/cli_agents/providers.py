@@ -78,10 +78,17 @@ class Provider:
         return version
 
     # -- what runs in the pane ---------------------------------------------------------------
-    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None,
+             approval: str = "auto") -> list[str]:  # fmt: skip
         """The command line; ``resume``: the CLI's own session to continue (after the tmux
-        session ended: idle, a restart, a cancel that had to kill it)."""
+        session ended: idle, a restart, a cancel that had to kill it); ``approval``: the
+        conversation's tool approval (interfaces §9), where the CLI can ask."""
         raise NotImplementedError
+
+    def approval_response(self, request_id: str, allow: bool, call_input: dict,
+                          reason: str | None) -> str | None:  # fmt: skip
+        """The line answering the CLI's permission request, if it asks through its channel."""
+        return None
 
     def env(self) -> dict[str, str]:
         return {}
@@ -126,9 +133,16 @@ class ClaudeCode(Provider):
     majors = (1, 2)
     interrupt_keys = ("C-c",)
 
-    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None,
+             approval: str = "auto") -> list[str]:  # fmt: skip
         argv = [executable, "-p", "--input-format", "stream-json", "--output-format",
-                "stream-json", "--verbose", "--dangerously-skip-permissions"]  # fmt: skip
+                "stream-json", "--verbose"]  # fmt: skip
+        if approval == "auto":
+            argv.append("--dangerously-skip-permissions")  # the sandbox is the boundary
+        else:
+            # Its permission requests come as control requests on stdout (an approval card
+            # on the page) and are answered on stdin.
+            argv += ["--permission-prompt-tool", "stdio"]
         if resume:
             argv += ["--resume", resume]  # its session id, from the init line
         return argv
@@ -155,6 +169,15 @@ class ClaudeCode(Provider):
     def session_marker(self, parser: Parser) -> str | None:
         return getattr(parser, "session_id", None)
 
+    def approval_response(self, request_id: str, allow: bool, call_input: dict,
+                          reason: str | None) -> str | None:  # fmt: skip
+        denied = reason or "The user denied this call."
+        answer = ({"behavior": "allow", "updatedInput": call_input} if allow else
+                  {"behavior": "deny", "message": denied})  # fmt: skip
+        response = {"type": "control_response", "response": {
+            "subtype": "success", "request_id": request_id, "response": answer}}  # fmt: skip
+        return json.dumps(response, ensure_ascii=True) + "\n"
+
     def parser(self) -> Parser:
         from agent.core.cli_agents.claude_code import ClaudeStreamParser
 
@@ -169,8 +192,10 @@ class Pi(Provider):
     binary = "pi"
     majors = (0,)
 
-    def argv(self, executable: str, *, conversation_id: str, resume: str | None) -> list[str]:
-        # Sessions kept per conversation (in the CLI's HOME): --continue picks this one's.
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None,
+             approval: str = "auto") -> list[str]:  # fmt: skip
+        # Pi has no permission prompts: ``approval`` does not apply. Sessions are kept per
+        # conversation (in the CLI's HOME): --continue picks this one's.
         sessions = f"/home/agent/.pi/sessions/{conversation_id}"
         argv = [executable, "--mode", "rpc", "--provider", "anthropic", "--offline",
                 "--session-dir", sessions]  # fmt: skip

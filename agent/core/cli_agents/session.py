@@ -67,6 +67,7 @@ class SessionSpec:
     share_net: bool = False  # tests only: the model server on the host's loopback
     resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
+    approval: str = "auto"  # the conversation's tool approval when the session started
 
 
 def _install_root(executable: str) -> str | None:
@@ -94,7 +95,7 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
         # (which bwrap would re-create closed to the sandbox's user).
         executable = CLI_IN_SANDBOX + "/" + os.path.relpath(os.path.realpath(executable), root)
     inner = spec.provider.argv(executable, conversation_id=spec.conversation_id,
-                               resume=spec.resume)  # fmt: skip
+                               resume=spec.resume, approval=spec.approval)  # fmt: skip
     if spec.wrap is not None:
         inner = spec.wrap(inner)
     argv = sandbox_argv(bwrap, 0, PRELUDE + shlex.join(inner), spec.run_as)
