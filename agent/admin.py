@@ -86,9 +86,9 @@ def export_json(modeladmin, request, queryset):
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "owner", "model", "state", "input_tokens", "output_tokens",
-                    "cost_usd", "created", "updated")  # fmt: skip
-    list_filter = ("state", "model", "owner", "created", "updated")
+    list_display = ("__str__", "owner", "model", "agent", "state", "input_tokens",
+                    "output_tokens", "cost_usd", "created", "updated")  # fmt: skip
+    list_filter = ("state", "model", "agent", "owner", "created", "updated")
     search_fields = ("title", "owner__username", "id")
     list_select_related = ("owner",)
     date_hierarchy = "created"
