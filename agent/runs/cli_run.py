@@ -24,6 +24,7 @@ from channels.layers import get_channel_layer
 from agent.core.cli_agents.session import CliExited
 from agent.core.events import ApprovalDecisionEvent, ErrorEvent, Event, StatusEvent, UserEvent
 from agent.core.loop import NotRunning
+from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import sessions
 from agent.runs.groups import group_name
 from agent.ui.terminal import terminal_fragment
@@ -53,6 +54,7 @@ class CliAgent:
         self._entry = None
         self._parser = None
         self._decided: set[str] = set()
+        self._sending: set[asyncio.Task] = set()  # answers to the CLI on their way
 
     # -- the loop's face ----------------------------------------------------------------------
     @property
@@ -72,7 +74,11 @@ class CliAgent:
         return True
 
     def queue(self, content: str, mode: str, queue_id: str | None = None) -> str:
-        raise NotRunning()  # a CLI takes one prompt at a time: the API answers 409
+        if self._task is None:
+            raise NotRunning()
+        # A CLI takes one prompt at a time (no steering into its turn): 409, said plainly.
+        raise RunRefused("prompt_running", "This conversation's agent is a CLI, which takes "
+                         "one prompt at a time: wait for it, or stop it.")  # fmt: skip
 
     def unqueue(self, queue_id: str) -> bool:
         return False
@@ -94,8 +100,6 @@ class CliAgent:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
         return "decided"
-
-    _sending: set[asyncio.Task] = set()
 
     def _emit(self, event: Event) -> None:
         event = event.with_seq(self.next_seq)

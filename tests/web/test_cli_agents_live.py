@@ -186,6 +186,11 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
     response, stream = alice.events(conversation_id, timeout=90)
     alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "wait"})
     read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=90)
+    for mode in (None, "follow_up", "steer"):  # one prompt at a time, said plainly
+        body = {"content": "more", **({"mode": mode} if mode else {})}
+        status, answer = alice.call("POST", f"/api/conversations/{conversation_id}/prompt", body)
+        assert (status, answer["error"]) == (409, "prompt_running")
+    assert "one prompt at a time" in answer["message"]
     started = time.monotonic()
     assert alice.call("POST", f"/api/conversations/{conversation_id}/cancel")[1] == {
         "cancelled": True}  # fmt: skip
