@@ -39,7 +39,7 @@ TERMINAL_INTERVAL = 0.5
 
 class CliAgent:
     def __init__(self, conversation, emit: Callable[[Event], None], next_seq: int,
-                 approval: str = "auto"):  # fmt: skip
+                 approval: str = "auto", model: str | None = None):  # fmt: skip
         self.conversation = conversation
         self.conversation_id = str(conversation.id)
         self.owner_id = conversation.owner_id
@@ -51,6 +51,7 @@ class CliAgent:
         # "auto": the CLI runs its tools unasked (in the sandbox); else it asks, and each
         # request becomes an approval card (read_only asks too: the CLI has no such mode).
         self.approval = "auto" if approval == "auto" else "ask"
+        self.model = model
         self._entry = None
         self._parser = None
         self._decided: set[str] = set()
@@ -129,7 +130,7 @@ class CliAgent:
         entry = parser = None
         try:
             entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent,
-                                               self.approval)  # fmt: skip
+                                               self.approval, self.model)  # fmt: skip
             entry.gateway.begin_run(uuid.uuid4().hex)
             parser = entry.provider.parser()
             self._entry, self._parser = entry, parser

@@ -120,10 +120,10 @@ class CliSessions:
         return str(Path(settings.HARNESS_AGENT_STATE) / "sessions" / conversation_id)
 
     async def session_for(self, conversation_id: str, owner_id: int, agent: str,
-                          approval: str = "auto") -> Entry:  # fmt: skip
+                          approval: str = "auto", model: str | None = None) -> Entry:  # fmt: skip
         """The conversation's live session: this process's, else a surviving one adopted,
         else a new one (resuming the CLI's own session when there was one). A changed
-        tool approval restarts the CLI (it is a command-line flag), resuming its session."""
+        tool approval or model restarts the CLI (command-line flags), resuming its session."""
         self._ensure_reaper()
         key = str(conversation_id)
         entry = self._entries.get(key)
@@ -154,7 +154,7 @@ class CliSessions:
             state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
             wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
             share_net=getattr(gateway, "share_net", False), resume=resume or None, prefix=PREFIX,
-            approval=approval,
+            approval=approval, model=model,
         )  # fmt: skip
         session = CliSession(self.tmux(), spec)
         try:

@@ -84,7 +84,8 @@ class Run:
         if self.conversation.agent != "harness":
             # An external CLI agent (interfaces §14): its events take the same way.
             self.agent = CliAgent(self.conversation, self.inbox.put,
-                                  self.conversation.last_seq + 1, self.config.approval)  # fmt: skip
+                                  self.conversation.last_seq + 1, self.config.approval,
+                                  self.config.model)  # fmt: skip
             return
         self.agent = AgentLoop(
             client_for(self.config),

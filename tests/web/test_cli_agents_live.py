@@ -125,6 +125,7 @@ def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, 
     assert name in tmux_sessions(live)
     # The model saw the prompt, and never the deployment's key.
     requests = [r for r in model.requests if (r["body"] or {}).get("tools")]
+    assert {r["body"]["model"] for r in requests} == {"claude-haiku-4-5"}  # the conversation's
     assert requests and all("the-deployments-real-key" not in str(r["headers"])
                             for r in model.requests)  # fmt: skip
 

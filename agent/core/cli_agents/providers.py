@@ -79,10 +79,11 @@ class Provider:
 
     # -- what runs in the pane ---------------------------------------------------------------
     def argv(self, executable: str, *, conversation_id: str, resume: str | None,
-             approval: str = "auto") -> list[str]:  # fmt: skip
-        """The command line; ``resume``: the CLI's own session to continue (after the tmux
-        session ended: idle, a restart, a cancel that had to kill it); ``approval``: the
-        conversation's tool approval (interfaces §9), where the CLI can ask."""
+             approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
+        """The command line. ``model``: the conversation's (else the CLI's default);
+        ``resume``: the CLI's own session to continue (after the tmux session ended: idle, a
+        restart, a cancel that had to kill it); ``approval``: the conversation's tool
+        approval (interfaces §9), where the CLI can ask."""
         raise NotImplementedError
 
     def approval_response(self, request_id: str, allow: bool, call_input: dict,
@@ -134,9 +135,11 @@ class ClaudeCode(Provider):
     interrupt_keys = ("C-c",)
 
     def argv(self, executable: str, *, conversation_id: str, resume: str | None,
-             approval: str = "auto") -> list[str]:  # fmt: skip
+             approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
         argv = [executable, "-p", "--input-format", "stream-json", "--output-format",
                 "stream-json", "--verbose"]  # fmt: skip
+        if model:
+            argv += ["--model", model]
         if approval == "auto":
             argv.append("--dangerously-skip-permissions")  # the sandbox is the boundary
         else:
@@ -193,12 +196,14 @@ class Pi(Provider):
     majors = (0,)
 
     def argv(self, executable: str, *, conversation_id: str, resume: str | None,
-             approval: str = "auto") -> list[str]:  # fmt: skip
+             approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
         # Pi has no permission prompts: ``approval`` does not apply. Sessions are kept per
         # conversation (in the CLI's HOME): --continue picks this one's.
         sessions = f"/home/agent/.pi/sessions/{conversation_id}"
         argv = [executable, "--mode", "rpc", "--provider", "anthropic", "--offline",
                 "--session-dir", sessions]  # fmt: skip
+        if model:
+            argv += ["--model", f"anthropic/{model}"]
         if resume:
             argv.append("--continue")
         return argv

@@ -68,6 +68,7 @@ class SessionSpec:
     resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
     approval: str = "auto"  # the conversation's tool approval when the session started
+    model: str | None = None  # the conversation's model when the session started
 
 
 def _install_root(executable: str) -> str | None:
@@ -95,7 +96,8 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
         # (which bwrap would re-create closed to the sandbox's user).
         executable = CLI_IN_SANDBOX + "/" + os.path.relpath(os.path.realpath(executable), root)
     inner = spec.provider.argv(executable, conversation_id=spec.conversation_id,
-                               resume=spec.resume, approval=spec.approval)  # fmt: skip
+                               resume=spec.resume, approval=spec.approval,
+                               model=spec.model)  # fmt: skip
     if spec.wrap is not None:
         inner = spec.wrap(inner)
     argv = sandbox_argv(bwrap, 0, PRELUDE + shlex.join(inner), spec.run_as)
