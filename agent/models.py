@@ -75,6 +75,8 @@ class Conversation(models.Model):
     # How full the model's context is: the last call's input (or a compaction's estimate).
     context_tokens = models.PositiveIntegerField(default=0)
     context_window = models.PositiveIntegerField(default=0)
+    # Open to every active user of the deployment, read-only (interfaces §12).
+    team = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-updated"]
@@ -91,6 +93,32 @@ class Conversation(models.Model):
     @property
     def display_title(self) -> str:
         return self.title or "New conversation"
+
+
+class Membership(models.Model):
+    """A user the owner shared a conversation with, and what they may do (interfaces §12):
+    a viewer reads it live; a collaborator also prompts, queues, cancels and approves (in
+    the owner's workspace, on the owner's budget). agent/access.py reads these."""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer"
+        COLLABORATOR = "collaborator"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="memberships")  # fmt: skip
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=12, choices=Role.choices)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "user"], name="membership_once")
+        ]
+        # "Shared with me": a user's memberships.
+        indexes = [models.Index(fields=["user"], name="membership_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role}) on {self.conversation}"
 
 
 class DeploymentInstructions(models.Model):

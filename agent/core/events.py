@@ -68,9 +68,11 @@ class UserEvent(_ContentEvent):
 
     type: ClassVar[str] = "user"
     mode: QueueMode | None = None
+    # Who sent it (a username), on a shared conversation (interfaces §12); absent otherwise.
+    author: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _without_none(Event.to_dict(self), "mode")
+        return _without_none(Event.to_dict(self), "mode", "author")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +156,10 @@ class QueuedEvent(Event):
     id: str
     content: str
     mode: QueueMode
+    author: str | None = None  # as a ``user`` event's
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "author")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -76,6 +76,7 @@ class Run:
         self.config = setup.config
         self.announce_title = setup.titled
         self.content = content
+        self.author = setup.author
         self.inbox = Inbox()
         self.renderer = FragmentRenderer()
         self.agent = AgentLoop(
@@ -102,7 +103,7 @@ class Run:
         writer = asyncio.create_task(self._write())
         lease = asyncio.create_task(self._keep_lease())
         try:
-            await self.agent.prompt(self.content)
+            await self.agent.prompt(self.content, self.author)
         except Exception:  # the loop ends runs as events; this is a bug guard
             self.failed = True
             log.exception("run of %s crashed", self.conversation.id)

@@ -61,6 +61,7 @@ class Part:
     timestamp: int = 0  # the event's (Unix ms): shown on hover
     detail: str = ""  # compaction parts: the tokens before and after
     mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
+    author: str = ""  # user parts of a shared conversation: who sent it (a username)
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
     approval: ApprovalView | None = None  # approval parts
 
@@ -393,7 +394,8 @@ class Transcript:
             if self.status is not None and self.status.state in ("idle", "error"):
                 self.status = None  # a new prompt: the last one's ending is stale
                 self.error_code = ""
-            return Part("user", event.seq, content=event.content, mode=event.mode or "")
+            return Part("user", event.seq, content=event.content, mode=event.mode or "",
+                        author=event.author or "")  # fmt: skip
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
             html = render_markdown(event.content)

@@ -26,7 +26,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from agent.access import conversation_for, conversations_of, new_conversation
+from agent.access import DRIVE, OWN, READ, allows, conversation_for, listed_for, new_conversation
 from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
 from agent.models import Conversation
 from agent.runs import search, usage
@@ -37,6 +37,7 @@ from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
 from agent.web.prompts import accept_prompt, decide_approval, remove_queued, start_compaction
 from agent.web.revocation import token_group, user_group
+from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import (
     Throttled,
     check_new_conversation,
@@ -124,19 +125,21 @@ def _json_body(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _conversation_json(c: Conversation) -> dict[str, Any]:
-    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+    """A conversation in a list: with the caller's ``role`` (interfaces §12)."""
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
+            "role": getattr(c, "role", "owner")}  # fmt: skip
 
 
 def _conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
     return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None,
-            "approval": c.approval or settings.HARNESS_APPROVAL}  # fmt: skip
+            "approval": c.approval or settings.HARNESS_APPROVAL, "team": c.team}  # fmt: skip
 
 
 @api_view("GET", "POST")
 def conversations(request: HttpRequest) -> JsonResponse:
-    if request.method == "GET":
-        items = [_conversation_json(c) for c in conversations_of(request.api_user)[:1000]]
+    if request.method == "GET":  # own and shared ones, each with the caller's role
+        items = [_conversation_json(c) for c in listed_for(request.api_user)[:1000]]
         return JsonResponse({"conversations": items})
     body = _json_body(request)
     if body is None:
@@ -172,22 +175,34 @@ def search_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"results": [f.plain() for f in search.search(request.api_user.pk, query)]})
 
 
-def of_conversation(view):
-    """An API view of one conversation: called with it when the caller may reach it (the
-    access helper), else 404 (another user's conversation is not found, never forbidden)."""
+def forbidden() -> JsonResponse:
+    return api_error(403, "forbidden", "You may read this conversation but not do this.")
 
-    @wraps(view)
-    async def wrapper(request: HttpRequest, conversation_id, **kwargs) -> HttpResponse:
-        conversation = await sync_to_async(conversation_for)(request.api_user, conversation_id)
-        if conversation is None:
-            return api_error(404, "not_found", "No such conversation.")
-        return await view(request, conversation, **kwargs)
 
-    return wrapper
+def of_conversation(level: str = READ, **by_method: str):
+    """An API view of one conversation: called with it when the caller's role allows
+    ``level`` (or the level given for the request's method: ``PATCH=OWN``); 403
+    ``forbidden`` when they may read it but not that; else 404 (a conversation one cannot
+    read is not found, never forbidden). Always through the access helper."""
+
+    def decorate(view):
+        @wraps(view)
+        async def wrapper(request: HttpRequest, conversation_id, **kwargs) -> HttpResponse:
+            user = request.api_user
+            conversation = await sync_to_async(conversation_for)(user, conversation_id)
+            if conversation is None:
+                return api_error(404, "not_found", "No such conversation.")
+            if not allows(conversation.role, by_method.get(request.method, level)):
+                return forbidden()
+            return await view(request, conversation, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def prompt(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     body = _json_body(request) or {}
     content, mode = body.get("content"), body.get("mode")
@@ -204,7 +219,7 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
 
 
 @api_view("DELETE")
-@of_conversation
+@of_conversation(DRIVE)
 async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: str) -> HttpResponse:
     """Remove a queued prompt (interfaces §8): 204, or 404 when it is not waiting (unknown,
     delivered already, or dropped with its run)."""
@@ -215,7 +230,7 @@ async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: st
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def approval(request: HttpRequest, conversation: Conversation, call_id: str) -> JsonResponse:
     """Approve or deny a tool call waiting for a decision (interfaces §9): 200; 404 when no
     such call waits; 409 when it was already decided. ``"approve_all": true`` also approves
@@ -235,10 +250,11 @@ async def approval(request: HttpRequest, conversation: Conversation, call_id: st
 
 
 @api_view("GET", "PATCH")
-@of_conversation
+@of_conversation(READ, PATCH=OWN)
 async def conversation(request: HttpRequest, conversation: Conversation) -> JsonResponse:
-    """One conversation's JSON; PATCH changes its title, model or thinking level (they apply
-    from the next prompt on). Nothing is changed unless every given value is valid."""
+    """One conversation's JSON; PATCH (the owner only) changes its title, model, thinking
+    level or approval (from the next prompt on) or opens it to the team. Nothing is
+    changed unless every given value is valid."""
     if request.method == "GET":
         return JsonResponse(_conversation_detail(conversation))
     body = _json_body(request)
@@ -247,10 +263,13 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     changes, problem = conversation_changes(body)
     if problem:
         return api_error(400, "bad_request", problem)
+    team = changes.pop("team", None)
     if changes:
         for name, value in changes.items():
             setattr(conversation, name, value)
         await conversation.asave(update_fields=[*changes, "updated"])
+    if team is not None:  # closing it re-checks every reader's connections
+        await sync_to_async(set_team)(conversation, team)
     return JsonResponse(_conversation_detail(conversation))
 
 
@@ -274,13 +293,17 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
             if value not in APPROVAL_MODES:
                 return {}, f"'approval' must be one of {', '.join(APPROVAL_MODES)}."
             changes["approval"] = value
+        elif key == "team":
+            if not isinstance(value, bool):
+                return {}, "'team' must be true or false."
+            changes["team"] = value
         else:
             return {}, f"Unknown field {str(key)[:100]!r}."
     return changes, ""
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def compact(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     """Compact the history now: 202, then a ``compaction`` event and an idle status on the
     stream (409 while a prompt runs)."""
@@ -292,12 +315,45 @@ async def compact(request: HttpRequest, conversation: Conversation) -> JsonRespo
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def cancel(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     if conversation.state != Conversation.State.RUNNING:
         return JsonResponse({"cancelled": False})
     await runs.cancel(conversation.id)  # here or, through the channel layer, elsewhere
     return JsonResponse({"cancelled": True})
+
+
+@api_view("GET")
+@of_conversation(OWN)
+async def members(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """The conversation's members and whether the team may read it (the owner only)."""
+    found = await sync_to_async(_members_json)(conversation)
+    return JsonResponse({"members": found, "team": conversation.team})
+
+
+def _members_json(conversation: Conversation) -> list[dict[str, str]]:
+    rows = conversation.memberships.order_by("user__username").values_list("user__username", "role")
+    return [{"username": name, "role": role} for name, role in rows]
+
+
+@api_view("PUT", "DELETE")
+@of_conversation(OWN)
+async def member(request: HttpRequest, conversation: Conversation, username: str) -> HttpResponse:
+    """Grant a user a role on the conversation (``PUT {"role": "viewer" | "collaborator"}``:
+    200) or take it away (``DELETE``: 204; their sockets and streams close at once).
+    Unknown users, the owner themself and unknown roles: 400, nothing stored."""
+    if request.method == "DELETE":
+        if not await sync_to_async(remove_member)(conversation, username):
+            return api_error(404, "not_found", "That user is not a member of this conversation.")
+        return HttpResponse(status=204)
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", 'The body must be {"role": "viewer"} or similar.')
+    try:
+        found = await sync_to_async(set_member)(conversation, username, body.get("role"))
+    except ShareRefused as refused:
+        return api_error(400, refused.code, refused.message)
+    return JsonResponse({"username": username, "role": found.role})
 
 
 def _since(request: HttpRequest) -> int | None:
@@ -314,7 +370,7 @@ def _frame(event: dict[str, Any]) -> str:
 
 
 @api_view("GET")
-@of_conversation
+@of_conversation(READ)
 async def events(request: HttpRequest, conversation: Conversation) -> HttpResponse:
     since = _since(request)
     if since is None:
@@ -372,6 +428,11 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                     continue
                 if message.get("type") in ("user.revoked", "token.revoked"):
                     return
+                if message.get("type") == "access.recheck":  # sharing changed (§12)
+                    checked_at = time.monotonic()
+                    if not await still_valid():
+                        return
+                    continue
                 if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
                     continue
                 if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:

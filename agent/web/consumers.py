@@ -1,7 +1,9 @@
 """The browser's WebSocket: frames in (prompt, queued prompt, unqueue, cancel, sync),
 rendered fragments out.
 
-A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
+A thin adapter: it checks access on connect and on every frame (agent/access.py: any reader
+may connect and sync; prompt, queue, unqueue, cancel, approve and compact need a role that
+drives, a viewer gets an error frame and nothing runs), hands prompts to the
 run manager (which starts the run as a background task), and forwards the fragments the
 run broadcasts to the conversation's group. Bad frames get an error fragment; the socket
 stays open. Every prompt frame is answered on its socket: accepted, or refused and why (the
@@ -25,7 +27,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY
 
-from agent.access import conversation_for
+from agent.access import DRIVE, allows, conversation_for
 from agent.models import Conversation
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
@@ -39,7 +41,7 @@ from agent.web.prompts import (
     remove_queued,
     start_compaction,
 )
-from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
+from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +54,20 @@ RECHECK_INTERVAL = 1.0
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def _owned(conversation_id, user, session=None):
-    """The conversation if the user owns it, and the hash the session was signed in with
-    (the session is loaded already, by the auth middleware; reading it here keeps any
-    query off the event loop)."""
+    """The conversation if the user may read it (with their role), and the hash the session
+    was signed in with (the session is loaded already, by the auth middleware; reading it
+    here keeps any query off the event loop)."""
     # A socket's user object is as old as the socket: the access helper reads whether the
     # account is still active from the database, in the same query.
     conversation = conversation_for(user, conversation_id)
     return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
 
 
-_refusal = database_sync_to_async(socket_refusal, thread_sensitive=False)
+_access = database_sync_to_async(socket_access, thread_sensitive=False)
+
+# What a frame's action needs beyond reading (interfaces §12): a viewer may only sync.
+DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny"})
+FORBIDDEN = "You may watch this conversation but not prompt or steer it."
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -96,6 +102,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if conversation is None:
             await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
             return
+        self.role = conversation.role  # re-read with the credential on every frame
         self.session_key = session.session_key if session else None
         self.checked_at, self.rechecking, self.refused = time.monotonic(), None, False
         self.groups_joined = [
@@ -127,6 +134,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """The conversation was deleted (agent/web/revocation.py): the page is told now."""
         await self._refuse(NOT_FOUND)
 
+    async def access_recheck(self, message: dict) -> None:
+        """The owner changed who may read or drive it (agent/web/sharing.py): this socket
+        goes if its user lost access (a role lowered is read on each frame anyway)."""
+        await self._recheck()
+
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: this socket goes unless its session was signed in
         (or re-signed) with the new one."""
@@ -149,7 +161,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """Reads the credential from the database (one query, in a worker thread); closes
         the socket and returns False if it no longer holds."""
         self.checked_at = time.monotonic()
-        reason, self.session_hash = await _refusal(
+        reason, self.session_hash, self.role = await _access(
             self.conversation_id, self.user.pk, self.session_key, self.session_hash
         )
         if reason is not None:
@@ -172,6 +184,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         frame = self._parse(text_data, bytes_data)
         if isinstance(frame, str):
             await self.send(text_data=ws_error(frame))
+            return
+        action = frame.get("action")
+        drives = "action" not in frame or (isinstance(action, str) and action in DRIVING)
+        if drives and not allows(self.role, DRIVE):
+            await self.send(text_data=ws_error(FORBIDDEN, "forbidden"))  # nothing is run
             return
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
