@@ -19,12 +19,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from testkit.api_client import Api, read_until
 from testkit.live import LiveServer
 from testkit.model_server import text_reply, tool_reply
-from tests.services import require_redis
+from tests.services import fresh_pg_database, require_redis
 from tests.web.test_api import is_final, new_conversation, wait_state
 from tests.web.test_revocation_live import sign_in
 
-# Redis: the owner's deactivation comes from another process (a management shell).
-pytestmark = pytest.mark.services
+pytestmark = pytest.mark.services  # PostgreSQL and Redis
 
 CLOSE_WITHIN = 5.0
 ROLES = ("owner", "collaborator", "viewer", "team", "stranger", "anonymous")
@@ -34,18 +33,24 @@ NAMES = {"owner": "olga", "collaborator": "cole", "viewer": "vera", "team": "tes
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, model):
+    # PostgreSQL (the pages' matrix, test_sharing_pages, runs on SQLite): the access
+    # helper's subqueries under the snapshot's row lock, and search over shared ones.
+    # Redis, in a database of its own: the owner's deactivation comes from another process
+    # (a management shell), and other servers' groups must not hear these revocations.
     # Heartbeats a minute apart: what ends a revoked stream is the message, not a re-check.
-    # A Redis database of its own: other servers' groups must not hear these revocations.
     redis_url = re.sub(r"/\d*$", "", require_redis().rstrip("/")) + "/12"
-    server = LiveServer(tmp_path_factory.mktemp("sharing"), ANTHROPIC_API_KEY="test-key",
-                        REDIS_URL=redis_url,
-                        ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
-                        HARNESS_SSE_HEARTBEAT="60", HARNESS_RUNS_PER_MINUTE="200",
-                        HARNESS_CONCURRENT_RUNS="5")  # fmt: skip
-    server.start()
-    server.create_users(*NAMES.values())
-    yield server
-    server.stop()
+    with fresh_pg_database() as database_url:
+        server = LiveServer(tmp_path_factory.mktemp("sharing"), ANTHROPIC_API_KEY="test-key",
+                            DATABASE_URL=database_url, REDIS_URL=redis_url,
+                            ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
+                            HARNESS_SSE_HEARTBEAT="60", HARNESS_RUNS_PER_MINUTE="200",
+                            HARNESS_CONCURRENT_RUNS="5")  # fmt: skip
+        server.start()
+        try:
+            server.create_users(*NAMES.values())
+            yield server
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
