@@ -135,11 +135,12 @@ def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
         raise RunRefused("forbidden", "You may read this conversation but not prompt in it.")
     # Every prompt of a shared conversation names its author, the owner's too, so each
     # user part shows who wrote it; a conversation never shared keeps its events as before.
-    shared = (
-        conversation.owner_id != user_id or conversation.team or (conversation.memberships.exists())
-    )
+    # (Queries only when it may be shared: a prompt's start is a run's largest fixed cost.)
+    if conversation.owner_id == user_id:
+        shared = conversation.team or conversation.memberships.exists()
+        return conversation, (conversation.owner.get_username() if shared else None)
     author = User.objects.filter(pk=user_id).values_list("username", flat=True).first()
-    return conversation, (author if shared else None)
+    return conversation, author
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
