@@ -390,7 +390,8 @@ def _share_context(conversation: Conversation, error: str = "", members=None) ->
 def share(request: HttpRequest, conversation_id) -> HttpResponse:
     """The owner's share dialog: ``do`` = ``add`` (``username``, ``role``), ``remove``
     (``username``) or ``team`` (``team`` = ``on`` or absent). The dialog comes back (htmx),
-    with why not on bad input (400, nothing stored); without script, back to the page."""
+    saying why not on bad input (nothing stored); without script, back to the page, or a
+    400 saying why not."""
     conversation = _owned_or_404(request, conversation_id)
     action, username = request.POST.get("do", ""), request.POST.get("username", "").strip()
     error = ""
@@ -406,6 +407,8 @@ def share(request: HttpRequest, conversation_id) -> HttpResponse:
     except ShareRefused as refused:
         error = refused.message
     if request.headers.get("HX-Request"):
-        context = _share_context(conversation, error)
-        return render(request, "agent/_share.html", context, status=400 if error else 200)
+        # 200 either way: htmx swaps only a success, and the dialog must say why not.
+        return render(request, "agent/_share.html", _share_context(conversation, error))
+    if error:
+        return _refusal(f"Not shared: {error}", 400)
     return redirect("conversation", conversation_id=conversation.id)

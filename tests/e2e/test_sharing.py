@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from testkit.model_server import text_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
+from tests.e2e.test_a11y import axe, axe_context, new_conversation, scheme  # noqa: F401 (fixtures)
 
 
 def share_with(page, username: str, role: str) -> None:
@@ -69,3 +70,19 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     bob.wait_for_selector("#conversation-gone", state="visible")
     alice.click('#share-members [data-member="mallory"] button')
     alice.wait_for_selector('#share-members [data-member="mallory"]', state="detached")
+
+
+def test_axe_on_the_open_share_dialog_and_a_viewers_page(axe_context, fresh_model):  # noqa: F811
+    alice = sign_in(axe_context(), "alice")
+    new_conversation(alice)
+    share_with(alice, "bob", "viewer")
+    alice.fill("#share-username", "nobody-here")
+    alice.press("#share-username", "Enter")
+    alice.wait_for_selector("#share-error")
+    assert axe(alice, "share dialog open, with a refusal") == []
+    bob = sign_in(axe_context(), "bob")
+    bob.goto(alice.url)
+    bob.wait_for_selector("body[data-ws=open]")
+    assert axe(bob, "a viewer's page") == []
+    alice.click('#share-members [data-member="bob"] button')
+    alice.wait_for_selector('#share-members [data-member="bob"]', state="detached")
