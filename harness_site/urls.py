@@ -43,6 +43,21 @@ urlpatterns = [
     path("api/conversations/<uuid:conversation_id>/compact", api.compact, name="api_compact"),
     path("api/conversations/<uuid:conversation_id>/members", api.members, name="api_members"),
     path(
+        "api/conversations/<uuid:conversation_id>/regenerate",
+        api.regenerate_view,
+        name="api_regenerate",
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/branches", api.branches_view, name="api_branches"
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/branches/<int:branch>/activate",
+        api.activate_branch,
+        name="api_activate_branch",
+    ),
+    path("api/conversations/<uuid:conversation_id>/fork", api.fork_view, name="api_fork"),
+    path("c/<uuid:conversation_id>/fork", views.fork_conversation, name="fork"),
+    path(
         "api/conversations/<uuid:conversation_id>/members/<str:username>",
         api.member,
         name="api_member",

@@ -232,10 +232,14 @@ class AgentLoop:
         future.set_result(Decision(decision, reason if decision == "deny" else None, by))
         return "decided"
 
-    async def prompt(self, content: str | None, author: str | None = None) -> RunResult:
+    async def prompt(
+        self, content: str | None, author: str | None = None, *, again: bool = False
+    ) -> RunResult:
         """Run a prompt to its end (queued prompts included); ``None`` compacts the history
-        instead (a compaction asked for: interfaces §10). Ends with one idle or error
-        status either way. ``author``: who sent it, carried by its ``user`` event."""
+        instead (a compaction asked for: interfaces §10); ``again``: answer the prompt the
+        history ends with once more, with no new ``user`` event (a regenerated answer,
+        §11). Ends with one idle or error status either way. ``author``: who sent it,
+        carried by its ``user`` event."""
         if self._task is not None:
             raise PromptAlreadyRunning()
         self._task = asyncio.current_task()
@@ -243,7 +247,7 @@ class AgentLoop:
         self._decided.clear()
         self._approve_all = False
         try:
-            return await self._run(content, author)
+            return await self._run(content, author, again)
         finally:
             self._task = None
             self._acc = None
@@ -266,14 +270,22 @@ class AgentLoop:
     async def compact(self) -> RunResult:
         return await self.prompt(None)
 
-    async def _run(self, content: str | None, author: str | None = None) -> RunResult:
-        if content is None:
+    async def answer_again(self) -> RunResult:
+        return await self.prompt(None, again=True)
+
+    async def _run(self, content: str | None, author: str | None = None,
+                   again: bool = False) -> RunResult:  # fmt: skip
+        if again:
+            self._prompt_index = None  # the prompt is an earlier event's: never dropped
+        elif content is None:
             self._prompt_index = None
             self._emit(StatusEvent(state="thinking", message="Compacting"))
         else:
             self._deliver([QueuedPrompt("", content, "", author or "")])
         try:
-            if content is None:
+            if again:
+                result = await self._loop(-1)
+            elif content is None:
                 result = await self._compact_requested()
             else:
                 result = await self._loop(self._prompt_index)

@@ -50,6 +50,8 @@ class Setup:
     titled: bool = False  # the prompt just gave the conversation its title
     bash_mode: str = "off"
     author: str | None = None  # the ``user`` event's author (a shared conversation)
+    branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
+    fork_seq: int = 0  # … after this seq
 
 
 def title_from_prompt(prompt: str) -> str:
@@ -144,11 +146,15 @@ def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def claim(conversation_id, user_id, prompt: str | None, remember: bool = False) -> Setup:
+def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
+          branch_from: tuple[str, int] | None = None) -> Setup:  # fmt: skip
     """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
     in the page also joins the sender's prompt history. ``user_id``: who sends it, the
     owner or a collaborator (quotas and budget are the owner's). One transaction, few
-    queries: a prompt's start is the largest fixed cost of a run (the benchmark's profile)."""
+    queries: a prompt's start is the largest fixed cost of a run (the benchmark's profile).
+    ``branch_from``: (``edit`` or ``regenerate``, a prompt's seq): the run starts a new
+    branch there (interfaces §11), in the same transaction: a refused prompt leaves the
+    tree as it was."""
     with transaction.atomic():
         conversation, author = _driven(conversation_id, user_id)
         owner = conversation.owner
@@ -170,7 +176,10 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False) 
         if titled:
             changes["title"] = title_from_prompt(prompt)
         claimed = (
-            Conversation.objects.filter(id=conversation_id)
+            # (the branch read above: one switched meanwhile would get another's history)
+            Conversation.objects.filter(
+                id=conversation_id, active_branch=conversation.active_branch
+            )  # fmt: skip
             .exclude(state=Conversation.State.RUNNING)
             .update(**changes)
         )
@@ -178,12 +187,17 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False) 
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         for name, value in changes.items():
             setattr(conversation, name, value)
+        fork_seq = 0
+        if branch_from is not None:
+            from agent.runs.branches import branch_off  # (it raises this module's refusal)
+
+            fork_seq = branch_off(conversation, *branch_from)
         if remember and prompt is not None:
             sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
             sender.remember_prompt(prompt)
             User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
-    return Setup(conversation, config, titled, bash_mode, author)
+    return Setup(conversation, config, titled, bash_mode, author, branch_from is not None, fork_seq)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)

@@ -25,7 +25,7 @@ from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
 from agent.models import DeploymentInstructions
 from agent.runs import eventlog
-from agent.runs.broadcast import announce_interrupted
+from agent.runs.broadcast import announce_branch, announce_interrupted
 from agent.runs.claim import (
     STORAGE_REFUSED,
     RunRefused,
@@ -154,11 +154,19 @@ class RunManager:
             log.exception("could not answer a queue request for %s", conversation)
 
     async def start(
-        self, conversation_id, user_id: int, content: str | None, *, remember: bool = False
+        self,
+        conversation_id,
+        user_id: int,
+        content: str | None,
+        *,
+        remember: bool = False,
+        branch_from: tuple[str, int] | None = None,
     ) -> Run:
         """Start a prompt (``None``: a compaction of the history) sent by ``user_id``, the
         owner or a collaborator: the run works in the owner's workspace either way.
-        ``remember`` also saves it in the sender's prompt history (the page's prompts)."""
+        ``remember`` also saves it in the sender's prompt history (the page's prompts).
+        ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
+        branch (interfaces §11); open pages and streams are told before it streams."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:
@@ -169,7 +177,7 @@ class RunManager:
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
         try:
-            setup = await claim(conversation_id, user_id, content, remember)
+            setup = await claim(conversation_id, user_id, content, remember, branch_from)
         except Exception as exc:
             if eventlog.storage_full(exc):
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
@@ -178,13 +186,19 @@ class RunManager:
             workspace, system = await asyncio.to_thread(
                 _prepare, setup.conversation.owner_id, setup.config.system_prompt
             )
-            run = Run(setup, content, workspace, system)
+            again = branch_from is not None and branch_from[0] == "regenerate"
+            run = Run(setup, content, workspace, system, again=again)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await release(conversation_id)
             if isinstance(exc, StorageError) or eventlog.storage_full(exc):
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
             raise
+        if setup.branched:
+            with contextlib.suppress(Exception):  # (a page that missed it syncs)
+                await announce_branch(
+                    setup.conversation.id, setup.conversation.active_branch, setup.fork_seq
+                )
         key = str(conversation_id)
         self._runs[key] = run
         layer = get_channel_layer()

@@ -28,14 +28,24 @@ from django.views.decorators.csrf import csrf_exempt
 
 from agent.access import DRIVE, OWN, READ, allows, conversation_for, listed_for, new_conversation
 from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
+from agent.core.events import BranchEvent
 from agent.models import Conversation
 from agent.runs import search, usage
+from agent.runs.branches import fork_copy, resume_point
+from agent.runs.branches import listing as branch_listing
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
-from agent.web.prompts import accept_prompt, decide_approval, remove_queued, start_compaction
+from agent.web.prompts import (
+    accept_prompt,
+    decide_approval,
+    regenerate,
+    remove_queued,
+    start_compaction,
+    switch_branch,
+)
 from agent.web.revocation import token_group, user_group
 from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import (
@@ -207,7 +217,8 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
     body = _json_body(request) or {}
     content, mode = body.get("content"), body.get("mode")
     try:
-        queued = await accept_prompt(conversation.id, request.api_user, content, mode)
+        queued = await accept_prompt(conversation.id, request.api_user, content, mode,
+                                     edit_of=body.get("edit_of"))  # fmt: skip
     except RunRefused as refused:
         if refused.code == "empty_prompt":  # here: a body without a prompt's text
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
@@ -216,6 +227,56 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
     answer = {"accepted": True} if queued is None else {"accepted": True, "queued": queued}
     return JsonResponse(answer, status=202)
+
+
+@api_view("POST")
+@of_conversation(DRIVE)
+async def regenerate_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """Answer a prompt again on a new branch (interfaces §11): 202; 409 while one runs."""
+    body = _json_body(request)
+    if body is None and request.body.strip():
+        return api_error(400, "bad_request", 'The body must be JSON: {"of"?: <seq>}.')
+    try:
+        await regenerate(conversation.id, request.api_user, (body or {}).get("of"))
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"accepted": True}, status=202)
+
+
+@api_view("GET")
+@of_conversation(READ)
+async def branches_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    listed = await sync_to_async(branch_listing, thread_sensitive=False)(conversation)
+    return JsonResponse({"branches": listed})
+
+
+@api_view("POST")
+@of_conversation(DRIVE)
+async def activate_branch(
+    request: HttpRequest, conversation: Conversation, branch: int
+) -> JsonResponse:
+    try:
+        fork = await switch_branch(conversation.id, request.api_user, branch)
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"active": branch, "fork_seq": fork})
+
+
+@api_view("POST")
+@of_conversation(READ)
+async def fork_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """A copy of the active branch up to ``at``, owned by the caller (interfaces §11): any
+    reader may fork, a viewer included; the copy is theirs, in their own workspace."""
+    body = _json_body(request)
+    if body is None and request.body.strip():
+        return api_error(400, "bad_request", 'The body must be JSON: {"at"?: <seq>}.')
+    try:
+        fork = await sync_to_async(fork_copy, thread_sensitive=False)(
+            conversation, request.api_user, (body or {}).get("at")
+        )
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"id": str(fork.id)}, status=201)
 
 
 @api_view("DELETE")
@@ -375,6 +436,16 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
     since = _since(request)
     if since is None:
         return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
+    # ?branch=<id>: another branch's path, read as it is (interfaces §11); by default the
+    # active one's, following switches.
+    branch = request.GET.get("branch")
+    if branch is not None:
+        if not branch.isdigit():
+            return api_error(400, "bad_request", "branch must be a branch id (a whole number).")
+        branch = int(branch)
+        known = await sync_to_async(branch_listing, thread_sensitive=False)(conversation)
+        if branch not in {b["id"] for b in known}:
+            return api_error(404, "not_found", "This conversation has no such branch.")
     user, token_id = request.api_user, request.api_token_id
     await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
@@ -389,11 +460,25 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                           token_id, conversation.id)  # fmt: skip
 
     async def replay(after: int) -> tuple[list[str], int]:
-        found = await sync_to_async(snapshot)(conversation.id, user, after)
+        found = await sync_to_async(snapshot)(conversation.id, user, after, branch)
         if found is None:
             return [], -1
         current, events = found
-        return [_frame(e.to_dict()) for e in events if e.seq > after], current.last_seq
+        frames = []
+        if branch is None:
+            # A reader holding another branch than the active one: told where they part,
+            # then given the active branch from there.
+            parted = await sync_to_async(resume_point, thread_sensitive=False)(current, after)
+            if parted is not None:
+                frames.append(_frame(BranchEvent(seq=parted, active=current.active_branch,
+                                                 fork_seq=parted).to_dict()))  # fmt: skip
+                found = await sync_to_async(snapshot)(conversation.id, user, parted)
+                if found is None:
+                    return [], -1
+                current, events = found
+                after = parted
+        frames += [_frame(e.to_dict()) for e in events if e.seq > after]
+        return frames, current.last_seq
 
     async def stream():
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
@@ -433,8 +518,23 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                     if not await still_valid():
                         return
                     continue
+                if message.get("type") == "conversation.branch":
+                    if branch is not None:
+                        continue  # a stream of one named branch is not moved
+                    # Another branch is shown: what follows the parting point is replaced.
+                    parted = message["fork_seq"]
+                    yield _frame(BranchEvent(seq=parted, active=message["active"],
+                                             fork_seq=parted).to_dict())  # fmt: skip
+                    for event in message["events"]:
+                        yield _frame(event)
+                    sent = max([parted, *(e["seq"] for e in message["events"])])
+                    continue
                 if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
                     continue
+                if branch is not None and any(
+                    e.get("branch", 0) != branch for e in message["events"]
+                ):
+                    continue  # another branch's run
                 if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:
                     checking, checked_at = asyncio.ensure_future(still_valid()), time.monotonic()
                 if message["seq_from"] > sent + 1:  # messages were dropped: fill from the log

@@ -29,17 +29,20 @@ from django.contrib.auth import HASH_SESSION_KEY
 
 from agent.access import DRIVE, allows, conversation_for
 from agent.models import Conversation
+from agent.runs import branches
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.server import logs, metrics
-from agent.ui.fragments import composer_alert, render_catch_up, ws_error
+from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
 from agent.web.prompts import (
     accept_prompt,
     decide_approval,
+    regenerate,
     remove_queued,
     start_compaction,
+    switch_branch,
 )
 from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
@@ -66,18 +69,34 @@ def _owned(conversation_id, user, session=None):
 _access = database_sync_to_async(socket_access, thread_sensitive=False)
 
 # What a frame's action needs beyond reading (interfaces §12): a viewer may only sync.
-DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny"})
+DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny", "edit", "regenerate",
+                     "branch"})  # fmt: skip
 FORBIDDEN = "You may watch this conversation but not prompt or steer it."
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def _catch_up(conversation_id, user, after: int) -> str | None:
-    """What the page is missing after ``after``; None when the conversation is gone."""
+    """What the page is missing after ``after``; None when the conversation is gone. A
+    page that holds another branch's events than the active one's gets the transcript
+    whole (interfaces §11)."""
     found = snapshot(conversation_id, user, after)
     if found is None:
         return None
     conversation, events = found
+    if branches.resume_point(conversation, after) is not None:
+        return _reset(conversation_id, user)
     return render_catch_up(events, after, conversation)
+
+
+def _reset(conversation_id, user) -> str | None:
+    found = snapshot(conversation_id, user)
+    if found is None:
+        return None
+    conversation, events = found
+    return render_reset(events, conversation, branches.switches(conversation))
+
+
+_redraw = database_sync_to_async(_reset, thread_sensitive=False)
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):
@@ -212,6 +231,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                     "That prompt is no longer queued: it was sent or removed.", "not_queued",
                 ))  # fmt: skip
             return
+        if action in ("edit", "regenerate", "branch"):
+            await self._branch_action(frame)
+            return
         if frame.get("action") == "compact":
             try:
                 await start_compaction(self.conversation_id, self.user)
@@ -243,6 +265,30 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(refused.message, refused.code, "refused"))
             return
         await self.send(text_data=composer_alert(outcome="accepted"))
+
+    async def _branch_action(self, frame: dict) -> None:
+        """Edit a prompt, answer one again, or show another branch (interfaces §11)."""
+        try:
+            if frame["action"] == "edit":
+                await accept_prompt(self.conversation_id, self.user, frame.get("content"),
+                                    remember=True, edit_of=frame.get("of"))  # fmt: skip
+            elif frame["action"] == "regenerate":
+                await regenerate(self.conversation_id, self.user, frame.get("of"))
+            else:
+                await switch_branch(self.conversation_id, self.user, frame.get("id"))
+        except RunRefused as refused:
+            await self.send(text_data=composer_alert(refused.message, refused.code))
+
+    async def conversation_branch(self, message: dict) -> None:
+        """Another branch is shown (a switch, or a new one started): the transcript is
+        drawn again, whole."""
+        if self.refused:
+            return
+        redrawn = await _redraw(self.conversation_id, self.user)
+        if redrawn is None:
+            await self._refuse(NOT_FOUND)
+        else:
+            await self.send(text_data=redrawn)
 
     async def _unqueue(self, queue_id) -> bool:
         # Other processes are asked only while the conversation runs (one query).

@@ -30,7 +30,9 @@ from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation, Membership, User
 from agent.runs import search, usage
+from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
+from agent.runs.claim import RunRefused
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
@@ -39,7 +41,7 @@ from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
-from agent.ui.fragments import live_block
+from agent.ui.fragments import live_block, place_switches
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
@@ -137,6 +139,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         for part in transcript.parts:
             if part.kind == "user" and not part.author:
                 part.author = conversation.owner.get_username()
+    place_switches(transcript.parts, switches(conversation))  # ‹ 2/3 › (interfaces §11)
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()
@@ -172,6 +175,20 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "themes": User.Theme.choices,
     }
     return render(request, "agent/conversation.html", context)
+
+
+@login_required
+@require_POST
+def fork_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    """A copy of the conversation as shown, in a conversation of the user's own (interfaces
+    §11): any reader may fork, a viewer too ("Continue as a copy")."""
+    conversation = _reach(request, conversation_id, READ)
+    at = request.POST.get("at")
+    try:
+        fork = fork_copy(conversation, request.user, int(at) if at and at.isdigit() else None)
+    except RunRefused as refused:
+        return HttpResponse(refused.message, status=400, content_type="text/plain")
+    return redirect("conversation", conversation_id=fork.id)
 
 
 @login_required
