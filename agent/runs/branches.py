@@ -154,8 +154,8 @@ def switches(conversation: Conversation) -> list[Switch]:
 
 def cut_history(messages: list[dict[str, Any]], through: int) -> list[dict[str, Any]]:
     """The messages whose events began by seq ``through`` (each is marked with the seq of
-    its last event; a message without a mark goes with the one before it), repaired so the API takes them: a turn cut after its tool
-    calls gets error results for them."""
+    its last event; a message without a mark goes with the one before it), repaired so
+    the API takes them: a turn cut after its tool calls gets error results for them."""
     kept, mark = [], 0
     for message in messages:
         own = message.get("_seq", mark)
