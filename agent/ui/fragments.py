@@ -255,13 +255,18 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     return sync_marker(after + 1, conversation.last_seq, reply=True) + html
 
 
-def place_switches(parts: list, switches: list) -> None:
+def place_switches(parts: list, switches: list) -> Any:
     """Each ``‹ 2/3 ›`` switcher (interfaces §11) goes on the first part after the point
-    where its versions part."""
+    where its versions part; returns the one with no part after it yet (a branch just
+    started: it ends the transcript, and what the run streams follows it)."""
+    tail = None
     for switch in switches:
         after = next((part for part in parts if part.seq > switch.fork_seq), None)
         if after is not None:
             after.switch = switch
+        else:
+            tail = switch
+    return tail
 
 
 def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
@@ -269,10 +274,11 @@ def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
     active path, its switchers, the queue and the status. The marker's ``data-reset``
     makes the page take it whatever it had."""
     transcript = Transcript.of(events)
-    place_switches(transcript.parts, switches)
+    tail = place_switches(transcript.parts, switches)
     live = transcript.live
     messages = render_to_string("agent/_messages.html", {
         "parts": transcript.parts,
+        "tail_switch": tail,
         "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
     })  # fmt: skip
     view = transcript.status_view()

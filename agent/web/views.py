@@ -139,7 +139,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         for part in transcript.parts:
             if part.kind == "user" and not part.author:
                 part.author = conversation.owner.get_username()
-    place_switches(transcript.parts, switches(conversation))  # ‹ 2/3 › (interfaces §11)
+    tail_switch = place_switches(transcript.parts, switches(conversation))  # ‹ 2/3 › (§11)
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()
@@ -154,6 +154,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "can_drive": allows(role, DRIVE),
         **(_share_context(conversation, members=members) if role == OWN else {}),
         "parts": transcript.parts,
+        "tail_switch": tail_switch,
         "queue": transcript.queued,
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
         "part_times": {part.seq: part.timestamp for part in transcript.parts},

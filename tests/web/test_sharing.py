@@ -156,6 +156,10 @@ def api_endpoints(cid: str) -> list[tuple[str, str, object, set[str]]]:
         ("GET", f"{base}/members", None, OWNS),
         ("PUT", f"{base}/members/stan", {"role": "viewer"}, OWNS),
         ("DELETE", f"{base}/members/stan", None, OWNS),
+        ("POST", f"{base}/regenerate", {}, DRIVES),
+        ("GET", f"{base}/branches", None, READS),
+        ("POST", f"{base}/branches/0/activate", None, DRIVES),
+        ("POST", f"{base}/fork", {}, READS),  # a copy of the reader's own (§11)
     ]
 
 
@@ -212,6 +216,9 @@ def test_every_url_of_the_site_is_in_the_matrix():
         "api_cancel": "/cancel" in api_paths, "api_compact": "/compact" in api_paths,
         "api_unqueue": True, "api_approval": True, "api_members": "/members" in api_paths,
         "api_member": True, "api_events": True,  # the stream, in the matrix test above
+        "api_regenerate": "/regenerate" in api_paths, "api_branches": "/branches" in api_paths,
+        "api_activate_branch": "/branches/0/activate" in api_paths,
+        "api_fork": "/fork" in api_paths,
     }  # fmt: skip
     covered.update(dict.fromkeys(PAGE_MATRIX, True))
     covered.update(dict.fromkeys(USER_SCOPED, True))
@@ -243,6 +250,9 @@ SOCKET_ACTIONS = [
     {"action": "compact"},
     {"action": "approve", "id": "toolu_x"},
     {"action": "deny", "id": "toolu_x"},
+    {"action": "edit", "of": 1, "content": "edited"},
+    {"action": "regenerate"},
+    {"action": "branch", "id": 0},
 ]
 
 

@@ -33,6 +33,7 @@ PAGE_MATRIX = {
     "set_approval": ("POST", "approval", {"approval": "ask"}, OWNS),
     "share": ("POST", "share", {"do": "team", "team": "on"}, OWNS),
     "delete": ("POST", "delete", {}, OWNS),
+    "fork": ("POST", "fork", {}, READS),  # a copy of one's own (interfaces §11)
 }
 # Pages and endpoints of the signed-in user's own (no conversation in the URL): each acts
 # on the caller's own things only (their tests: test_views, test_files_api, test_search…).
