@@ -8,7 +8,8 @@ from tests.e2e.conftest import send, sign_in, wait_idle
 
 
 def user_texts(page) -> list[str]:
-    return [t.strip() for t in page.locator("#messages [data-part=user] .user-text").all_inner_texts()]
+    shown = page.locator("#messages [data-part=user] .user-text").all_inner_texts()
+    return [text.strip() for text in shown]
 
 
 def answers(page) -> list[str]:
