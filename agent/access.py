@@ -1,17 +1,36 @@
-"""Who may reach which conversation: the one access helper.
+"""Who may reach which conversation, and how far: the one access helper.
 
-Every view, socket, API endpoint, run claim and credential re-check asks here, so the rule
-lives in one place (sharing will add roles here). Whether an account is active is read
-from the database in the same query: a long-lived connection's user object is stale.
+Every view, socket frame, SSE stream, API endpoint, run claim and credential re-check
+asks here, so the rule lives in one place. A conversation's readers (interfaces §12):
+
+- its owner (role ``owner``): everything;
+- a member the owner made ``collaborator``: reads, and drives (prompt, queue, cancel,
+  approve, compact), in the owner's workspace and on the owner's budget;
+- a member made ``viewer``, and with ``team`` on every active user: reads (the page, the
+  socket, the events, live) and may fork a copy of their own.
+
+Everyone else, and everyone while the owner's account is inactive, cannot reach it at all
+(404, never 403). Whether an account is active is read from the database in the same
+query: a long-lived connection's user object is stale.
 """
 
 from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
-from agent.models import Conversation, User
+from agent.models import Conversation, Membership, User
+
+# Roles, and the access levels an action needs (a role allows its level and those below).
+OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
+READ, DRIVE, OWN = VIEWER, COLLABORATOR, OWNER
+_RANK = {VIEWER: 1, COLLABORATOR: 2, OWNER: 3}
+
+
+def allows(role: str | None, level: str) -> bool:
+    """Whether ``role`` (None: cannot read) may do what needs ``level``."""
+    return role is not None and _RANK[role] >= _RANK[level]
 
 
 def owned_by(user_id) -> QuerySet[Conversation]:
@@ -20,26 +39,95 @@ def owned_by(user_id) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner_id=user_id)
 
 
-def accessible_to(user_id) -> QuerySet[Conversation]:
-    """The conversations ``user_id`` may read and drive now: their own, while active."""
-    return owned_by(user_id).filter(owner__is_active=True)
+def _member(user_id, role: str | None = None):
+    rows = Membership.objects.filter(conversation=OuterRef("pk"), user_id=user_id)
+    return Exists(rows.filter(role=role) if role else rows)
+
+
+def readable_by(user_id) -> QuerySet[Conversation]:
+    """The conversations ``user_id`` may read now, each annotated with ``role``: their own,
+    those shared with them, and the team's; the owner and the reader both active."""
+    active = Exists(User.objects.filter(pk=user_id, is_active=True))
+    return (
+        Conversation.objects.filter(owner__is_active=True)
+        .filter(active)
+        .filter(Q(owner_id=user_id) | Q(team=True) | _member(user_id))
+        .annotate(
+            role=Case(
+                When(owner_id=user_id, then=Value(OWNER)),
+                When(_member(user_id, COLLABORATOR), then=Value(COLLABORATOR)),
+                default=Value(VIEWER),
+            )
+        )  # fmt: skip
+    )
+
+
+def reachable_by(user_id, level: str = READ) -> QuerySet[Conversation]:
+    """The conversations ``user_id`` may reach at ``level`` (READ, DRIVE or OWN)."""
+    rows = readable_by(user_id)
+    if level == OWN:
+        return rows.filter(owner_id=user_id)
+    if level == DRIVE:
+        return rows.filter(Q(owner_id=user_id) | _member(user_id, COLLABORATOR))
+    return rows
+
+
+# The name the run layer and the credential checks have always used: what a user may read.
+accessible_to = readable_by
+
+
+def _key(conversation_id) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(conversation_id))
+    except ValueError:
+        return None
 
 
 def conversation_for(user, conversation_id) -> Conversation | None:
-    """The conversation if ``user`` (signed in) may reach it, else None (shown as 404:
-    another user's conversation is not found, never forbidden)."""
+    """The conversation if ``user`` (signed in) may read it, with its ``role``; else None
+    (shown as 404: a conversation one cannot read is not found, never forbidden). Whether
+    the role allows an action is ``allows(conversation.role, level)``: 403 when not."""
     if not getattr(user, "is_authenticated", False):
         return None
-    try:
-        key = uuid.UUID(str(conversation_id))
-    except ValueError:
+    key = _key(conversation_id)
+    if key is None:
         return None
-    return accessible_to(user.pk).filter(id=key).first()
+    return readable_by(user.pk).filter(id=key).first()
+
+
+def readable(user, conversation_id) -> Conversation | None:
+    """The READ-level lookup: what a viewer may copy (the fork of interfaces §11 starts
+    here: a conversation the caller may read, whatever their role)."""
+    return conversation_for(user, conversation_id)
+
+
+def role_of(user_id, conversation_id) -> str | None:
+    """The user's role on the conversation now (None: cannot read it). One query."""
+    key = _key(conversation_id)
+    if key is None:
+        return None
+    return readable_by(user_id).filter(id=key).values_list("role", flat=True).first()
 
 
 def conversations_of(user) -> QuerySet[Conversation]:
-    """The user's conversation list, newest first."""
-    return accessible_to(user.pk).order_by("-updated")
+    """The user's own conversation list, newest first."""
+    return readable_by(user.pk).filter(owner_id=user.pk).order_by("-updated")
+
+
+def shared_with(user) -> QuerySet[Conversation]:
+    """Conversations others shared with the user (or with the team), newest first: the
+    sidebar's "Shared with me"."""
+    others = readable_by(user.pk).exclude(owner_id=user.pk)
+    return others.select_related("owner").order_by("-updated")
+
+
+def listed_for(user) -> QuerySet[Conversation]:
+    """Own and shared conversations, newest first, each with ``role`` (the API's list)."""
+    return readable_by(user.pk).order_by("-updated")
+
+
+def members_of(conversation: Conversation) -> list[Membership]:
+    return list(conversation.memberships.select_related("user").order_by("user__username"))
 
 
 def empty_conversation_of(user) -> Conversation | None:

@@ -14,7 +14,15 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
 from agent.core.events import USAGE_FIELDS
-from agent.models import ApiToken, Conversation, DeploymentInstructions, Event, UsageDay, User
+from agent.models import (
+    ApiToken,
+    Conversation,
+    DeploymentInstructions,
+    Event,
+    Membership,
+    UsageDay,
+    User,
+)
 from agent.runs import usage
 from agent.runs.eventlog import from_stored
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
@@ -84,8 +92,25 @@ def export_json(modeladmin, request, queryset):
     return _export(queryset, "json", conversation_json)
 
 
+class MembershipInline(admin.TabularInline):
+    """Who the owner shared it with (interfaces §12). Read-only here: sharing is the owner's,
+    through agent/web/sharing.py, which also closes the connections of those who lose it."""
+
+    model = Membership
+    fields = readonly_fields = ("user", "role", "created")
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
+    inlines = (MembershipInline,)
     list_display = ("__str__", "owner", "model", "agent", "state", "input_tokens",
                     "output_tokens", "cost_usd", "created", "updated")  # fmt: skip
     list_filter = ("state", "model", "agent", "owner", "created", "updated")
@@ -93,7 +118,7 @@ class ConversationAdmin(admin.ModelAdmin):
     list_select_related = ("owner",)
     date_hierarchy = "created"
     actions = (export_markdown, export_json)
-    readonly_fields = ("id", "owner", "model", "state", "created", "updated", "last_seq",
+    readonly_fields = ("id", "owner", "model", "state", "team", "created", "updated", "last_seq",
                        *USAGE_FIELDS, "cost_usd", "transcript")  # fmt: skip
     fields = ("title", *readonly_fields)
 

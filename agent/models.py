@@ -77,6 +77,11 @@ class Conversation(models.Model):
     # How full the model's context is: the last call's input (or a compaction's estimate).
     context_tokens = models.PositiveIntegerField(default=0)
     context_window = models.PositiveIntegerField(default=0)
+    # Open to every active user of the deployment, read-only (interfaces §12).
+    team = models.BooleanField(default=False)
+    # The branch shown and continued (interfaces §11; 0: the first). ``history`` is its
+    # head's; the others' are kept on their Branch rows.
+    active_branch = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-updated"]
@@ -93,6 +98,32 @@ class Conversation(models.Model):
     @property
     def display_title(self) -> str:
         return self.title or "New conversation"
+
+
+class Membership(models.Model):
+    """A user the owner shared a conversation with, and what they may do (interfaces §12):
+    a viewer reads it live; a collaborator also prompts, queues, cancels and approves (in
+    the owner's workspace, on the owner's budget). agent/access.py reads these."""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer"
+        COLLABORATOR = "collaborator"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="memberships")  # fmt: skip
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=12, choices=Role.choices)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "user"], name="membership_once")
+        ]
+        # "Shared with me": a user's memberships.
+        indexes = [models.Index(fields=["user"], name="membership_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role}) on {self.conversation}"
 
 
 class DeploymentInstructions(models.Model):
@@ -164,6 +195,8 @@ class Event(models.Model):
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=20)
     payload = models.JSONField()
+    # The branch it was stored on (interfaces §11; 0: the first line). Never changed.
+    branch = models.PositiveIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -175,6 +208,31 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq}"
+
+
+class Branch(models.Model):
+    """A line of the conversation that parts from another (interfaces §11): an edited
+    prompt or an answer given again. Its path is its parent's events up to ``fork_seq``,
+    then its own. No row exists until a conversation first branches (then one for the
+    first line too, number 0). agent/runs/branches.py reads and writes these."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="branches")  # fmt: skip
+    number = models.PositiveIntegerField()
+    parent = models.PositiveIntegerField(null=True, blank=True)
+    fork_seq = models.PositiveBigIntegerField(default=0)
+    # The model's history at this branch's head, while another branch is active.
+    history = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "number"], name="branch_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"branch {self.number} (from #{self.fork_seq})"
 
 
 class ApiToken(models.Model):

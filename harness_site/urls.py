@@ -13,6 +13,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
     path("c/<uuid:conversation_id>/thinking", views.set_thinking, name="set_thinking"),
     path("c/<uuid:conversation_id>/approval", views.set_approval, name="set_approval"),
+    path("c/<uuid:conversation_id>/share", views.share, name="share"),
     path(
         "c/<uuid:conversation_id>/export.md",
         views.export_conversation,
@@ -41,6 +42,27 @@ urlpatterns = [
     path("api/conversations/<uuid:conversation_id>/prompt", api.prompt, name="api_prompt"),
     path("api/conversations/<uuid:conversation_id>/cancel", api.cancel, name="api_cancel"),
     path("api/conversations/<uuid:conversation_id>/compact", api.compact, name="api_compact"),
+    path("api/conversations/<uuid:conversation_id>/members", api.members, name="api_members"),
+    path(
+        "api/conversations/<uuid:conversation_id>/regenerate",
+        api.regenerate_view,
+        name="api_regenerate",
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/branches", api.branches_view, name="api_branches"
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/branches/<int:branch>/activate",
+        api.activate_branch,
+        name="api_activate_branch",
+    ),
+    path("api/conversations/<uuid:conversation_id>/fork", api.fork_view, name="api_fork"),
+    path("c/<uuid:conversation_id>/fork", views.fork_conversation, name="fork"),
+    path(
+        "api/conversations/<uuid:conversation_id>/members/<str:username>",
+        api.member,
+        name="api_member",
+    ),  # fmt: skip
     path(
         "api/conversations/<uuid:conversation_id>/queue/<str:queue_id>",
         api.unqueue,

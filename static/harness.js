@@ -24,7 +24,8 @@
   // batch is applied only when it continues exactly where this page is; anything else is
   // dropped and, when something is missing, a sync asks the server for everything after
   // our last seq (the reply carries data-sync). Reconnects and tab wake-ups sync too.
-  const BATCH_MARKER = /^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?/;
+  // A batch with data-reset="1" (a branch switch, §11) is the transcript whole: taken as is.
+  const BATCH_MARKER = /^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?( data-reset="1")?/;
 
   function initialSeq() {
     return Number(($("#sync-state") || { dataset: {} }).dataset.to || 0);
@@ -46,6 +47,7 @@
       if (!match) return; // not a batch (an error notice): always shown
       const from = Number(match[1]);
       const to = Number(match[2]);
+      if (match[4]) { syncing = false; lastSeq = to; return; } // the whole transcript
       if (match[3]) { // a sync reply
         syncing = false;
         if (from === lastSeq + 1) { lastSeq = Math.max(lastSeq, to); return; }
@@ -65,6 +67,12 @@
       disconnected() { socket = null; },
       // The sync still marked in flight may itself have been lost: ask again regardless.
       forceRequest() { syncing = false; request(); },
+      // A frame of the page's own (an action); false while the socket is closed.
+      send(frame) {
+        if (!socket) return false;
+        socket.send(JSON.stringify(frame));
+        return true;
+      },
     };
   }
 
@@ -845,6 +853,56 @@
     });
   }
 
+  // --- branches (§11): edit a prompt, regenerate an answer, switch versions -------------
+  // Edit turns the prompt into a box in place; saving sends it as a new version (the
+  // server re-draws the transcript for every tab). Typed text survives a refusal: the box
+  // stays until the transcript is re-drawn.
+  function bindBranches(messages, seqSync) {
+    messages.addEventListener("click", (event) => {
+      const edit = event.target.closest("[data-edit]");
+      if (edit) { openEditor(edit.closest("[data-part]"), Number(edit.dataset.edit)); return; }
+      const again = event.target.closest("[data-regenerate]");
+      if (again) { seqSync.send({ action: "regenerate", of: Number(again.dataset.regenerate) }); return; }
+      const arrow = event.target.closest("[data-branch-switch] button[data-branch]");
+      if (arrow && arrow.dataset.branch !== "") seqSync.send({ action: "branch", id: Number(arrow.dataset.branch) });
+    });
+
+    function openEditor(part, seq) {
+      if (!part || part.querySelector(".edit-form")) return;
+      const text = part.querySelector(".user-text");
+      const form = document.createElement("form");
+      form.className = "edit-form";
+      const area = document.createElement("textarea");
+      area.value = text.textContent;
+      area.rows = Math.min(12, Math.max(2, area.value.split("\n").length));
+      area.setAttribute("aria-label", "Edited prompt");
+      const save = document.createElement("button");
+      save.type = "submit";
+      save.textContent = "Send as a new version";
+      const cancel = document.createElement("button");
+      cancel.type = "button";
+      cancel.textContent = "Cancel";
+      form.append(area, save, cancel);
+      text.hidden = true;
+      text.after(form);
+      area.focus();
+      const close = () => { form.remove(); text.hidden = false; };
+      cancel.addEventListener("click", close);
+      area.addEventListener("keydown", (event) => {
+        if (event.key === "Escape") { event.preventDefault(); close(); }
+        if (event.key === "Enter" && !event.shiftKey && !event.ctrlKey && !event.altKey) {
+          event.preventDefault();
+          form.requestSubmit();
+        }
+      });
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        if (!area.value.trim()) return;
+        seqSync.send({ action: "edit", of: seq, content: area.value });
+      });
+    }
+  }
+
   // --- new content in #messages --------------------------------------------------------
   function watchMessages(messages, onChange) {
     new MutationObserver(onChange).observe(messages, { childList: true, subtree: true, characterData: true });
@@ -967,6 +1025,7 @@
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
     copyOnClick(messages);
+    bindBranches(messages, seqSync);
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);

@@ -28,11 +28,16 @@ class Event:
     type: ClassVar[str] = "event"
     seq: int = 0
     timestamp: int = field(default_factory=now_ms)
+    # The branch it belongs to when that is not the first (interfaces §11): set by the
+    # event log's readers; the loop never knows branches.
+    branch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = {"type": self.type}
         for name in _field_names(type(self)):
             data[name] = getattr(self, name)
+        if not data["branch"]:
+            del data["branch"]
         return data
 
     def with_seq(self, seq: int) -> Event:
@@ -68,9 +73,11 @@ class UserEvent(_ContentEvent):
 
     type: ClassVar[str] = "user"
     mode: QueueMode | None = None
+    # Who sent it (a username), on a shared conversation (interfaces §12); absent otherwise.
+    author: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _without_none(Event.to_dict(self), "mode")
+        return _without_none(Event.to_dict(self), "mode", "author")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +161,10 @@ class QueuedEvent(Event):
     id: str
     content: str
     mode: QueueMode
+    author: str | None = None  # as a ``user`` event's
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none(Event.to_dict(self), "author")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +212,17 @@ class ApprovalDecisionEvent(Event):
         return _without_none(Event.to_dict(self), "reason")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchEvent(Event):
+    """The conversation now shows branch ``active`` (interfaces §11): what a reader has
+    after ``fork_seq`` is replaced by the events that follow. Never stored; its ``seq`` is
+    ``fork_seq`` (a stream resumed from it replays the new branch from there)."""
+
+    type: ClassVar[str] = "branch"
+    active: int
+    fork_seq: int
+
+
 # The token counts of a usage event, summed into a conversation's totals.
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                 "cache_creation_input_tokens")  # fmt: skip
@@ -233,6 +255,7 @@ TYPES: dict[str, type[Event]] = {
         UnqueuedEvent,
         ApprovalEvent,
         ApprovalDecisionEvent,
+        BranchEvent,
     )
 }
 

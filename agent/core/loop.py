@@ -74,6 +74,7 @@ class QueuedPrompt:
     id: str
     content: str
     mode: str  # steer | follow_up
+    author: str = ""  # who sent it, on a shared conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,9 @@ class AgentLoop:
     def queued(self) -> list[QueuedPrompt]:
         return list(self._queue)
 
-    def queue(self, content: str, mode: str, queue_id: str | None = None) -> str:
+    def queue(
+        self, content: str, mode: str, queue_id: str | None = None, author: str | None = None
+    ) -> str:
         """Queue a prompt on the running one (a ``queued`` event); returns its id. Raises
         ``NotRunning`` when no prompt runs, ``QueueFull`` past ``MAX_QUEUED``."""
         if mode not in QUEUE_MODES:
@@ -186,9 +189,9 @@ class AgentLoop:
             raise NotRunning("no prompt is running")
         if len(self._queue) >= MAX_QUEUED:
             raise QueueFull(f"{MAX_QUEUED} prompts are queued already")
-        item = QueuedPrompt(queue_id or uuid.uuid4().hex, content, mode)
+        item = QueuedPrompt(queue_id or uuid.uuid4().hex, content, mode, author or "")
         self._queue.append(item)
-        self._emit(QueuedEvent(id=item.id, content=content, mode=item.mode))
+        self._emit(QueuedEvent(id=item.id, content=content, mode=item.mode, author=author or None))
         return item.id
 
     def unqueue(self, queue_id: str) -> bool:
@@ -229,10 +232,14 @@ class AgentLoop:
         future.set_result(Decision(decision, reason if decision == "deny" else None, by))
         return "decided"
 
-    async def prompt(self, content: str | None) -> RunResult:
+    async def prompt(
+        self, content: str | None, author: str | None = None, *, again: bool = False
+    ) -> RunResult:
         """Run a prompt to its end (queued prompts included); ``None`` compacts the history
-        instead (a compaction asked for: interfaces §10). Ends with one idle or error
-        status either way."""
+        instead (a compaction asked for: interfaces §10); ``again``: answer the prompt the
+        history ends with once more, with no new ``user`` event (a regenerated answer,
+        §11). Ends with one idle or error status either way. ``author``: who sent it,
+        carried by its ``user`` event."""
         if self._task is not None:
             raise PromptAlreadyRunning()
         self._task = asyncio.current_task()
@@ -240,7 +247,7 @@ class AgentLoop:
         self._decided.clear()
         self._approve_all = False
         try:
-            return await self._run(content)
+            return await self._run(content, author, again)
         finally:
             self._task = None
             self._acc = None
@@ -263,14 +270,22 @@ class AgentLoop:
     async def compact(self) -> RunResult:
         return await self.prompt(None)
 
-    async def _run(self, content: str | None) -> RunResult:
-        if content is None:
+    async def answer_again(self) -> RunResult:
+        return await self.prompt(None, again=True)
+
+    async def _run(self, content: str | None, author: str | None = None,
+                   again: bool = False) -> RunResult:  # fmt: skip
+        if again:
+            self._prompt_index = None  # the prompt is an earlier event's: never dropped
+        elif content is None:
             self._prompt_index = None
             self._emit(StatusEvent(state="thinking", message="Compacting"))
         else:
-            self._deliver([QueuedPrompt("", content, "")])
+            self._deliver([QueuedPrompt("", content, "", author or "")])
         try:
-            if content is None:
+            if again:
+                result = await self._loop(-1)
+            elif content is None:
                 result = await self._compact_requested()
             else:
                 result = await self._loop(self._prompt_index)
@@ -307,7 +322,8 @@ class AgentLoop:
         self._prompt_index = len(self._messages)
         blocks = []
         for item in prompts:
-            self._emit(UserEvent(content=item.content, mode=item.mode or None))
+            self._emit(UserEvent(content=item.content, mode=item.mode or None,
+                                 author=item.author or None))  # fmt: skip
             blocks.append({"type": "text", "text": item.content})
         history.append_user_blocks(self._messages, blocks)
         self._mark()

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agent", "0010_conversation_approval"),
+        ("agent", "0013_branches"),  # re-chained after main (was 0010_conversation_approval)
     ]
 
     operations = [

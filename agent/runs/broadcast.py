@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 
 from agent.core.events import Event
 from agent.models import Conversation
+from agent.runs.eventlog import wire
 from agent.runs.groups import group_name
 from agent.runs.recovery import interrupt
 from agent.ui.fragments import FragmentRenderer, sync_marker
@@ -20,7 +21,7 @@ from agent.ui.fragments import FragmentRenderer, sync_marker
 log = logging.getLogger(__name__)
 
 
-async def broadcast(conversation_id, events: list[Event], html: str) -> None:
+async def broadcast(conversation_id, events: list[Event], html: str, branch: int = 0) -> None:
     """Send a persisted batch to every socket and stream on the conversation, with its seq
     range (pages apply it only where it continues what they have)."""
     first, last = events[0].seq, events[-1].seq
@@ -29,7 +30,20 @@ async def broadcast(conversation_id, events: list[Event], html: str) -> None:
         "seq_from": first,
         "seq_to": last,
         "html": sync_marker(first, last) + html,
-        "events": [event.to_dict() for event in events],
+        "events": wire(events, branch),
+    })  # fmt: skip
+
+
+async def announce_branch(conversation_id, active: int, fork_seq: int,
+                          events: list[dict] | None = None) -> None:  # fmt: skip
+    """The conversation now shows another branch (interfaces §11): pages re-draw their
+    transcript; streams get ``branch {active, fork_seq}`` and the new path's events after
+    ``fork_seq`` (``events``: their JSON; none yet for a branch just started)."""
+    await get_channel_layer().group_send(group_name(conversation_id), {
+        "type": "conversation.branch",
+        "active": active,
+        "fork_seq": fork_seq,
+        "events": events or [],
     })  # fmt: skip
 
 

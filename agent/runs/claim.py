@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agent.access import owned_by
+from agent.access import DRIVE, allows, owned_by, readable_by
 from agent.core.config import Config
 from agent.core.events import QueuedEvent, UserEvent, now_ms
 from agent.models import Conversation, Event, User
@@ -49,6 +49,9 @@ class Setup:
     config: Config
     titled: bool = False  # the prompt just gave the conversation its title
     bash_mode: str = "off"
+    author: str | None = None  # the ``user`` event's author (a shared conversation)
+    branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
+    fork_seq: int = 0  # … after this seq
 
 
 def title_from_prompt(prompt: str) -> str:
@@ -116,18 +119,46 @@ def _check_rate(owner_id: int) -> None:
         )
 
 
-@partial(database_sync_to_async, thread_sensitive=False)
-def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False) -> Setup:
-    """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
-    in the page also joins the user's prompt history. One transaction, few queries: a
-    prompt's start is the largest fixed cost of a run (the benchmark's profile)."""
-    with transaction.atomic():
-        conversation = owned_by(owner_id).select_related("owner").filter(id=conversation_id).first()
-        if conversation is None:
-            raise RunRefused("not_found", "Conversation not found.")
-        owner = conversation.owner
-        if not owner.is_active:
+def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
+    """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
+    carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer, or
+    an inactive owner). The run works in the owner's workspace and spends the owner's
+    budget, whoever drives it (interfaces §12)."""
+    conversation = (
+        readable_by(user_id).select_related("owner").filter(id=conversation_id).first()
+        if user_id is not None else None
+    )  # fmt: skip
+    if conversation is None:
+        inactive = owned_by(user_id).filter(id=conversation_id, owner__is_active=False)
+        if user_id is not None and inactive.exists():
             raise RunRefused("forbidden", "This account cannot run prompts.")
+        raise RunRefused("not_found", "Conversation not found.")
+    if not allows(conversation.role, DRIVE):
+        raise RunRefused("forbidden", "You may read this conversation but not prompt in it.")
+    # Every prompt of a shared conversation names its author, the owner's too, so each
+    # user part shows who wrote it; a conversation never shared keeps its events as before.
+    # (Queries only when it may be shared: a prompt's start is a run's largest fixed cost.)
+    if conversation.owner_id == user_id:
+        shared = conversation.team or conversation.memberships.exists()
+        return conversation, (conversation.owner.get_username() if shared else None)
+    author = User.objects.filter(pk=user_id).values_list("username", flat=True).first()
+    return conversation, author
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
+          branch_from: tuple[str, int] | None = None) -> Setup:  # fmt: skip
+    """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
+    in the page also joins the sender's prompt history. ``user_id``: who sends it, the
+    owner or a collaborator (quotas and budget are the owner's). One transaction, few
+    queries: a prompt's start is the largest fixed cost of a run (the benchmark's profile).
+    ``branch_from``: (``edit`` or ``regenerate``, a prompt's seq): the run starts a new
+    branch there (interfaces §11), in the same transaction: a refused prompt leaves the
+    tree as it was."""
+    with transaction.atomic():
+        conversation, author = _driven(conversation_id, user_id)
+        owner = conversation.owner
+        owner_id = owner.pk
         if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
@@ -145,7 +176,10 @@ def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False)
         if titled:
             changes["title"] = title_from_prompt(prompt)
         claimed = (
-            Conversation.objects.filter(id=conversation_id)
+            # (the branch read above: one switched meanwhile would get another's history)
+            Conversation.objects.filter(
+                id=conversation_id, active_branch=conversation.active_branch
+            )  # fmt: skip
             .exclude(state=Conversation.State.RUNNING)
             .update(**changes)
         )
@@ -153,24 +187,28 @@ def claim(conversation_id, owner_id, prompt: str | None, remember: bool = False)
             raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
         for name, value in changes.items():
             setattr(conversation, name, value)
+        fork_seq = 0
+        if branch_from is not None:
+            from agent.runs.branches import branch_off  # (it raises this module's refusal)
+
+            fork_seq = branch_off(conversation, *branch_from)
         if remember and prompt is not None:
-            owner.remember_prompt(prompt)
-            User.objects.filter(id=owner_id).update(prompt_history=owner.prompt_history)
+            sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
+            sender.remember_prompt(prompt)
+            User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
-    return Setup(conversation, config, titled, bash_mode)
+    return Setup(conversation, config, titled, bash_mode, author, branch_from is not None, fork_seq)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def check_queueing(conversation_id, owner_id: int) -> None:
-    """A prompt about to be queued on a running one: the conversation reachable, its owner
-    active, and the per-minute limit, as for a prompt that starts a run (``RunRefused``)."""
-    conversation = owned_by(owner_id).select_related("owner").filter(id=conversation_id).first()
-    if conversation is None:
-        raise RunRefused("not_found", "Conversation not found.")
-    if not conversation.owner.is_active:
-        raise RunRefused("forbidden", "This account cannot run prompts.")
+def check_queueing(conversation_id, user_id: int) -> str | None:
+    """A prompt about to be queued on a running one: the conversation drivable by the
+    sender, its owner active, and the owner's per-minute limit, as for a prompt that
+    starts a run (``RunRefused``). Returns the prompt's author (None: not shared)."""
+    conversation, author = _driven(conversation_id, user_id)
     if not agent_config(model=conversation.model).offline:
-        _check_rate(owner_id)
+        _check_rate(conversation.owner_id)
+    return author
 
 
 @partial(database_sync_to_async, thread_sensitive=False)

@@ -74,7 +74,8 @@ class CliAgent:
         self._task.cancel()
         return True
 
-    def queue(self, content: str, mode: str, queue_id: str | None = None) -> str:
+    def queue(self, content: str, mode: str, queue_id: str | None = None,
+              author: str | None = None) -> str:  # fmt: skip
         if self._task is None:
             raise NotRunning()
         # A CLI takes one prompt at a time (no steering into its turn): 409, said plainly.
@@ -111,21 +112,32 @@ class CliAgent:
             log.exception("event handler failed on %s", event.type)
 
     # -- a prompt ------------------------------------------------------------------------------
-    async def prompt(self, content: str | None) -> None:
+    async def prompt(self, content: str | None, author: str | None = None) -> None:
         self._task = asyncio.current_task()
         self._cancel_requested = False
         try:
-            await self._prompt(content)
+            await self._prompt(content, author)
         finally:
             self._task = None
 
-    async def _prompt(self, content: str | None) -> None:
+    async def answer_again(self) -> None:
+        """Regenerating an answer (a new branch, §11): the CLI keeps its own history, which
+        cannot branch, so it is refused as events (one error status)."""
+        self._task = asyncio.current_task()
+        try:
+            self._not_supported("A CLI agent cannot answer a prompt again: send it anew.")
+        finally:
+            self._task = None
+
+    def _not_supported(self, message: str) -> None:
+        self._emit(ErrorEvent(message=message, code="not_supported"))
+        self._emit(StatusEvent(state="error", message="Not supported"))
+
+    async def _prompt(self, content: str | None, author: str | None) -> None:
         if content is None:
-            self._emit(ErrorEvent(message="A CLI agent compacts its own context.",
-                                  code="not_supported"))  # fmt: skip
-            self._emit(StatusEvent(state="error", message="Not supported"))
+            self._not_supported("A CLI agent compacts its own context.")
             return
-        self._emit(UserEvent(content=content))
+        self._emit(UserEvent(content=content, author=author))
         self._emit(StatusEvent(state="thinking", message=f"Starting {self.agent}"))
         entry = parser = None
         try:

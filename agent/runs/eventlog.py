@@ -148,7 +148,13 @@ def _apply(batch: Batch) -> Conversation | None:
         Event.objects.filter(conversation_id=batch.conversation_id, type=DELTA).delete()
         rows = [e for e in rows if e["type"] != DELTA or e["seq"] > max(texts)]
     Event.objects.bulk_create(
-        Event(conversation_id=batch.conversation_id, seq=e["seq"], type=e["type"], payload=e)
+        Event(
+            conversation_id=batch.conversation_id,
+            seq=e["seq"],
+            type=e["type"],
+            payload=e,
+            branch=e.get("branch", 0),
+        )
         for e in rows
     )
     Conversation.objects.filter(id=batch.conversation_id).update(**changes)
@@ -178,7 +184,13 @@ def _apply_partial_texts(batches: list[Batch]) -> None:
     second, and the ORM's per-statement cost of two statements each was the largest
     item of the server's profile after the SDK. ``last_seq`` only ever moves forward."""
     Event.objects.bulk_create(
-        Event(conversation_id=batch.conversation_id, seq=e["seq"], type=e["type"], payload=e)
+        Event(
+            conversation_id=batch.conversation_id,
+            seq=e["seq"],
+            type=e["type"],
+            payload=e,
+            branch=e.get("branch", 0),
+        )
         for batch in batches
         for e in stored_form(batch.events)
     )
@@ -269,8 +281,19 @@ _committers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommitter
 )
 
 
+def wire(events: list[CoreEvent], branch: int = 0) -> list[dict[str, Any]]:
+    """The events' JSON; on a branch other than the first, each carries ``branch``
+    (interfaces §11)."""
+    if not branch:
+        return [event.to_dict() for event in events]
+    return [{**event.to_dict(), "branch": branch} for event in events]
+
+
 async def store(
-    conversation_id, events: list[CoreEvent], history: list[dict[str, Any]] | None = None
+    conversation_id,
+    events: list[CoreEvent],
+    history: list[dict[str, Any]] | None = None,
+    branch: int = 0,
 ) -> Conversation | None:
     """Store a batch (with the group pending in this process) and return when committed.
     The events become their wire JSON here: the event log stores exactly that."""
@@ -278,6 +301,4 @@ async def store(
     committer = _committers.get(loop)
     if committer is None or committer._task.done():
         committer = _committers[loop] = GroupCommitter()
-    return await committer.store(
-        Batch(conversation_id, [event.to_dict() for event in events], history)
-    )
+    return await committer.store(Batch(conversation_id, wire(events, branch), history))

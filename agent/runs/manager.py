@@ -25,7 +25,7 @@ from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
 from agent.models import DeploymentInstructions
 from agent.runs import eventlog
-from agent.runs.broadcast import announce_interrupted
+from agent.runs.broadcast import announce_branch, announce_interrupted
 from agent.runs.claim import (
     STORAGE_REFUSED,
     RunRefused,
@@ -140,9 +140,10 @@ class RunManager:
                 )  # fmt: skip
                 answer = {"outcome": outcome}
             else:
+                author = message.get("author")
                 queued = self.queue_local(
                     conversation, str(message.get("content")), str(message.get("mode")),
-                    str(message.get("id")),
+                    str(message.get("id")), author if isinstance(author, str) else None,
                 )  # fmt: skip
                 answer = {"queued": queued} if queued else {"refused": "not_running"}
         except RunRefused as refused:
@@ -153,10 +154,19 @@ class RunManager:
             log.exception("could not answer a queue request for %s", conversation)
 
     async def start(
-        self, conversation_id, owner_id: int, content: str | None, *, remember: bool = False
+        self,
+        conversation_id,
+        user_id: int,
+        content: str | None,
+        *,
+        remember: bool = False,
+        branch_from: tuple[str, int] | None = None,
     ) -> Run:
-        """Start a prompt (``None``: a compaction of the history); ``remember`` also saves
-        it in the user's prompt history (the page's prompts; not the API's)."""
+        """Start a prompt (``None``: a compaction of the history) sent by ``user_id``, the
+        owner or a collaborator: the run works in the owner's workspace either way.
+        ``remember`` also saves it in the sender's prompt history (the page's prompts).
+        ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
+        branch (interfaces §11); open pages and streams are told before it streams."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:
@@ -167,22 +177,28 @@ class RunManager:
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
         try:
-            setup = await claim(conversation_id, owner_id, content, remember)
+            setup = await claim(conversation_id, user_id, content, remember, branch_from)
         except Exception as exc:
             if eventlog.storage_full(exc):
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
             raise
         try:
             workspace, system = await asyncio.to_thread(
-                _prepare, owner_id, setup.config.system_prompt
+                _prepare, setup.conversation.owner_id, setup.config.system_prompt
             )
-            run = Run(setup, content, workspace, system)
+            again = branch_from is not None and branch_from[0] == "regenerate"
+            run = Run(setup, content, workspace, system, again=again)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await release(conversation_id)
             if isinstance(exc, StorageError) or eventlog.storage_full(exc):
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
             raise
+        if setup.branched:
+            with contextlib.suppress(Exception):  # (a page that missed it syncs)
+                await announce_branch(
+                    setup.conversation.id, setup.conversation.active_branch, setup.fork_seq
+                )
         key = str(conversation_id)
         self._runs[key] = run
         layer = get_channel_layer()
@@ -230,13 +246,15 @@ class RunManager:
         run = self._runs.get(str(conversation_id))
         return run if run is not None and run.agent.running else None
 
-    def queue_local(self, conversation_id, content: str, mode: str, queue_id=None) -> str | None:
+    def queue_local(
+        self, conversation_id, content: str, mode: str, queue_id=None, author=None
+    ) -> str | None:
         """Queue on the run of this process; None when it runs no prompt of it."""
         run = self._running_here(conversation_id)
         if run is None:
             return None
         try:
-            return run.agent.queue(content, mode, queue_id)
+            return run.agent.queue(content, mode, queue_id, author)
         except NotRunning:
             return None
         except QueueFull as exc:
@@ -260,30 +278,32 @@ class RunManager:
             return None
 
     async def submit(
-        self, conversation_id, owner_id: int, content: str, mode: str, *, remember: bool = False
+        self, conversation_id, user_id: int, content: str, mode: str, *, remember: bool = False
     ) -> str | None:
-        """A prompt with a mode: queued on the running prompt, wherever it runs (its queue
-        id), or, when none runs, started at once (None)."""
+        """A prompt with a mode, sent by ``user_id`` (the owner or a collaborator): queued
+        on the running prompt, wherever it runs (its queue id), or, when none runs, started
+        at once (None)."""
         await self._ensure_listener()
-        queue_id = None
+        queue_id = author = None
         for _ in range(SUBMIT_ATTEMPTS):
             if self._running_here(conversation_id) is not None:
-                await check_queueing(conversation_id, owner_id)
-            queue_id = self.queue_local(conversation_id, content, mode)
+                author = await check_queueing(conversation_id, user_id)
+            queue_id = self.queue_local(conversation_id, content, mode, author=author)
             if queue_id is not None:
                 break
             try:
-                await self.start(conversation_id, owner_id, content, remember=remember)
+                await self.start(conversation_id, user_id, content, remember=remember)
                 return None
             except RunRefused as refused:
                 if refused.code != "prompt_running":
                     raise
             if self._running_here(conversation_id) is not None:
                 continue  # it started here meanwhile
-            await check_queueing(conversation_id, owner_id)  # (the claim said: running)
+            author = await check_queueing(conversation_id, user_id)  # (the claim: running)
             queue_id = uuid.uuid4().hex  # chosen here: the answer need only confirm it
             answer = await self._ask(conversation_id, {
                 "type": "run.queue", "id": queue_id, "content": content, "mode": mode,
+                "author": author,
             })  # fmt: skip
             if answer is not None and answer.get("queued") == queue_id:
                 break
@@ -293,7 +313,7 @@ class RunManager:
         if queue_id is None:
             raise RunRefused("prompt_running", NOT_REACHED)
         if remember:
-            await remember_prompt(owner_id, content)
+            await remember_prompt(user_id, content)
         return queue_id
 
     async def unqueue(self, conversation_id, queue_id: str, *, running: bool = True) -> bool:

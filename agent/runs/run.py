@@ -72,11 +72,15 @@ def _only_deltas(batch: list[Event]) -> bool:
 
 
 class Run:
-    def __init__(self, setup: Setup, content: str | None, workspace: Workspace, system: str):
+    def __init__(self, setup: Setup, content: str | None, workspace: Workspace, system: str,
+                 again: bool = False):  # fmt: skip
         self.conversation = setup.conversation
         self.config = setup.config
         self.announce_title = setup.titled
         self.content = content
+        self.again = again  # answer the history's last prompt again (a new branch's)
+        self.branch = setup.conversation.active_branch  # its events are stored on it
+        self.author = setup.author
         self.inbox = Inbox()
         self.renderer = FragmentRenderer()
         self.task: asyncio.Task | None = None
@@ -109,7 +113,10 @@ class Run:
         writer = asyncio.create_task(self._write())
         lease = asyncio.create_task(self._keep_lease())
         try:
-            await self.agent.prompt(self.content)
+            if self.again:
+                await self.agent.answer_again()
+            else:
+                await self.agent.prompt(self.content, self.author)
         except Exception:  # the loop ends runs as events; this is a bug guard
             self.failed = True
             log.exception("run of %s crashed", self.conversation.id)
@@ -198,7 +205,8 @@ class Run:
                     if time.monotonic() - last_save >= PARTIAL_SAVE_INTERVAL:
                         await self._stored_partial()
                         self._saving = asyncio.create_task(eventlog.store(self.conversation.id,
-                                                                          unsaved))  # fmt: skip
+                                                                          unsaved, None,
+                                                                          self.branch))  # fmt: skip
                         unsaved, last_save = [], time.monotonic()
                 else:
                     # Stored before it is sent: a page never shows what a reload would lose.
@@ -234,7 +242,7 @@ class Run:
         if self._storage_failure is not None:
             return None
         try:
-            fresh = await eventlog.store(self.conversation.id, events, history)
+            fresh = await eventlog.store(self.conversation.id, events, history, self.branch)
         except Exception as exc:
             if not self._note_store_failure(exc):
                 raise
@@ -297,7 +305,7 @@ class Run:
         except Exception:
             log.exception("could not deliver events of %s", self.conversation.id)
         with contextlib.suppress(Exception):
-            await eventlog.store(self.conversation.id, closing)
+            await eventlog.store(self.conversation.id, closing, None, self.branch)
 
     async def _stored_partial(self) -> None:
         """Wait for the partial text being stored: batches reach the log in order."""
@@ -316,4 +324,4 @@ class Run:
         if self.announce_title:
             html = title_fragments(conversation) + html
             self.announce_title = False
-        await broadcast(self.conversation.id, batch, html)
+        await broadcast(self.conversation.id, batch, html, self.branch)

@@ -1,4 +1,5 @@
-"""Full-text search over a user's conversations (interfaces §13).
+"""Full-text search over the conversations a user may read (interfaces §13): their own,
+those shared with them and the team's (the access helper's rule, agent/access.py, as SQL).
 
 Prompts and answers are added to ``SearchEntry`` as their events are stored (in the event
 log's transaction), and the database's own full-text index answers (migration 0009):
@@ -58,9 +59,17 @@ def index(conversation_id, rows: list[dict[str, Any]]) -> None:
         SearchEntry.objects.bulk_create(entries)
 
 
+# Readable by the caller (%s: their id, twice): as access.readable_by, the owner active.
+_READABLE = (
+    "(c.owner_id = %s OR c.team OR EXISTS (SELECT 1 FROM agent_membership m "
+    "WHERE m.conversation_id = c.id AND m.user_id = %s)) "
+    "AND EXISTS (SELECT 1 FROM agent_user o WHERE o.id = c.owner_id AND o.is_active)"
+)
+
+
 def search(user_id: int, query: str) -> list[Found]:
-    """The best matches in the user's conversations, newest conversations first among
-    equals; [] for a query without words."""
+    """The best matches in the conversations the user may read, newest conversations
+    first among equals; [] for a query without words."""
     words = _WORD.findall(query[:MAX_QUERY])
     if not words:
         return []
@@ -69,11 +78,11 @@ def search(user_id: int, query: str) -> list[Found]:
             "SELECT e.conversation_id, e.seq, ts_headline('simple', e.text, q, %s), c.title "
             "FROM agent_searchentry e JOIN agent_conversation c ON c.id = e.conversation_id, "
             "websearch_to_tsquery('simple', %s) q "
-            "WHERE c.owner_id = %s AND to_tsvector('simple', e.text) @@ q "
+            f"WHERE {_READABLE} AND to_tsvector('simple', e.text) @@ q "
             "ORDER BY ts_rank(to_tsvector('simple', e.text), q) DESC, c.updated DESC LIMIT %s"
         )
         options = f"StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=8, MaxFragments=1"
-        params = [options, " ".join(words), user_id, LIMIT]
+        params = [options, " ".join(words), user_id, user_id, LIMIT]
     else:
         match = " ".join(f'"{w}"' for w in words[:-1]) + f' "{words[-1]}"*'
         sql = (
@@ -81,10 +90,10 @@ def search(user_id: int, query: str) -> list[Found]:
             "snippet(agent_searchentry_fts, 0, %s, %s, '…', 16), c.title "
             "FROM agent_searchentry_fts f JOIN agent_searchentry e ON e.id = f.rowid "
             "JOIN agent_conversation c ON c.id = e.conversation_id "
-            "WHERE agent_searchentry_fts MATCH %s AND c.owner_id = %s "
+            f"WHERE agent_searchentry_fts MATCH %s AND {_READABLE} "
             "ORDER BY f.rank, c.updated DESC LIMIT %s"
         )
-        params = [START, STOP, match.strip(), user_id, LIMIT]
+        params = [START, STOP, match.strip(), user_id, user_id, LIMIT]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

@@ -12,15 +12,19 @@ from agent.access import accessible_to
 from agent.core.events import Event as CoreEvent
 from agent.core.events import TextDeltaEvent, ToolCallEvent, ToolResultEvent
 from agent.models import Conversation, Event
+from agent.runs.branches import active_path
 from agent.runs.eventlog import from_stored, queue_events
 
 
-def snapshot(conversation_id, user, after: int = 0) -> tuple[Conversation, list[CoreEvent]] | None:
+def snapshot(
+    conversation_id, user, after: int = 0, branch: int | None = None
+) -> tuple[Conversation, list[CoreEvent]] | None:
     """The conversation and its stored events after ``after``, consistent with its
     ``last_seq`` (the row is locked while reading, so a batch is either wholly in or out),
     plus the tool calls that the included results answer and, after a seq, the events
     that made the running prompt's queue up to it (a catch-up shows the queue whole).
-    None when ``user`` may not reach it."""
+    None when ``user`` may not reach it. Only the events on the active branch's path (or
+    ``branch``'s: interfaces §11)."""
     # PostgreSQL: lock the row so a batch is wholly in or out. SQLite (no row locks, and an
     # IMMEDIATE transaction would queue every reader behind the writer): reading last_seq
     # first and events up to it gives the same guarantee, since a batch commits its events
@@ -35,6 +39,7 @@ def snapshot(conversation_id, user, after: int = 0) -> tuple[Conversation, list[
         # catch-up shows entire.
         events = from_stored(
             Event.objects.filter(conversation=conversation, seq__lte=conversation.last_seq)
+            .filter(active_path(conversation, branch))
             .filter(Q(seq__gt=after) | Q(type=TextDeltaEvent.type))
             .order_by("seq").values_list("payload", flat=True)
         )  # fmt: skip

@@ -253,3 +253,44 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     if live is not None and transcript.status is not None:
         html += status_fragment(transcript.status_view())  # "Writing…" while it streams
     return sync_marker(after + 1, conversation.last_seq, reply=True) + html
+
+
+def place_switches(parts: list, switches: list) -> Any:
+    """Each ``‹ 2/3 ›`` switcher (interfaces §11) goes on the first part after the point
+    where its versions part; returns the one with no part after it yet (a branch just
+    started: it ends the transcript, and what the run streams follows it)."""
+    tail = None
+    for switch in switches:
+        after = next((part for part in parts if part.seq > switch.fork_seq), None)
+        if after is not None:
+            after.switch = switch
+        else:
+            tail = switch
+    return tail
+
+
+def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
+    """The page's transcript whole, for a branch switch (interfaces §11): every part of the
+    active path, its switchers, the queue and the status. The marker's ``data-reset``
+    makes the page take it whatever it had."""
+    transcript = Transcript.of(events)
+    tail = place_switches(transcript.parts, switches)
+    live = transcript.live
+    messages = render_to_string("agent/_messages.html", {
+        "parts": transcript.parts,
+        "tail_switch": tail,
+        "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
+    })  # fmt: skip
+    view = transcript.status_view()
+    if getattr(conversation, "state", "") == "idle":
+        view = StatusView("idle", view.text if view.state == "idle" else "")
+    return (
+        format_html(
+            '<div id="sync-state" hx-swap-oob="true" data-from="1" data-to="{}" '
+            'data-reset="1" hidden></div>',
+            conversation.last_seq,
+        )  # fmt: skip
+        + f'<div id="messages" hx-swap-oob="innerHTML">{messages}</div>'
+        + queue_fragment(transcript)
+        + status_fragment(view)
+    )

@@ -61,8 +61,11 @@ class Part:
     timestamp: int = 0  # the event's (Unix ms): shown on hover
     detail: str = ""  # compaction parts: the tokens before and after
     mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
+    author: str = ""  # user parts of a shared conversation: who sent it (a username)
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
     approval: ApprovalView | None = None  # approval parts
+    prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate, interfaces §11)
+    switch: Any = None  # a branches.Switch: versions part just before this part (§11)
 
 
 @dataclass
@@ -306,6 +309,7 @@ class Transcript:
         self.tools: dict[str, Part] = {}  # by tool call id
         self.approvals: dict[str, Part] = {}  # by tool call id, undecided ones
         self.last_prompt = ""  # the prompt the events since answer (an error retries it)
+        self.last_prompt_seq = 0  # … and its seq (an answer's Regenerate names it, §11)
         self.live: LiveText | None = None
         self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
         self.error_code = ""  # of the last error since the last prompt
@@ -389,15 +393,17 @@ class Transcript:
             return Part("error", event.seq, content=item.content, code="not_sent", queued=item)
         if isinstance(event, UserEvent):
             self.fold_queue(event)
-            self.last_prompt = event.content
+            self.last_prompt, self.last_prompt_seq = event.content, event.seq
             if self.status is not None and self.status.state in ("idle", "error"):
                 self.status = None  # a new prompt: the last one's ending is stale
                 self.error_code = ""
-            return Part("user", event.seq, content=event.content, mode=event.mode or "")
+            return Part("user", event.seq, content=event.content, mode=event.mode or "",
+                        author=event.author or "")  # fmt: skip
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
             html = render_markdown(event.content)
-            return Part("text", event.seq, content=event.content, html=html)
+            return Part("text", event.seq, content=event.content, html=html,
+                        prompt_seq=self.last_prompt_seq)  # fmt: skip
         if isinstance(event, ToolCallEvent):
             part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
             return part

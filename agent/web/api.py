@@ -26,18 +26,29 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from agent.access import conversation_for, conversations_of, new_conversation
+from agent.access import DRIVE, OWN, READ, allows, conversation_for, listed_for, new_conversation
 from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
+from agent.core.events import BranchEvent
 from agent.models import Conversation
 from agent.runs import search, usage
+from agent.runs.branches import fork_copy, resume_point
+from agent.runs.branches import listing as branch_listing
 from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import agents, check_available
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.web.api_tokens import token_for_header, token_still_valid
-from agent.web.prompts import accept_prompt, decide_approval, remove_queued, start_compaction
+from agent.web.prompts import (
+    accept_prompt,
+    decide_approval,
+    regenerate,
+    remove_queued,
+    start_compaction,
+    switch_branch,
+)
 from agent.web.revocation import token_group, user_group
+from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import (
     Throttled,
     check_new_conversation,
@@ -125,19 +136,22 @@ def _json_body(request: HttpRequest) -> dict[str, Any] | None:
 
 
 def _conversation_json(c: Conversation) -> dict[str, Any]:
-    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state}
+    """A conversation in a list: with the caller's ``role`` (interfaces §12)."""
+    return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
+            "role": getattr(c, "role", "owner")}  # fmt: skip
 
 
 def _conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
     return {**_conversation_json(c), "model": c.model, "thinking": c.thinking or None,
-            "approval": c.approval or settings.HARNESS_APPROVAL, "agent": c.agent}  # fmt: skip
+            "approval": c.approval or settings.HARNESS_APPROVAL, "team": c.team,
+            "agent": c.agent}  # fmt: skip
 
 
 @api_view("GET", "POST")
 def conversations(request: HttpRequest) -> JsonResponse:
-    if request.method == "GET":
-        items = [_conversation_json(c) for c in conversations_of(request.api_user)[:1000]]
+    if request.method == "GET":  # own and shared ones, each with the caller's role
+        items = [_conversation_json(c) for c in listed_for(request.api_user)[:1000]]
         return JsonResponse({"conversations": items})
     body = _json_body(request)
     if body is None:
@@ -185,27 +199,40 @@ def search_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"results": [f.plain() for f in search.search(request.api_user.pk, query)]})
 
 
-def of_conversation(view):
-    """An API view of one conversation: called with it when the caller may reach it (the
-    access helper), else 404 (another user's conversation is not found, never forbidden)."""
+def forbidden() -> JsonResponse:
+    return api_error(403, "forbidden", "You may read this conversation but not do this.")
 
-    @wraps(view)
-    async def wrapper(request: HttpRequest, conversation_id, **kwargs) -> HttpResponse:
-        conversation = await sync_to_async(conversation_for)(request.api_user, conversation_id)
-        if conversation is None:
-            return api_error(404, "not_found", "No such conversation.")
-        return await view(request, conversation, **kwargs)
 
-    return wrapper
+def of_conversation(level: str = READ, **by_method: str):
+    """An API view of one conversation: called with it when the caller's role allows
+    ``level`` (or the level given for the request's method: ``PATCH=OWN``); 403
+    ``forbidden`` when they may read it but not that; else 404 (a conversation one cannot
+    read is not found, never forbidden). Always through the access helper."""
+
+    def decorate(view):
+        @wraps(view)
+        async def wrapper(request: HttpRequest, conversation_id, **kwargs) -> HttpResponse:
+            user = request.api_user
+            conversation = await sync_to_async(conversation_for)(user, conversation_id)
+            if conversation is None:
+                return api_error(404, "not_found", "No such conversation.")
+            if not allows(conversation.role, by_method.get(request.method, level)):
+                return forbidden()
+            return await view(request, conversation, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def prompt(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     body = _json_body(request) or {}
     content, mode = body.get("content"), body.get("mode")
     try:
-        queued = await accept_prompt(conversation.id, request.api_user, content, mode)
+        queued = await accept_prompt(conversation.id, request.api_user, content, mode,
+                                     edit_of=body.get("edit_of"))  # fmt: skip
     except RunRefused as refused:
         if refused.code == "empty_prompt":  # here: a body without a prompt's text
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
@@ -216,8 +243,58 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
     return JsonResponse(answer, status=202)
 
 
+@api_view("POST")
+@of_conversation(DRIVE)
+async def regenerate_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """Answer a prompt again on a new branch (interfaces §11): 202; 409 while one runs."""
+    body = _json_body(request)
+    if body is None and request.body.strip():
+        return api_error(400, "bad_request", 'The body must be JSON: {"of"?: <seq>}.')
+    try:
+        await regenerate(conversation.id, request.api_user, (body or {}).get("of"))
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"accepted": True}, status=202)
+
+
+@api_view("GET")
+@of_conversation(READ)
+async def branches_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    listed = await sync_to_async(branch_listing, thread_sensitive=False)(conversation)
+    return JsonResponse({"branches": listed})
+
+
+@api_view("POST")
+@of_conversation(DRIVE)
+async def activate_branch(
+    request: HttpRequest, conversation: Conversation, branch: int
+) -> JsonResponse:
+    try:
+        fork = await switch_branch(conversation.id, request.api_user, branch)
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"active": branch, "fork_seq": fork})
+
+
+@api_view("POST")
+@of_conversation(READ)
+async def fork_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """A copy of the active branch up to ``at``, owned by the caller (interfaces §11): any
+    reader may fork, a viewer included; the copy is theirs, in their own workspace."""
+    body = _json_body(request)
+    if body is None and request.body.strip():
+        return api_error(400, "bad_request", 'The body must be JSON: {"at"?: <seq>}.')
+    try:
+        fork = await sync_to_async(fork_copy, thread_sensitive=False)(
+            conversation, request.api_user, (body or {}).get("at")
+        )
+    except RunRefused as refused:
+        return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
+    return JsonResponse({"id": str(fork.id)}, status=201)
+
+
 @api_view("DELETE")
-@of_conversation
+@of_conversation(DRIVE)
 async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: str) -> HttpResponse:
     """Remove a queued prompt (interfaces §8): 204, or 404 when it is not waiting (unknown,
     delivered already, or dropped with its run)."""
@@ -228,7 +305,7 @@ async def unqueue(request: HttpRequest, conversation: Conversation, queue_id: st
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def approval(request: HttpRequest, conversation: Conversation, call_id: str) -> JsonResponse:
     """Approve or deny a tool call waiting for a decision (interfaces §9): 200; 404 when no
     such call waits; 409 when it was already decided. ``"approve_all": true`` also approves
@@ -248,10 +325,11 @@ async def approval(request: HttpRequest, conversation: Conversation, call_id: st
 
 
 @api_view("GET", "PATCH")
-@of_conversation
+@of_conversation(READ, PATCH=OWN)
 async def conversation(request: HttpRequest, conversation: Conversation) -> JsonResponse:
-    """One conversation's JSON; PATCH changes its title, model or thinking level (they apply
-    from the next prompt on). Nothing is changed unless every given value is valid."""
+    """One conversation's JSON; PATCH (the owner only) changes its title, model, thinking
+    level or approval (from the next prompt on) or opens it to the team. Nothing is
+    changed unless every given value is valid."""
     if request.method == "GET":
         return JsonResponse(_conversation_detail(conversation))
     body = _json_body(request)
@@ -260,10 +338,13 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     changes, problem = conversation_changes(body)
     if problem:
         return api_error(400, "bad_request", problem)
+    team = changes.pop("team", None)
     if changes:
         for name, value in changes.items():
             setattr(conversation, name, value)
         await conversation.asave(update_fields=[*changes, "updated"])
+    if team is not None:  # closing it re-checks every reader's connections
+        await sync_to_async(set_team)(conversation, team)
     return JsonResponse(_conversation_detail(conversation))
 
 
@@ -287,13 +368,17 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
             if value not in APPROVAL_MODES:
                 return {}, f"'approval' must be one of {', '.join(APPROVAL_MODES)}."
             changes["approval"] = value
+        elif key == "team":
+            if not isinstance(value, bool):
+                return {}, "'team' must be true or false."
+            changes["team"] = value
         else:
             return {}, f"Unknown field {str(key)[:100]!r}."
     return changes, ""
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def compact(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     """Compact the history now: 202, then a ``compaction`` event and an idle status on the
     stream (409 while a prompt runs)."""
@@ -305,12 +390,45 @@ async def compact(request: HttpRequest, conversation: Conversation) -> JsonRespo
 
 
 @api_view("POST")
-@of_conversation
+@of_conversation(DRIVE)
 async def cancel(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     if conversation.state != Conversation.State.RUNNING:
         return JsonResponse({"cancelled": False})
     await runs.cancel(conversation.id)  # here or, through the channel layer, elsewhere
     return JsonResponse({"cancelled": True})
+
+
+@api_view("GET")
+@of_conversation(OWN)
+async def members(request: HttpRequest, conversation: Conversation) -> JsonResponse:
+    """The conversation's members and whether the team may read it (the owner only)."""
+    found = await sync_to_async(_members_json)(conversation)
+    return JsonResponse({"members": found, "team": conversation.team})
+
+
+def _members_json(conversation: Conversation) -> list[dict[str, str]]:
+    rows = conversation.memberships.order_by("user__username").values_list("user__username", "role")
+    return [{"username": name, "role": role} for name, role in rows]
+
+
+@api_view("PUT", "DELETE")
+@of_conversation(OWN)
+async def member(request: HttpRequest, conversation: Conversation, username: str) -> HttpResponse:
+    """Grant a user a role on the conversation (``PUT {"role": "viewer" | "collaborator"}``:
+    200) or take it away (``DELETE``: 204; their sockets and streams close at once).
+    Unknown users, the owner themself and unknown roles: 400, nothing stored."""
+    if request.method == "DELETE":
+        if not await sync_to_async(remove_member)(conversation, username):
+            return api_error(404, "not_found", "That user is not a member of this conversation.")
+        return HttpResponse(status=204)
+    body = _json_body(request)
+    if body is None:
+        return api_error(400, "bad_request", 'The body must be {"role": "viewer"} or similar.')
+    try:
+        found = await sync_to_async(set_member)(conversation, username, body.get("role"))
+    except ShareRefused as refused:
+        return api_error(400, refused.code, refused.message)
+    return JsonResponse({"username": username, "role": found.role})
 
 
 def _since(request: HttpRequest) -> int | None:
@@ -327,11 +445,21 @@ def _frame(event: dict[str, Any]) -> str:
 
 
 @api_view("GET")
-@of_conversation
+@of_conversation(READ)
 async def events(request: HttpRequest, conversation: Conversation) -> HttpResponse:
     since = _since(request)
     if since is None:
         return api_error(400, "bad_request", "Last-Event-ID / since must be a whole number.")
+    # ?branch=<id>: another branch's path, read as it is (interfaces §11); by default the
+    # active one's, following switches.
+    branch = request.GET.get("branch")
+    if branch is not None:
+        if not branch.isdigit():
+            return api_error(400, "bad_request", "branch must be a branch id (a whole number).")
+        branch = int(branch)
+        known = await sync_to_async(branch_listing, thread_sensitive=False)(conversation)
+        if branch not in {b["id"] for b in known}:
+            return api_error(404, "not_found", "This conversation has no such branch.")
     user, token_id = request.api_user, request.api_token_id
     await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
@@ -346,11 +474,25 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                           token_id, conversation.id)  # fmt: skip
 
     async def replay(after: int) -> tuple[list[str], int]:
-        found = await sync_to_async(snapshot)(conversation.id, user, after)
+        found = await sync_to_async(snapshot)(conversation.id, user, after, branch)
         if found is None:
             return [], -1
         current, events = found
-        return [_frame(e.to_dict()) for e in events if e.seq > after], current.last_seq
+        frames = []
+        if branch is None:
+            # A reader holding another branch than the active one: told where they part,
+            # then given the active branch from there.
+            parted = await sync_to_async(resume_point, thread_sensitive=False)(current, after)
+            if parted is not None:
+                frames.append(_frame(BranchEvent(seq=parted, active=current.active_branch,
+                                                 fork_seq=parted).to_dict()))  # fmt: skip
+                found = await sync_to_async(snapshot)(conversation.id, user, parted)
+                if found is None:
+                    return [], -1
+                current, events = found
+                after = parted
+        frames += [_frame(e.to_dict()) for e in events if e.seq > after]
+        return frames, current.last_seq
 
     async def stream():
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
@@ -385,8 +527,28 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                     continue
                 if message.get("type") in ("user.revoked", "token.revoked"):
                     return
+                if message.get("type") == "access.recheck":  # sharing changed (§12)
+                    checked_at = time.monotonic()
+                    if not await still_valid():
+                        return
+                    continue
+                if message.get("type") == "conversation.branch":
+                    if branch is not None:
+                        continue  # a stream of one named branch is not moved
+                    # Another branch is shown: what follows the parting point is replaced.
+                    parted = message["fork_seq"]
+                    yield _frame(BranchEvent(seq=parted, active=message["active"],
+                                             fork_seq=parted).to_dict())  # fmt: skip
+                    for event in message["events"]:
+                        yield _frame(event)
+                    sent = max([parted, *(e["seq"] for e in message["events"])])
+                    continue
                 if message.get("type") != "conversation.batch" or message["seq_to"] <= sent:
                     continue
+                if branch is not None and any(
+                    e.get("branch", 0) != branch for e in message["events"]
+                ):
+                    continue  # another branch's run
                 if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:
                     checking, checked_at = asyncio.ensure_future(still_valid()), time.monotonic()
                 if message["seq_from"] > sent + 1:  # messages were dropped: fill from the log

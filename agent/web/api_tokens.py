@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.access import accessible_to
@@ -70,10 +70,11 @@ def token_still_valid(token_id: int, conversation_id=None) -> bool:
     one its user may still reach); one query. Open event streams ask this at every
     heartbeat."""
     found = ApiToken.objects.filter(pk=token_id, revoked__isnull=True, user__is_active=True)
-    if conversation_id is not None:
-        reachable = accessible_to(OuterRef("user_id")).filter(id=conversation_id)
-        found = found.filter(Exists(reachable))
-    return found.exists()
+    if conversation_id is None:
+        return found.exists()
+    user_id = found.values_list("user_id", flat=True).first()
+    # (a second query: the reader's id is needed inside the access helper's subqueries)
+    return user_id is not None and accessible_to(user_id).filter(id=conversation_id).exists()
 
 
 def revoke_tokens(tokens: QuerySet[ApiToken]) -> int:

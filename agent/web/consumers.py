@@ -1,7 +1,9 @@
 """The browser's WebSocket: frames in (prompt, queued prompt, unqueue, cancel, sync),
 rendered fragments out.
 
-A thin adapter: it checks the owner on connect and on every frame, hands prompts to the
+A thin adapter: it checks access on connect and on every frame (agent/access.py: any reader
+may connect and sync; prompt, queue, unqueue, cancel, approve and compact need a role that
+drives, a viewer gets an error frame and nothing runs), hands prompts to the
 run manager (which starts the run as a background task), and forwards the fragments the
 run broadcasts to the conversation's group. Bad frames get an error fragment; the socket
 stays open. Every prompt frame is answered on its socket: accepted, or refused and why (the
@@ -25,21 +27,24 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY
 
-from agent.access import conversation_for
+from agent.access import DRIVE, allows, conversation_for
 from agent.models import Conversation
+from agent.runs import branches
 from agent.runs.claim import RunRefused
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.server import logs, metrics
-from agent.ui.fragments import composer_alert, render_catch_up, ws_error
+from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
 from agent.web.prompts import (
     accept_prompt,
     decide_approval,
+    regenerate,
     remove_queued,
     start_compaction,
+    switch_branch,
 )
-from agent.web.revocation import NOT_FOUND, session_group, socket_refusal, user_group
+from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +57,46 @@ RECHECK_INTERVAL = 1.0
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def _owned(conversation_id, user, session=None):
-    """The conversation if the user owns it, and the hash the session was signed in with
-    (the session is loaded already, by the auth middleware; reading it here keeps any
-    query off the event loop)."""
+    """The conversation if the user may read it (with their role), and the hash the session
+    was signed in with (the session is loaded already, by the auth middleware; reading it
+    here keeps any query off the event loop)."""
     # A socket's user object is as old as the socket: the access helper reads whether the
     # account is still active from the database, in the same query.
     conversation = conversation_for(user, conversation_id)
     return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
 
 
-_refusal = database_sync_to_async(socket_refusal, thread_sensitive=False)
+_access = database_sync_to_async(socket_access, thread_sensitive=False)
+
+# What a frame's action needs beyond reading (interfaces §12): a viewer may only sync.
+DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny", "edit", "regenerate",
+                     "branch"})  # fmt: skip
+FORBIDDEN = "You may watch this conversation but not prompt or steer it."
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def _catch_up(conversation_id, user, after: int) -> str | None:
-    """What the page is missing after ``after``; None when the conversation is gone."""
+    """What the page is missing after ``after``; None when the conversation is gone. A
+    page that holds another branch's events than the active one's gets the transcript
+    whole (interfaces §11)."""
     found = snapshot(conversation_id, user, after)
     if found is None:
         return None
     conversation, events = found
+    if branches.resume_point(conversation, after) is not None:
+        return _reset(conversation_id, user)
     return render_catch_up(events, after, conversation)
+
+
+def _reset(conversation_id, user) -> str | None:
+    found = snapshot(conversation_id, user)
+    if found is None:
+        return None
+    conversation, events = found
+    return render_reset(events, conversation, branches.switches(conversation))
+
+
+_redraw = database_sync_to_async(_reset, thread_sensitive=False)
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):
@@ -96,6 +121,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if conversation is None:
             await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
             return
+        self.role = conversation.role  # re-read with the credential on every frame
         self.session_key = session.session_key if session else None
         self.checked_at, self.rechecking, self.refused = time.monotonic(), None, False
         self.groups_joined = [
@@ -127,6 +153,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """The conversation was deleted (agent/web/revocation.py): the page is told now."""
         await self._refuse(NOT_FOUND)
 
+    async def access_recheck(self, message: dict) -> None:
+        """The owner changed who may read or drive it (agent/web/sharing.py): this socket
+        goes if its user lost access (a role lowered is read on each frame anyway)."""
+        await self._recheck()
+
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: this socket goes unless its session was signed in
         (or re-signed) with the new one."""
@@ -149,7 +180,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """Reads the credential from the database (one query, in a worker thread); closes
         the socket and returns False if it no longer holds."""
         self.checked_at = time.monotonic()
-        reason, self.session_hash = await _refusal(
+        reason, self.session_hash, self.role = await _access(
             self.conversation_id, self.user.pk, self.session_key, self.session_hash
         )
         if reason is not None:
@@ -173,6 +204,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if isinstance(frame, str):
             await self.send(text_data=ws_error(frame))
             return
+        action = frame.get("action")
+        drives = "action" not in frame or (isinstance(action, str) and action in DRIVING)
+        if drives and not allows(self.role, DRIVE):
+            await self.send(text_data=ws_error(FORBIDDEN, "forbidden"))  # nothing is run
+            return
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
             return
@@ -194,6 +230,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(
                     "That prompt is no longer queued: it was sent or removed.", "not_queued",
                 ))  # fmt: skip
+            return
+        if action in ("edit", "regenerate", "branch"):
+            await self._branch_action(frame)
             return
         if frame.get("action") == "compact":
             try:
@@ -226,6 +265,30 @@ class ConversationConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=composer_alert(refused.message, refused.code, "refused"))
             return
         await self.send(text_data=composer_alert(outcome="accepted"))
+
+    async def _branch_action(self, frame: dict) -> None:
+        """Edit a prompt, answer one again, or show another branch (interfaces §11)."""
+        try:
+            if frame["action"] == "edit":
+                await accept_prompt(self.conversation_id, self.user, frame.get("content"),
+                                    remember=True, edit_of=frame.get("of"))  # fmt: skip
+            elif frame["action"] == "regenerate":
+                await regenerate(self.conversation_id, self.user, frame.get("of"))
+            else:
+                await switch_branch(self.conversation_id, self.user, frame.get("id"))
+        except RunRefused as refused:
+            await self.send(text_data=composer_alert(refused.message, refused.code))
+
+    async def conversation_branch(self, message: dict) -> None:
+        """Another branch is shown (a switch, or a new one started): the transcript is
+        drawn again, whole."""
+        if self.refused:
+            return
+        redrawn = await _redraw(self.conversation_id, self.user)
+        if redrawn is None:
+            await self._refuse(NOT_FOUND)
+        else:
+            await self.send(text_data=redrawn)
 
     async def _unqueue(self, queue_id) -> bool:
         # Other processes are asked only while the conversation runs (one query).

@@ -14,6 +14,8 @@ from django.conf import settings
 
 from agent.core.events import QUEUE_MODES
 from agent.models import Event
+from agent.runs.branches import AGAIN, EDIT, last_prompt_seq, switch_to
+from agent.runs.broadcast import announce_branch
 from agent.runs.claim import RunRefused
 from agent.runs.manager import runs
 
@@ -50,16 +52,44 @@ def is_queue_id(value) -> bool:
 
 
 async def accept_prompt(
-    conversation_id, user, content, mode=None, *, remember: bool = False
+    conversation_id, user, content, mode=None, *, remember: bool = False, edit_of=None
 ) -> str | None:
     """Start the prompt on the conversation or, with a ``mode`` while one runs, queue it
     (its queue id is returned); or raise ``RunRefused`` saying why not. ``remember``: it
-    joins the user's prompt history (the page's prompts, not the API's)."""
+    joins the user's prompt history (the page's prompts, not the API's). ``edit_of``: the
+    seq of an earlier prompt this one replaces, on a new branch (interfaces §11)."""
     text, mode = checked_text(content), checked_mode(mode)
+    if edit_of is not None:
+        if mode is not None:
+            raise RunRefused("bad_request", "An edited prompt cannot be queued.")
+        await runs.start(conversation_id, user.pk, text, remember=remember,
+                         branch_from=(EDIT, edit_of))  # fmt: skip
+        return None
     if mode is None:
         await runs.start(conversation_id, user.pk, text, remember=remember)
         return None
     return await runs.submit(conversation_id, user.pk, text, mode, remember=remember)
+
+
+async def regenerate(conversation_id, user, of_seq=None) -> None:
+    """Answer a prompt again on a new branch (interfaces §11; default: the last prompt on
+    the active branch); or ``RunRefused`` saying why not."""
+    if of_seq is None:
+        of_seq = await sync_to_async(last_prompt_seq)(conversation_id)
+        if of_seq is None:
+            raise RunRefused("not_a_prompt", "There is no prompt to answer again.")
+    await runs.start(conversation_id, user.pk, None, branch_from=(AGAIN, of_seq))
+
+
+async def switch_branch(conversation_id, user, number) -> int:
+    """Show and continue another branch (interfaces §11); every open page re-draws and
+    every stream gets the ``branch`` event. Returns where the branches part; or
+    ``RunRefused`` (``not_found``, ``prompt_running``, ``forbidden``)."""
+    active, fork, events = await sync_to_async(switch_to, thread_sensitive=False)(
+        conversation_id, user.pk, number
+    )
+    await announce_branch(conversation_id, active, fork, events)
+    return fork
 
 
 async def start_compaction(conversation_id, user) -> None:

@@ -9,6 +9,9 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 - signing out ends the sockets of that session;
 - deleting a conversation (the page, the admin, a deleted user's cascade) ends its sockets
   at once, with the code that tells the page it is gone;
+- the owner taking access away (a member removed or made viewer, the team closed:
+  agent/web/sharing.py), or the owner's deactivation, makes every socket and stream of the
+  conversation re-check its access at once (``access.recheck``): those who lost it close;
 - changing a password makes each of the user's sockets check its session against the new
   password hash (``session.recheck``): the sessions signed in with the old password end;
 - revoking an API token (``agent.web.api_tokens.revoke_tokens``, which the admin uses; or saving
@@ -70,7 +73,18 @@ def _send(group: str, kind: str = "user.revoked") -> None:
         log.exception("could not notify %s", group)
 
 
+def recheck_conversation(conversation_id) -> None:
+    """Every socket and stream of the conversation re-checks its access, once the caller's
+    transaction commits (before it, a check would still see the old access)."""
+    from agent.runs.groups import group_name
+
+    group = group_name(conversation_id)
+    transaction.on_commit(lambda: _send(group, "access.recheck"))
+
+
 def revoke_user(user) -> None:
+    from django.db.models import Q
+
     from agent.access import owned_by
     from agent.models import Conversation
     from agent.runs.manager import cancel_from_sync
@@ -79,6 +93,10 @@ def revoke_user(user) -> None:
     running = owned_by(user.pk).filter(state=Conversation.State.RUNNING)
     for conversation_id in running.values_list("id", flat=True):
         cancel_from_sync(conversation_id)
+    # The readers of what they shared lose it with them.
+    shared = owned_by(user.pk).filter(Q(team=True) | Q(memberships__isnull=False)).distinct()
+    for conversation_id in shared.values_list("id", flat=True):
+        recheck_conversation(conversation_id)
 
 
 def notify_token_revoked(token_id) -> None:
@@ -161,37 +179,49 @@ def socket_refusal(
     conversation_id, user_id: int, session_key: str | None, session_hash: str | None
 ) -> tuple[str | None, str | None]:
     """Whether a browser socket may go on: (None, the session's hash) if so, else
-    (NOT_FOUND or SIGNED_OUT, None). Blocking (call it from a thread).
+    (NOT_FOUND or SIGNED_OUT, None). Blocking (call it from a thread)."""
+    reason, session_hash, _ = socket_access(conversation_id, user_id, session_key, session_hash)
+    return reason, session_hash
 
-    One query: the conversation is still the user's, the user active, the session still
+
+def socket_access(
+    conversation_id, user_id: int, session_key: str | None, session_hash: str | None
+) -> tuple[str | None, str | None, str | None]:
+    """``socket_refusal`` and the user's role on the conversation now (access.py's roles;
+    None when refused). Blocking (call it from a thread).
+
+    One query: the user active and the conversation still readable by them (their own,
+    shared with them, or the team's; its owner active), their role, the session still
     there and unexpired, and the user's password hash, which the session's hash (read when
     the socket opened) must still match: a password changed since ends the sessions signed
     in with the old one. Only when it does not match is the session read again (one more
     query), in case it was re-signed with the new hash since (Django's
     update_session_auth_hash, after a user changes their own password)."""
     from django.contrib.sessions.models import Session
+    from django.db.models import Subquery
 
-    from agent.access import accessible_to
+    from agent.access import readable_by
     from agent.models import User
 
-    rows = accessible_to(user_id).filter(id=conversation_id)
+    role = readable_by(user_id).filter(id=conversation_id).values("role")[:1]
+    rows = User.objects.filter(pk=user_id, is_active=True).annotate(role=Subquery(role))
     db_sessions = settings.SESSION_ENGINE in _DB_SESSION_ENGINES
     if session_key and db_sessions:
         alive = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
         rows = rows.annotate(alive=Exists(alive))
-        found = rows.values_list("owner__password", "alive").first()
+        found = rows.values_list("password", "role", "alive").first()
     else:
-        found = rows.values_list("owner__password").first()
-        found = (found[0], True) if found else None
-    if found is None:
-        return NOT_FOUND, None
-    password, alive = found
+        found = rows.values_list("password", "role").first()
+        found = (*found, True) if found else None
+    if found is None or found[1] is None:
+        return NOT_FOUND, None, None
+    password, role, alive = found
     if not session_key or not alive:
-        return SIGNED_OUT, None
+        return SIGNED_OUT, None, None
     user = User(pk=user_id, password=password)
     if _hash_matches(session_hash, user):
-        return None, session_hash
+        return None, session_hash, role
     fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key).get(HASH_SESSION_KEY)
     if _hash_matches(fresh, user):
-        return None, fresh
-    return SIGNED_OUT, None
+        return None, fresh, role
+    return SIGNED_OUT, None, None

@@ -1,10 +1,14 @@
-"""Plain function views with explicit owner checks."""
+"""Plain function views, each asking the access helper for the level it needs: reading
+(the page, export), driving (the Files panel of the owner's workspace, which runs work
+in), owning (rename, delete, settings, sharing). 404 for one who cannot read it, 403 for a
+member whose role does not allow the action (interfaces §12)."""
 
 from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -12,16 +16,24 @@ from django.utils.http import content_disposition_header, url_has_allowed_host_a
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import (
+    DRIVE,
+    OWN,
+    READ,
+    allows,
     conversation_for,
     conversations_of,
     empty_conversation_of,
+    members_of,
     new_conversation,
+    shared_with,
 )
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
-from agent.models import Conversation, User
+from agent.models import Conversation, Membership, User
 from agent.runs import search, usage
+from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
+from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import agents, capture_sync, check_available, end_session_sync
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
@@ -31,21 +43,30 @@ from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
-from agent.ui.fragments import live_block
+from agent.ui.fragments import live_block, place_switches
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.live import LiveMarkdown
 from agent.ui.terminal import terminal_fragment
 from agent.ui.transcript import StatusView, Transcript
+from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import Throttled, check_new_conversation
 
 TITLE_MAX = 200
 
 
-def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
+def _reach(request: HttpRequest, conversation_id, level: str) -> Conversation:
+    """The conversation if the user's role allows ``level``; 404 when they cannot read it,
+    403 when they can but their role does not allow this."""
     conversation = conversation_for(request.user, conversation_id)
     if conversation is None:
         raise Http404("No such conversation")
+    if not allows(conversation.role, level):
+        raise PermissionDenied("Your role on this conversation does not allow this.")
     return conversation
+
+
+def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
+    return _reach(request, conversation_id, OWN)
 
 
 def _back_to(request: HttpRequest, fallback) -> HttpResponse:
@@ -112,7 +133,16 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     if found is None:
         raise Http404("No such conversation")
     conversation, events = found
+    role = conversation.role
     transcript = Transcript.of(events)
+    members = members_of(conversation)
+    if role != OWN or conversation.team or members:
+        # A shared conversation names every prompt's author; prompts sent before it was
+        # shared carry none: they were the owner's.
+        for part in transcript.parts:
+            if part.kind == "user" and not part.author:
+                part.author = conversation.owner.get_username()
+    tail_switch = place_switches(transcript.parts, switches(conversation))  # ‹ 2/3 › (§11)
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()
@@ -122,7 +152,12 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     context = {
         "conversation": conversation,
         "conversations": conversations_of(request.user)[:200],
+        "shared": shared_with(request.user)[:200],
+        "role": role,
+        "can_drive": allows(role, DRIVE),
+        **(_share_context(conversation, members=members) if role == OWN else {}),
         "parts": transcript.parts,
+        "tail_switch": tail_switch,
         "queue": transcript.queued,
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
         "part_times": {part.seq: part.timestamp for part in transcript.parts},
@@ -150,6 +185,20 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         else "",
     }
     return render(request, "agent/conversation.html", context)
+
+
+@login_required
+@require_POST
+def fork_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
+    """A copy of the conversation as shown, in a conversation of the user's own (interfaces
+    §11): any reader may fork, a viewer too ("Continue as a copy")."""
+    conversation = _reach(request, conversation_id, READ)
+    at = request.POST.get("at")
+    try:
+        fork = fork_copy(conversation, request.user, int(at) if at and at.isdigit() else None)
+    except RunRefused as refused:
+        return HttpResponse(refused.message, status=400, content_type="text/plain")
+    return redirect("conversation", conversation_id=fork.id)
 
 
 @login_required
@@ -279,8 +328,8 @@ EXPORTS = {
 @login_required
 @require_GET
 def export_conversation(request: HttpRequest, conversation_id, extension: str) -> HttpResponse:
-    """One's own conversation as a Markdown or JSON download (others' are 404)."""
-    conversation = _owned_or_404(request, conversation_id)
+    """A conversation one may read as a Markdown or JSON download (others' are 404)."""
+    conversation = _reach(request, conversation_id, READ)
     kind, render_export = EXPORTS[extension]
     events = list(conversation.events.order_by("seq").values_list("payload", flat=True))
     response = HttpResponse(
@@ -300,11 +349,13 @@ def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     links), or shown as a page on its own (``/files/``)."""
     context: dict = {"error": None, "files_url": reverse("files"), "download_url": "",
                      "download_cap": browse.DOWNLOAD_CAP}  # fmt: skip
-    if conversation_id is not None:
-        conversation = _owned_or_404(request, conversation_id)
+    owner_id = request.user.pk
+    if conversation_id is not None:  # the workspace its runs work in: the owner's
+        conversation = _reach(request, conversation_id, DRIVE)
+        owner_id = conversation.owner_id
         context["files_url"] = reverse("conversation_files", args=[conversation.id])
         context["download_url"] = reverse("download_file", args=[conversation.id])
-    workspace = workspace_for(request.user.pk)
+    workspace = workspace_for(owner_id)
     path = request.GET.get("path", "")
     try:
         rel, shown, truncated = browse.browse(workspace, path)
@@ -332,12 +383,13 @@ def _refusal(message: str, status: int) -> HttpResponse:
 @login_required
 @require_GET
 def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
-    """A file of the user's workspace as an attachment, from a conversation's Files panel.
+    """A file of the conversation's workspace (its owner's) as an attachment, from its Files
+    panel (owner and collaborators).
     Read through the descriptor walk (no symlink out, no FIFO or device, at most
     ``browse.DOWNLOAD_CAP``) and never served as something a browser would render here: an
     octet stream, ``nosniff``, and a sandboxing CSP should it be opened anyway."""
-    _owned_or_404(request, conversation_id)
-    workspace = workspace_for(request.user.pk)
+    conversation = _reach(request, conversation_id, DRIVE)
+    workspace = workspace_for(conversation.owner_id)  # the one its runs work in
     try:
         rel, data = browse.download(workspace, request.GET.get("path", ""))
     except browse.TooLarge as exc:
@@ -357,3 +409,39 @@ def download_response(rel: str, data: bytes) -> HttpResponse:
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
     response["Cache-Control"] = "private, no-store"
     return response
+
+
+def _share_context(conversation: Conversation, error: str = "", members=None) -> dict:
+    """What the owner's share dialog shows."""
+    members = members_of(conversation) if members is None else members
+    return {"conversation": conversation, "members": members,
+            "roles": Membership.Role.choices, "share_error": error}  # fmt: skip
+
+
+@login_required
+@require_POST
+def share(request: HttpRequest, conversation_id) -> HttpResponse:
+    """The owner's share dialog: ``do`` = ``add`` (``username``, ``role``), ``remove``
+    (``username``) or ``team`` (``team`` = ``on`` or absent). The dialog comes back (htmx),
+    saying why not on bad input (nothing stored); without script, back to the page, or a
+    400 saying why not."""
+    conversation = _owned_or_404(request, conversation_id)
+    action, username = request.POST.get("do", ""), request.POST.get("username", "").strip()
+    error = ""
+    try:
+        if action == "add":
+            set_member(conversation, username, request.POST.get("role", ""))
+        elif action == "remove":
+            remove_member(conversation, username)
+        elif action == "team":
+            set_team(conversation, request.POST.get("team") == "on")
+        else:
+            error = "Unknown sharing action."
+    except ShareRefused as refused:
+        error = refused.message
+    if request.headers.get("HX-Request"):
+        # 200 either way: htmx swaps only a success, and the dialog must say why not.
+        return render(request, "agent/_share.html", _share_context(conversation, error))
+    if error:
+        return _refusal(f"Not shared: {error}", 400)
+    return redirect("conversation", conversation_id=conversation.id)

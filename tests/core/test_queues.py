@@ -270,3 +270,25 @@ def test_queue_events_round_trip_through_their_json():
     assert "mode" not in UserEvent(content="plain").to_dict()
     assert UnqueuedEvent(id="x").to_dict().keys() == {"type", "seq", "timestamp", "id"}
     assert QueuedEvent(id="q", content="c", mode="follow_up").to_dict()["mode"] == "follow_up"
+
+
+async def test_each_prompt_and_queued_prompt_carries_its_author_and_the_model_sees_text_only(
+    harness, gate, model_server
+):
+    """Sharing (interfaces §12): who sent a prompt is on its events, never in the history."""
+    loop, events = harness
+    model_server.enqueue(tool_reply(("gate", {})), text_reply("done"), text_reply("again"))
+    task = asyncio.create_task(loop.prompt("from olga", "olga"))
+    await asyncio.wait_for(gate.started.wait(), 10)
+    loop.queue("from cole", "follow_up", author="cole")
+    gate.release.set()
+    await asyncio.wait_for(task, 20)
+    sent = [(e.content, e.author) for e in events if e.type == "user"]
+    assert sent == [("from olga", "olga"), ("from cole", "cole")]
+    queued = next(e for e in events if e.type == "queued")
+    assert queued.author == "cole" and queued.to_dict()["author"] == "cole"
+    assert [e.to_dict()["author"] for e in events if e.type == "user"] == ["olga", "cole"]
+    last = model_server.bodies[-1]["messages"]
+    assert last[-1]["content"] == [{"type": "text", "text": "from cole"}]
+    await loop.prompt("unshared")
+    assert "author" not in [e for e in events if e.type == "user"][-1].to_dict()

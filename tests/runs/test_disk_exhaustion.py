@@ -266,10 +266,10 @@ async def test_a_run_that_cannot_store_its_events_ends_in_error_at_once(
     stored = eventlog.store
     full = asyncio.Event()
 
-    async def store(conversation_id, events, history=None):
+    async def store(conversation_id, events, history=None, branch=0):
         if full.is_set():
             raise OperationalError("database or disk is full")
-        return await stored(conversation_id, events, history)
+        return await stored(conversation_id, events, history, branch)
 
     monkeypatch.setattr(eventlog, "store", store)
     await runs.start(conversation.id, user.pk, "go")

@@ -65,7 +65,8 @@ def test_create_and_list_conversations(alice, bob):
     mine = {c["id"]: c for c in payload["conversations"]}
     assert {first, second} <= set(mine)
     assert mine[first]["title"] == "API chat" and mine[first]["state"] == "idle"
-    assert set(mine[first]) == {"id", "title", "created", "state"}
+    assert set(mine[first]) == {"id", "title", "created", "state", "role"}
+    assert mine[first]["role"] == "owner"
     theirs = {c["id"] for c in bob.call("GET", "/api/conversations")[1]["conversations"]}
     assert first not in theirs and second not in theirs
 

@@ -454,9 +454,9 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     sent_at = []  # when the writer broadcast each frame (what the interval bounds)
     real_broadcast = runs_module.broadcast
 
-    async def timed_broadcast(conversation_id, events, html):
+    async def timed_broadcast(conversation_id, events, html, branch=0):
         sent_at.append((time.monotonic(), events))
-        await real_broadcast(conversation_id, events, html)
+        await real_broadcast(conversation_id, events, html, branch)
 
     monkeypatch.setattr(runs_module, "broadcast", timed_broadcast)
     deltas = 300  # 300 deltas 2 ms apart: far more than one per frame interval

@@ -1,0 +1,78 @@
+"""The owner's sharing of a conversation (interfaces §12): members by username, the team.
+
+One module for the API and the page's share dialog alike. A change that could take access
+away (a member removed or made viewer, the team closed) tells every socket and event
+stream of the conversation to re-check it at once, once the change is committed
+(``access.recheck`` to its group, agent/web/revocation.py): a reader who lost access is
+closed, a collaborator made viewer can no longer drive (that is checked on every frame).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from agent.models import Conversation, Membership, User
+from agent.web.revocation import recheck_conversation
+
+ROLES = tuple(Membership.Role.values)
+USERNAME_MAX = 150
+
+
+class ShareRefused(Exception):
+    """A sharing request that changes nothing: ``code`` for programs, ``message`` for
+    people (a 400)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _member_user(conversation: Conversation, username) -> User:
+    if not isinstance(username, str) or not 0 < len(username) <= USERNAME_MAX:
+        raise ShareRefused("unknown_user", "No such user.")
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise ShareRefused("unknown_user", f"No active user is called {username[:60]!r}.")
+    if user.pk == conversation.owner_id:
+        raise ShareRefused("self_share", "You own this conversation already.")
+    return user
+
+
+def set_member(conversation: Conversation, username, role) -> Membership:
+    """Grant ``username`` ``role`` (added, or changed); ``ShareRefused`` on bad input."""
+    if role not in ROLES:
+        raise ShareRefused("bad_role", f"'role' must be one of {', '.join(ROLES)}.")
+    user = _member_user(conversation, username)
+    with transaction.atomic():
+        membership, created = Membership.objects.select_for_update().get_or_create(
+            conversation=conversation, user=user, defaults={"role": role}
+        )
+        lowered = not created and membership.role != role and role == Membership.Role.VIEWER
+        if membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+        if lowered:  # a collaborator made viewer: their open connections re-check
+            recheck_conversation(conversation.pk)
+    return membership
+
+
+def remove_member(conversation: Conversation, username) -> bool:
+    """Take the member out (their sockets and streams close); False when not a member."""
+    if not isinstance(username, str) or len(username) > USERNAME_MAX:
+        return False
+    with transaction.atomic():
+        removed, _ = Membership.objects.filter(
+            conversation=conversation, user__username=username
+        ).delete()
+        if removed:
+            recheck_conversation(conversation.pk)
+    return bool(removed)
+
+
+def set_team(conversation: Conversation, team: bool) -> None:
+    """Open the conversation to every active user (read-only), or close it again."""
+    with transaction.atomic():
+        Conversation.objects.filter(pk=conversation.pk).update(team=team)
+        if conversation.team and not team:
+            recheck_conversation(conversation.pk)
+    conversation.team = team

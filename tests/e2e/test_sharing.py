@@ -1,0 +1,88 @@
+"""Sharing live between users in real browsers (interfaces §12): the owner shares from the
+page's dialog (keyboard only), a viewer in a second browser context watches a run stream
+live and cannot prompt, a collaborator's prompt shows its author on every page, and the
+viewer's page ends at once when the owner removes them."""
+
+from __future__ import annotations
+
+from testkit.model_server import text_reply
+from tests.e2e.conftest import send, sign_in, wait_idle
+from tests.e2e.test_a11y import axe, axe_context, new_conversation, scheme  # noqa: F401 (fixtures)
+
+
+def share_with(page, username: str, role: str) -> None:
+    """The share dialog, by keyboard: its toggle, the username, the role, Enter."""
+    page.focus("#share-toggle")
+    if page.get_attribute("#share", "open") is None:
+        page.keyboard.press("Enter")
+    page.wait_for_selector("#share-username", state="visible")
+    page.focus("#share-username")
+    page.keyboard.type(username)
+    page.keyboard.press("Tab")
+    page.select_option("#share-role", role)
+    page.focus("#share-username")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f'#share-members [data-member="{username}"][data-role="{role}"]')
+
+
+def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_context, fresh_model):
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    url = alice.url
+    share_with(alice, "bob", "viewer")
+    share_with(alice, "mallory", "collaborator")
+
+    bob = sign_in(new_context(), "bob")
+    bob.goto(url)
+    bob.wait_for_selector("body[data-ws=open]")
+    assert bob.is_disabled("#prompt") and bob.is_visible("#read-only-note")
+    assert bob.query_selector("#share-toggle") is None
+    assert "Watching alice" in bob.inner_text("#role-badge")
+
+    # The owner's run streams into the viewer's page as it happens.
+    fresh_model.enqueue(text_reply("streaming to every reader " * 40, chunk=4, delay=0.02))
+    send(alice, "tell the team")
+    bob.wait_for_selector("#live-text")  # live, while it is still being written
+    wait_idle(bob)
+    assert bob.locator('[data-part=user][data-author="alice"]').count() == 1
+    assert "streaming to every reader" in bob.locator("[data-part=text]").last.inner_text()
+
+    # (a frame sent by hand is refused on the socket: tests/web/test_sharing.py)
+
+    # A collaborator prompts; every page names them beside the prompt.
+    mallory = sign_in(new_context(), "mallory")
+    mallory.goto(url)
+    mallory.wait_for_selector("body[data-ws=open]")
+    assert not mallory.is_disabled("#prompt")
+    fresh_model.enqueue(text_reply("answered mallory"))
+    send(mallory, "from mallory")
+    for page in (alice, bob, mallory):
+        part = page.locator('[data-part=user][data-author="mallory"]')
+        part.wait_for()
+        assert part.locator(".user-author").inner_text() == "mallory"
+    wait_idle(alice)
+
+    # Removed: the viewer's page is told at once and can send nothing more.
+    alice.focus("#share-toggle")
+    alice.click('#share-members [data-member="bob"] button')
+    alice.wait_for_selector('#share-members [data-member="bob"]', state="detached")
+    bob.wait_for_selector("#conversation-gone", state="visible")
+    alice.click('#share-members [data-member="mallory"] button')
+    alice.wait_for_selector('#share-members [data-member="mallory"]', state="detached")
+
+
+def test_axe_on_the_open_share_dialog_and_a_viewers_page(axe_context, fresh_model):  # noqa: F811
+    alice = sign_in(axe_context(), "alice")
+    new_conversation(alice)
+    share_with(alice, "bob", "viewer")
+    alice.fill("#share-username", "nobody-here")
+    alice.press("#share-username", "Enter")
+    alice.wait_for_selector("#share-error")
+    assert axe(alice, "share dialog open, with a refusal") == []
+    bob = sign_in(axe_context(), "bob")
+    bob.goto(alice.url)
+    bob.wait_for_selector("body[data-ws=open]")
+    assert axe(bob, "a viewer's page") == []
+    alice.click('#share-members [data-member="bob"] button')
+    alice.wait_for_selector('#share-members [data-member="bob"]', state="detached")
