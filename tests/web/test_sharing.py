@@ -39,11 +39,17 @@ def live(tmp_path_factory, model):
     # (a management shell), and other servers' groups must not hear these revocations.
     # Heartbeats a minute apart: what ends a revoked stream is the message, not a re-check.
     redis_url = re.sub(r"/\d*$", "", require_redis().rstrip("/")) + "/12"
+    # The database is this module's own: counters a run before left there (the hourly
+    # conversation limit counts by user id, and a fresh PostgreSQL reuses the ids) go.
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
     with fresh_pg_database() as database_url:
         server = LiveServer(tmp_path_factory.mktemp("sharing"), ANTHROPIC_API_KEY="test-key",
                             DATABASE_URL=database_url, REDIS_URL=redis_url,
                             ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
                             HARNESS_SSE_HEARTBEAT="60", HARNESS_RUNS_PER_MINUTE="200",
+                            HARNESS_CONVERSATIONS_PER_HOUR="1000",
                             HARNESS_CONCURRENT_RUNS="5")  # fmt: skip
         server.start()
         try:
