@@ -31,7 +31,7 @@ def click_and_read(page, button) -> str:
 
 
 def copy_buttons(part) -> dict[str, object]:
-    buttons = part.locator(".part-actions button")
+    buttons = part.locator(".part-actions button.copy")
     return {buttons.nth(i).inner_text(): buttons.nth(i) for i in range(buttons.count())}
 
 

@@ -27,7 +27,10 @@ HAZARDS = """() => {
     if (['script','iframe','object','embed','svg','math','form','input','base','meta','style',
          'img','video','audio','link','frame','frameset','textarea','button','select']
         .includes(tag) && !el.closest('.code-wrap > button')) {
-      if (!(tag === 'button' && el.classList.contains('copy'))) bad.push(tag);
+      // the page's own controls on a part: copy, and Edit / Regenerate / ‹ › (§11)
+      const own = el.classList.contains('copy') || el.matches('.part-actions > button.branch-edit, '
+        + '.part-actions > button.branch-regenerate, [data-branch-switch] > button');
+      if (!(tag === 'button' && own)) bad.push(tag);
     }
     for (const attr of el.attributes) {
       const name = attr.name.toLowerCase();
