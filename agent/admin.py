@@ -3,6 +3,7 @@ and the deployment's instructions for the agent."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import zipfile
 from io import BytesIO
@@ -11,6 +12,8 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.http import HttpResponse
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.html import format_html, format_html_join
 
 from agent.core.events import USAGE_FIELDS
@@ -25,6 +28,7 @@ from agent.models import (
 )
 from agent.runs import usage
 from agent.runs.eventlog import from_stored
+from agent.ui import usage_chart
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
 from agent.web import api_tokens as tokens
@@ -225,3 +229,41 @@ class UsageDayAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+    def get_urls(self):
+        # admin_view: staff only (anyone else gets the admin's login), like every admin page.
+        return [
+            path("chart/", self.admin_site.admin_view(self.chart_view), name="usage_chart"),
+            path("chart.csv", self.admin_site.admin_view(self.csv_view), name="usage_csv"),
+            *super().get_urls(),
+        ]
+
+    def _rows(self) -> tuple[list[usage_chart.Row], list]:
+        today = datetime.datetime.now(datetime.UTC).date()
+        days = usage_chart.days_back(today, CHART_DAYS)
+        return [usage_chart.Row(*row) for row in usage.team_days(days[0])], days
+
+    def chart_view(self, request):
+        rows, days = self._rows()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Usage, last {CHART_DAYS} days (UTC)",
+            "opts": self.model._meta,
+            "charts": [
+                usage_chart.chart(rows, days, "cost_usd", "Cost (USD) per user per day"),
+                usage_chart.chart(rows, days, "tokens", "Tokens (in + out) per user per day"),
+            ],
+            "rows": rows,
+        }
+        return TemplateResponse(request, "admin/agent/usage_chart.html", context)
+
+    def csv_view(self, request):
+        rows, days = self._rows()
+        response = HttpResponse(usage_chart.to_csv(rows), content_type="text/csv; charset=utf-8")
+        name = f"harness-usage-{days[0].isoformat()}-{days[-1].isoformat()}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+
+
+CHART_DAYS = 30

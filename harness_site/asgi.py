@@ -20,7 +20,7 @@ from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 GC_YOUNG_THRESHOLD = 10_000
-UPLOAD_PATHS = ("/api/files/",)  # raw file bodies (interfaces §13), HARNESS_MAX_UPLOAD_MB
+UPLOAD_PATHS = ("/api/files/", "/files/upload/")  # raw file bodies (§13): HARNESS_MAX_UPLOAD_MB
 
 
 def body_limit(scope: dict) -> int:

@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
-from agent.web import api, files_api, health, views
+from agent.web import api, files_api, health, uploads, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -29,6 +29,8 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/files/", views.workspace_files, name="conversation_files"),
     path("c/<uuid:conversation_id>/files/download", views.download_file, name="download_file"),
     path("files/", views.workspace_files, name="files"),
+    # Any name at all reaches the view (a newline too), which refuses the bad ones with 400.
+    re_path(r"^files/upload/(?P<name>(?s:.+))$", uploads.upload, name="upload"),
     path("account/theme", views.set_theme, name="set_theme"),
     path("api/conversations", api.conversations, name="api_conversations"),
     path("api/usage", api.usage_view, name="api_usage"),

@@ -90,3 +90,11 @@ def report(user: User, days: int = 31) -> dict[str, Any]:
             for row in rows
         ],  # fmt: skip
     }
+
+
+def team_days(since: datetime.date) -> list[tuple]:
+    """Every user's days from ``since`` (the admin's usage page, staff only):
+    (date, username, cost, input tokens, output tokens), by date then username."""
+    rows = UsageDay.objects.filter(date__gte=since).order_by("date", "user__username")
+    return list(rows.values_list("date", "user__username", "cost_usd", "input_tokens",
+                                 "output_tokens"))  # fmt: skip

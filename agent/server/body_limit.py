@@ -61,7 +61,7 @@ def _content_length(scope: dict) -> int | None:
 
 async def _refuse(scope: dict, send, limit: int) -> None:
     message = f"The request body is over the limit of {limit:,} bytes."
-    if scope.get("path", "").startswith("/api/"):
+    if scope.get("path", "").startswith(("/api/", "/files/upload/")):  # fetch()ed: JSON
         body, kind = (
             json.dumps({"error": "too_large", "message": message}).encode(),
             b"application/json",

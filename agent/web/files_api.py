@@ -52,6 +52,13 @@ def files(request: HttpRequest, path: str = "") -> HttpResponse:
 def _upload(request: HttpRequest, workspace, path: str) -> HttpResponse:
     if not path or path.endswith("/"):
         return api_error(400, "bad_path", "name the file to write")
+    return store(request, workspace, path)
+
+
+def store(request: HttpRequest, workspace, path: str) -> HttpResponse:
+    """Write the request's raw body to ``path`` in the workspace, whole or not at all (the
+    workspace writes a temporary file and renames it), within the upload and quota limits.
+    The API's ``PUT`` and the page's upload (``agent/web/uploads.py``) alike."""
     limit = settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024
     data = request.read(limit + 1)  # (the body limit has already refused a larger one)
     if len(data) > limit:

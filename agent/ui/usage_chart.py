@@ -1,0 +1,104 @@
+"""The admin's usage charts and their CSV (interfaces §13), drawn on the server.
+
+One bar per user per day, its height proportional to the day's largest figure, its
+``<title>`` naming the user, the day and the value (what a pointer shows). Plain SVG with
+presentation attributes only: no script, no inline style (the CSP allows neither), no chart
+library. Usernames are escaped into the SVG and defused in the CSV (a cell a spreadsheet
+would read as a formula gets a leading apostrophe).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+# Distinguishable on light and dark backgrounds; users beyond them reuse the colours.
+PALETTE = ("#3b82f6", "#f97316", "#10b981", "#a855f7", "#ef4444", "#eab308", "#06b6d4", "#64748b")
+
+HEIGHT = 200  # the tallest bar, in SVG units
+BAR = 6  # one user's bar
+GAP = 4  # between days
+LEFT, TOP, BOTTOM = 8, 8, 24
+
+
+@dataclass(frozen=True)
+class Row:
+    date: datetime.date
+    username: str
+    cost_usd: Decimal
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def days_back(today: datetime.date, count: int) -> list[datetime.date]:
+    return [today - datetime.timedelta(days=n) for n in range(count - 1, -1, -1)]
+
+
+def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -> SafeString:
+    """An SVG bar chart of ``metric`` (``cost_usd`` or ``tokens``) per user per day."""
+    users = sorted({row.username for row in rows})
+    colour = {name: PALETTE[n % len(PALETTE)] for n, name in enumerate(users)}
+    slot = max(1, len(users)) * BAR + GAP
+    top = max((getattr(row, metric) for row in rows), default=0) or 1
+    column = {day: n for n, day in enumerate(days)}
+    bars = []
+    for row in rows:
+        if row.date not in column:
+            continue
+        value = getattr(row, metric)
+        height = round(float(value) / float(top) * HEIGHT, 2)
+        x = LEFT + column[row.date] * slot + users.index(row.username) * BAR
+        shown = f"${value:.4f}" if metric == "cost_usd" else f"{value:,} tokens"
+        bars.append((
+            x, TOP + HEIGHT - height, BAR - 1, height, colour[row.username],
+            row.username, row.date.isoformat(), row.username, row.date.isoformat(), shown,
+        ))  # fmt: skip
+    width = LEFT * 2 + len(days) * slot
+    ticks = [(LEFT + n * slot, TOP + HEIGHT + 16, day.strftime("%d %b"))
+             for n, day in enumerate(days) if n % 7 == 0 or n == len(days) - 1]  # fmt: skip
+    swatch = '<svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
+    swatch += 'fill="{}"/>'
+    legend = format_html_join("", "<li>" + swatch + "</svg> {}</li>",
+                              ((colour[u], u) for u in users))  # fmt: skip
+    return format_html(
+        '<figure class="usage-chart" data-metric="{}"><figcaption>{} (top: {})</figcaption>'
+        '<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{}" width="{}" '
+        'height="{}" viewBox="0 0 {} {}"><line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#888"/>'
+        "{}{}</svg><ul class=\"usage-legend\">{}</ul></figure>",
+        metric, label, f"${top:.4f}" if metric == "cost_usd" else f"{top:,}", label,
+        width, TOP + HEIGHT + BOTTOM, width, TOP + HEIGHT + BOTTOM,
+        LEFT, TOP + HEIGHT, width - LEFT, TOP + HEIGHT,
+        format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}" fill="{}" '
+                         'data-user="{}" data-date="{}"><title>{} {}: {}</title></rect>', bars),
+        format_html_join("", '<text x="{}" y="{}" font-size="10" fill="#888">{}</text>', ticks),
+        legend,
+    )  # fmt: skip
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def cell(text: str) -> str:
+    """A text cell a spreadsheet will show as text, never evaluate (OWASP's advice)."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def to_csv(rows: Iterable[Row]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(["date", "username", "cost_usd", "input_tokens", "output_tokens"])
+    for row in rows:
+        writer.writerow([row.date.isoformat(), cell(row.username), f"{row.cost_usd:.6f}",
+                         row.input_tokens, row.output_tokens])  # fmt: skip
+    return out.getvalue()

@@ -1,0 +1,98 @@
+"""The admin's usage page: SVG bars per user-day drawn on the server, the same data as CSV,
+staff only."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import re
+from decimal import Decimal
+
+import pytest
+
+from agent.models import UsageDay, User
+
+pytestmark = pytest.mark.django_db
+
+TODAY = datetime.datetime.now(datetime.UTC).date()
+
+
+@pytest.fixture
+def staff(client):
+    client.force_login(User.objects.create_superuser("root", password="pw-root-123"))
+
+
+@pytest.fixture
+def spend():
+    ada = User.objects.create_user("ada", password="pw-ada-123")
+    evil = User.objects.create_user("=HYPERLINK(1)<b>", password="pw-evil-123")
+    yesterday = TODAY - datetime.timedelta(days=1)
+    rows = [
+        (ada, yesterday, "2.000000", 1000, 500),
+        (ada, TODAY, "1.000000", 300, 200),
+        (evil, TODAY, "0.500000", 100, 0),
+        (ada, TODAY - datetime.timedelta(days=45), "9.000000", 9, 9),  # outside 30 days
+    ]
+    for user, day, cost, tokens_in, tokens_out in rows:
+        UsageDay.objects.create(user=user, date=day, cost_usd=Decimal(cost),
+                                input_tokens=tokens_in, output_tokens=tokens_out)  # fmt: skip
+    return ada, evil
+
+
+def _bars(page: str, metric: str) -> dict[tuple[str, str], tuple[float, str]]:
+    figure = re.search(rf'<figure class="usage-chart" data-metric="{metric}">(.*?)</figure>',
+                       page, re.S).group(1)  # fmt: skip
+    bar = (r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="([^"]+)" fill="[^"]+" '
+           r'data-user="([^"]+)" data-date="([^"]+)"><title>([^<]*)</title>')  # fmt: skip
+    bars = re.findall(bar, figure)
+    return {(user, day): (float(height), title) for height, user, day, title in bars}
+
+
+def test_the_cost_chart_has_a_bar_per_user_day_scaled_to_the_largest(client, staff, spend):
+    page = client.get("/admin/agent/usageday/chart/").content.decode()
+    bars = _bars(page, "cost_usd")
+    yesterday = (TODAY - datetime.timedelta(days=1)).isoformat()
+    evil = "=HYPERLINK(1)&lt;b&gt;"
+    assert set(bars) == {("ada", yesterday), ("ada", TODAY.isoformat()), (evil, TODAY.isoformat())}
+    assert bars[("ada", yesterday)][0] == 200.0  # the largest: full height
+    assert bars[("ada", TODAY.isoformat())][0] == 100.0
+    assert bars[(evil, TODAY.isoformat())][0] == 50.0
+    assert bars[("ada", yesterday)][1] == f"ada {yesterday}: $2.0000"
+    assert "<b>" not in page.split("usage-charts", 1)[1]  # the username is escaped
+
+
+def test_the_token_chart_counts_input_and_output(client, staff, spend):
+    bars = _bars(client.get("/admin/agent/usageday/chart/").content.decode(), "tokens")
+    assert bars[("ada", TODAY.isoformat())] == (
+        round(500 / 1500 * 200, 2),
+        f"ada {TODAY.isoformat()}: 500 tokens",
+    )
+
+
+def test_the_csv_holds_the_same_rows_with_formulas_defused(client, staff, spend):
+    response = client.get("/admin/agent/usageday/chart.csv")
+    assert response["Content-Type"].startswith("text/csv")
+    assert response["Content-Disposition"].startswith("attachment;")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    yesterday = (TODAY - datetime.timedelta(days=1)).isoformat()
+    assert rows == [
+        ["date", "username", "cost_usd", "input_tokens", "output_tokens"],
+        [yesterday, "ada", "2.000000", "1000", "500"],
+        [TODAY.isoformat(), "'=HYPERLINK(1)<b>", "0.500000", "100", "0"],
+        [TODAY.isoformat(), "ada", "1.000000", "300", "200"],
+    ]
+
+
+@pytest.mark.parametrize("url", ["/admin/agent/usageday/chart/", "/admin/agent/usageday/chart.csv"])
+def test_non_staff_get_the_admin_login(client, spend, url):
+    client.force_login(spend[0])
+    response = client.get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    client.logout()
+    assert client.get(url)["Location"].startswith("/admin/login/")
+
+
+def test_the_usage_list_links_to_the_charts(client, staff, spend):
+    page = client.get("/admin/agent/usageday/").content.decode()
+    assert 'href="/admin/agent/usageday/chart/"' in page
