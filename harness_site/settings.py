@@ -233,9 +233,6 @@ HARNESS_AGENT_COMMANDS = {
 }
 HARNESS_AGENT_IDLE_MINUTES = env_int("HARNESS_AGENT_IDLE_MINUTES", 30, minimum=1)
 HARNESS_AGENT_STATE = Path(env_str("HARNESS_AGENT_STATE", str(VAR_DIR / "cli-agents")))
-# Tests only, before the model gateway exists: the CLI reaches this URL directly, with the
-# host's network shared into its sandbox. Never set it in production.
-HARNESS_AGENT_DIRECT_MODEL_URL = env_str("HARNESS_AGENT_DIRECT_MODEL_URL", "")
 # What all of one user's sandboxed bash commands may hold at once (agent/core/tools/cgroups.py):
 # enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
 # `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when

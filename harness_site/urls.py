@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from agent.web import api, files_api, health, uploads, views
+from agent.web import api, files_api, health, llm, uploads, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -76,6 +76,7 @@ urlpatterns = [
         name="api_approval",
     ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
+    path("llm/anthropic/<path:rest>", llm.anthropic, name="llm_anthropic"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -22,7 +22,14 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from agent.core.cli_agents.session import CliExited
-from agent.core.events import ApprovalDecisionEvent, ErrorEvent, Event, StatusEvent, UserEvent
+from agent.core.events import (
+    ApprovalDecisionEvent,
+    ErrorEvent,
+    Event,
+    StatusEvent,
+    UsageEvent,
+    UserEvent,
+)
 from agent.core.loop import NotRunning
 from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import sessions
@@ -143,7 +150,7 @@ class CliAgent:
         try:
             entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent,
                                                self.approval, self.model)  # fmt: skip
-            entry.gateway.begin_run(uuid.uuid4().hex)
+            entry.gateway.begin_run(uuid.uuid4().hex, on_usage=self._emit)
             parser = entry.provider.parser()
             self._entry, self._parser = entry, parser
             await entry.session.send(entry.provider.prompt_input(content))
@@ -190,9 +197,13 @@ class CliAgent:
         self._emit(StatusEvent(state="error", message=message[:200]))
 
     async def _follow(self, entry, parser) -> None:
+        # Through the deployment's gateway, usage is metered there from the upstream's own
+        # figures; the CLI's report of it would count every call twice (and could lie).
+        metered = entry.gateway.meters
         async for line in entry.session.lines():
             for event in parser.feed(line):
-                self._emit(event)
+                if not (metered and isinstance(event, UsageEvent)):
+                    self._emit(event)
             if parser.finished:
                 return
 

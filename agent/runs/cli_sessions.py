@@ -2,10 +2,11 @@
 
 One session per conversation: started on its first prompt, reused by the next, ended when
 the conversation is deleted, when unused for HARNESS_AGENT_IDLE_MINUTES, and when the
-server stops. tmux's own server outlives ours: after a restart a conversation's surviving
-session is adopted (re-attached, reading from its log's end) when its next prompt comes,
-and one whose CLI is gone is started again, resuming the CLI's own session. A run that a
-crash cut short is marked interrupted by the lease reaper, as for the built-in agent.
+server stops. tmux's own server outlives ours, but a session left by an earlier process is
+not re-attached: its model credential and gateway socket died with that process. The next
+prompt starts the CLI anew, resuming the CLI's own session; the orphan scan ends the old
+one. A run that a crash cut short is marked interrupted by the lease reaper, as for the
+built-in agent.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.conf import settings
 from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agents, detect_cached
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
+from agent.runs.llm_gateway import open_gateway
 from agent.runs.workspaces import sandbox_ids, workspace_for
 
 log = logging.getLogger(__name__)
@@ -67,42 +69,6 @@ def _socket() -> str:
     return str(state / "tmux.sock")
 
 
-class DirectGateway:
-    """Tests only (HARNESS_AGENT_DIRECT_MODEL_URL): the CLI calls the model server itself,
-    with a dummy key (never the deployment's) and the host's network shared in."""
-
-    share_net = True
-
-    def __init__(self, url: str):
-        self.env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "direct-test-credential"}
-
-    def bwrap_args(self) -> list[str]:
-        return []
-
-    def wrap_command(self, argv: list[str]) -> list[str]:
-        return argv
-
-    def begin_run(self, run_id) -> None:
-        pass
-
-    def end_run(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-
-async def _open_gateway(conversation_id: str, owner_id: int):
-    if settings.HARNESS_AGENT_DIRECT_MODEL_URL:
-        return DirectGateway(settings.HARNESS_AGENT_DIRECT_MODEL_URL)
-    try:
-        from agent.runs.llm_gateway import open_gateway  # the model gateway (its own branch)
-    except ImportError:
-        raise RuntimeError("CLI agents need the deployment's model gateway (/llm/anthropic), "
-                           "which this server does not have") from None  # fmt: skip
-    return await open_gateway(conversation_id, owner_id)
-
-
 class Entry:
     def __init__(self, session: CliSession, gateway, provider: Provider):
         self.session, self.gateway, self.provider = session, gateway, provider
@@ -121,8 +87,8 @@ class CliSessions:
 
     async def session_for(self, conversation_id: str, owner_id: int, agent: str,
                           approval: str = "auto", model: str | None = None) -> Entry:  # fmt: skip
-        """The conversation's live session: this process's, else a surviving one adopted,
-        else a new one (resuming the CLI's own session when there was one). A changed
+        """The conversation's live session: this process's, else a new one (resuming the
+        CLI's own session when there was one). A changed
         tool approval or model restarts the CLI (command-line flags), resuming its session."""
         self._ensure_reaper()
         key = str(conversation_id)
@@ -141,7 +107,7 @@ class CliSessions:
         if executable is None:
             raise RuntimeError(f"{agent} is not installed")
         workspace = await asyncio.to_thread(workspace_for, owner_id)
-        gateway = await _open_gateway(key, owner_id)
+        gateway = await open_gateway(key, owner_id)
         state_dir = self._state_dir(key)
         marker = Path(state_dir) / "cli-session"
         resume = await asyncio.to_thread(lambda: marker.read_text().strip() if marker.exists()
@@ -153,15 +119,12 @@ class CliSessions:
             home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / str(int(owner_id))),
             state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
             wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
-            share_net=getattr(gateway, "share_net", False), resume=resume or None, prefix=PREFIX,
+            resume=resume or None, prefix=PREFIX,
             approval=approval, model=model,
         )  # fmt: skip
         session = CliSession(self.tmux(), spec)
         try:
-            if await self._adopt(session):
-                log.info("re-attached to the surviving tmux session %s", session.name)
-            else:
-                await session.start()
+            await session.start()
         except BaseException:
             with contextlib.suppress(Exception):
                 await gateway.close()
@@ -169,23 +132,6 @@ class CliSessions:
         entry = Entry(session, gateway, provider)
         self._entries[key] = entry
         return entry
-
-    async def _adopt(self, session: CliSession) -> bool:
-        """A session left by an earlier server process, its CLI still alive: used as it
-        is (seed 003's start-up: re-attach). Its credential came from that process's
-        gateway, so with a real gateway it is restarted instead."""
-        if not settings.HARNESS_AGENT_DIRECT_MODEL_URL:
-            return False
-        windows = await session.tmux.run("list-windows", "-t", f"={session.name}", "-F",
-                                         "#{window_name}", check=False)  # fmt: skip
-        names = windows.split()
-        if not names:
-            return False
-        session.window, session.target = names[0], f"{session.name}:{names[0]}"
-        if not await session.alive():
-            return False
-        session.skip_output()
-        return True
 
     def remember(self, conversation_id: str, marker: str | None) -> None:
         """Keep what resumes the CLI's session in a new process (blocking: a small write)."""

@@ -40,7 +40,7 @@ def live(tmp_path_factory, model):
     clis = install_cli_agents()
     root = tmp_path_factory.mktemp("cli")
     server = LiveServer(root, ANTHROPIC_API_KEY="the-deployments-real-key",
-                        ANTHROPIC_BASE_URL=model.url, HARNESS_AGENT_DIRECT_MODEL_URL=model.url,
+                        ANTHROPIC_BASE_URL=model.url,
                         HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
                         HARNESS_AGENT_PI_COMMAND=clis["pi"],
                         HARNESS_AGENT_STATE=str(root / "cli"),
@@ -123,11 +123,17 @@ def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, 
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     name = f"ah-{conversation_id}"
     assert name in tmux_sessions(live)
-    # The model saw the prompt, and never the deployment's key.
+    # The model saw the prompt through the deployment's gateway: with the deployment's key,
+    # which the CLI never had (its own credential stayed at the gateway).
     requests = [r for r in model.requests if (r["body"] or {}).get("tools")]
     assert {r["body"]["model"] for r in requests} == {"claude-haiku-4-5"}  # the conversation's
-    assert requests and all("the-deployments-real-key" not in str(r["headers"])
-                            for r in model.requests)  # fmt: skip
+    keys = {({k.lower(): v for k, v in r["headers"].items()}).get("x-api-key")
+            for r in model.requests}  # fmt: skip
+    assert requests and keys == {"the-deployments-real-key"}
+    assert "hgw-" not in str([r["headers"] for r in model.requests])
+    # Each call metered once, by the gateway (the CLI's own report of it is not stored).
+    answered = [r for r in model.requests if r["path"].split("?")[0] == "/v1/messages"]
+    assert len([e for e in events if e["type"] == "usage"]) == len(answered)
 
     pid = _pane_pid(live, name)
     assert pid.isdigit()
@@ -167,7 +173,7 @@ def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
         with contextlib.suppress(OSError):
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             assert b"the-deployments-real-key" not in environ
-            assert b"ANTHROPIC_API_KEY=" not in environ or b"direct-test-credential" in environ
+            assert b"ANTHROPIC_API_KEY=" not in environ or b"ANTHROPIC_API_KEY=hgw-" in environ
     for folder in (live.root / "cli" / "homes", live.root / "workspaces"):
         for path in folder.rglob("*"):
             if path.is_file():
@@ -208,8 +214,9 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
 
 
 def test_a_cli_runs_usage_counts_against_the_owners_budget(live, alice, model):
-    """The CLI's usage events are stored like the built-in agent's: into the conversation's
-    totals and the owner's monthly spend, so a spent budget refuses the next prompt."""
+    """The gateway meters the CLI's model calls from the upstream's figures into the
+    conversation's totals and the owner's monthly spend, so a spent budget refuses the
+    next prompt."""
     live.manage("shell", "-c", "from agent.models import User; "
                 "User.objects.create_user('carol', password='pw-carol-1234', "
                 "monthly_budget_usd='0.01')")  # fmt: skip
@@ -221,7 +228,8 @@ def test_a_cli_runs_usage_counts_against_the_owners_budget(live, alice, model):
     script(model, costly)
     events = prompt_and_read(carol, conversation_id, "spend")
     usage = [e for e in events if e["type"] == "usage"]
-    assert events[-1]["state"] == "idle" and usage and usage[0]["cost_usd"] > 0.01
+    assert events[-1]["state"] == "idle" and usage
+    assert max(u["cost_usd"] for u in usage) > 0.01
     status, body = carol.call("POST", f"/api/conversations/{conversation_id}/prompt",
                               {"content": "more"})  # fmt: skip
     assert (status, body["error"]) == (429, "budget_exceeded")

@@ -4,6 +4,7 @@ ended when the conversation is deleted and when unused for HARNESS_AGENT_IDLE_MI
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import time
@@ -81,7 +82,8 @@ def test_deleting_the_conversation_ends_its_tmux_session(client, ada, tmux_socke
 
 def test_sessions_unused_for_the_idle_time_are_ended_and_used_ones_kept(tmux_socket, settings):
     from agent.core.cli_agents.session import CliSession, SessionSpec
-    from agent.runs.cli_sessions import CliSessions, DirectGateway, Entry
+    from agent.runs.cli_sessions import CliSessions, Entry
+    from agent.runs.llm_gateway import open_gateway
 
     settings.HARNESS_AGENT_IDLE_MINUTES = 1
     registry = CliSessions()
@@ -94,11 +96,15 @@ def test_sessions_unused_for_the_idle_time_are_ended_and_used_ones_kept(tmux_soc
             session = CliSession(registry.tmux(), spec)
             await session.tmux.run("new-session", "-d", "-s", session.name, "sleep 300")
             session.last_used -= idle
-            registry._entries[key] = made[key] = Entry(session, DirectGateway("x"),
-                                                       spec.provider)  # fmt: skip
-        return await registry.reap_idle()
+            gateway = await open_gateway(key, 1)
+            registry._entries[key] = made[key] = Entry(session, gateway, spec.provider)
+        ended = await registry.reap_idle()
+        await made["fresh"].gateway.close()
+        return ended, made["old"].gateway
 
-    assert asyncio.run(scenario()) == ["old"]
+    ended, old_gateway = asyncio.run(scenario())
+    assert ended == ["old"]
+    assert not os.path.exists(old_gateway._directory)  # its model socket went with it
     sessions = _tmux(tmux_socket, "list-sessions", "-F", "#{session_name}").stdout.split()
     assert sessions == ["ah-fresh"]
 

@@ -39,7 +39,9 @@ PAGE_MATRIX = {
 # on the caller's own things only (their tests: test_views, test_files_api, test_search…).
 USER_SCOPED = ("home", "create_conversation", "files", "set_theme", "api_conversations",
                "api_agents", "api_usage", "api_files_root", "api_files", "api_search", "search",
-               "healthz", "login", "logout", "upload")  # fmt: skip
+               "healthz", "login", "logout", "upload",
+               # A CLI session's credential, not a user, is what it answers (test_llm_gateway).
+               "llm_anthropic")  # fmt: skip
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """One CLI agent kept alive in a tmux session for one conversation (seed 003's life cycle).
 
 The CLI runs inside the user's bubblewrap sandbox (the bash tool's arguments: only the
-workspace writable, no host files, a cleared environment, no network unless the model
-gateway provides a way out), with the workspace as its working directory and its HOME in
+workspace writable, no host files, a cleared environment, no network: the model gateway's
+socket is the one way out), with the workspace as its working directory and its HOME in
 the user's own area (never the server's home). Its structured output reaches the server
 through ``pipe-pane`` into a log outside the sandbox, read here from where the last read
 stopped; the pane itself is the live terminal.
@@ -14,7 +14,6 @@ Session naming (seed 003): session ``{prefix}-{conversation id}``, window
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import time
@@ -64,7 +63,6 @@ class SessionSpec:
     extra_bwrap: list[str] = field(default_factory=list)  # the gateway's bind mounts
     wrap: Callable[[list[str]], list[str]] | None = None  # the gateway's in-sandbox forwarder
     run_as: tuple[int, int] | None = None  # a root server's per-user uid/gid
-    share_net: bool = False  # tests only: the model server on the host's loopback
     resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
     approval: str = "auto"  # the conversation's tool approval when the session started
@@ -112,14 +110,6 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
     if root is not None:
         extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
                   "--ro-bind", root, CLI_IN_SANDBOX]  # fmt: skip
-    if spec.share_net:
-        if "--unshare-net" in argv:  # a root server's sandbox lists what it unshares
-            argv.remove("--unshare-net")
-        else:
-            extra += ["--share-net"]
-        for path in ("/etc/resolv.conf", "/etc/hosts"):
-            if os.path.exists(path):
-                extra += ["--ro-bind", path, path]
     extra += spec.extra_bwrap
     env = {**spec.provider.env(), **spec.env, "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
     for name, value in env.items():
@@ -208,12 +198,6 @@ class CliSession:
         if len(self._partial) > MAX_LINE:
             self._partial = b""
         return [line.rstrip(b"\r").decode(errors="replace") for line in lines]
-
-    def skip_output(self) -> None:
-        """Read from the log's end (a session adopted after a restart: its old output is
-        not this prompt's)."""
-        with contextlib.suppress(OSError):
-            self._offset = os.path.getsize(self.log_path)
 
     async def lines(self) -> AsyncIterator[str]:
         """The pane's output, line by line, as it comes; ``CliExited`` when the CLI is gone."""

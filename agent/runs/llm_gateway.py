@@ -1,0 +1,278 @@
+"""The deployment's model endpoint for CLI agents (interfaces §14): ``/llm/anthropic``.
+
+A CLI runs in the user's sandbox with no network and must never see the deployment's key.
+Its session gets a private Unix socket served here, bound read-only into the sandbox, and a
+forwarder inside the sandbox (``llm_forwarder.js``) listening on the sandbox's own
+loopback: the CLI's ``ANTHROPIC_BASE_URL`` is ``http://127.0.0.1:PORT/llm/anthropic`` and
+its key a random credential of this session, accepted only while a run of the
+conversation is going on (between prompts, a process the CLI left behind gets nothing).
+
+Each call is forwarded to the deployment's upstream with the deployment's key, the answer
+streamed back unchanged, and its tokens metered from the upstream's own figures (never the
+CLI's report) into the run as ``usage`` events: the conversation's record and its owner's
+budget. The same handler answers ``/llm/anthropic/…`` on the server itself (``views``) for
+this process's credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from django.conf import settings
+
+from agent.core.events import UsageEvent
+from agent.core.pricing import cost_usd
+from agent.runs.llm_metering import Meter
+from agent.runs.workspaces import sandbox_ids
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/llm/anthropic"
+# What a CLI may call: messages (streamed or not) and token counting; nothing else of the
+# upstream's API (no files, no batches, no admin) is reachable through the deployment.
+PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+MAX_BODY = 32 << 20  # a long conversation with images; more is refused (413)
+PORT_IN_SANDBOX = 47011  # on the sandbox's own loopback (its network namespace is private)
+DIR_IN_SANDBOX = "/harness-llm"
+FORWARDER = Path(__file__).with_name("llm_forwarder.js")
+DEFAULT_UPSTREAM = "https://api.anthropic.com"
+# Request headers a CLI may pass upstream; its own credentials are never among them.
+REQUEST_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
+RESPONSE_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry",
+                    "anthropic-ratelimit-requests-remaining")  # fmt: skip
+UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=600)
+
+_by_credential: dict[str, Gateway] = {}
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: AsyncIterator[bytes]
+
+
+def error_reply(status: int, kind: str, message: str) -> Reply:
+    """An answer in the Anthropic API's error shape (what a CLI knows how to show)."""
+    payload = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+    async def body() -> AsyncIterator[bytes]:
+        yield payload.encode()
+
+    return Reply(status, {"content-type": "application/json"}, body())
+
+
+@dataclass
+class Gateway:
+    """One CLI session's way to the model: its socket, its credential, its current run."""
+
+    conversation_id: str
+    owner_id: int
+    credential: str = field(default_factory=lambda: "hgw-" + secrets.token_urlsafe(32))
+    meters = True  # usage comes from here, not from the CLI's report
+    _directory: str = ""
+    _runner: web.AppRunner | None = None
+    _on_usage: Callable[[UsageEvent], None] | None = None
+    _run_id: str | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT_IN_SANDBOX}{PREFIX}",
+            "ANTHROPIC_API_KEY": self.credential,
+        }
+
+    def bwrap_args(self) -> list[str]:
+        return ["--perms", "0755", "--dir", DIR_IN_SANDBOX,
+                "--ro-bind", self._directory, f"{DIR_IN_SANDBOX}/socket",
+                "--ro-bind", str(FORWARDER), f"{DIR_IN_SANDBOX}/forwarder.js"]  # fmt: skip
+
+    def wrap_command(self, argv: list[str]) -> list[str]:
+        """The CLI started by the forwarder once it listens (no call can come too early)."""
+        return ["node", f"{DIR_IN_SANDBOX}/forwarder.js", f"{DIR_IN_SANDBOX}/socket/s",
+                str(PORT_IN_SANDBOX), *argv]  # fmt: skip
+
+    def begin_run(self, run_id: str, on_usage: Callable[[UsageEvent], None] | None = None):
+        self._run_id, self._on_usage = run_id, on_usage
+
+    def end_run(self) -> None:
+        self._run_id, self._on_usage = None, None
+
+    @property
+    def running(self) -> bool:
+        return self._run_id is not None
+
+    async def serve(self) -> None:
+        self._directory = tempfile.mkdtemp(prefix="harness-llm-")  # short: a socket path
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self._handle_socket)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        path = os.path.join(self._directory, "s")
+        await web.UnixSite(self._runner, path).start()
+        ids = sandbox_ids(self.owner_id)
+        if ids is not None:  # the sandbox's user connects to it; nobody else can
+            os.chown(self._directory, *ids)
+            os.chown(path, *ids)
+        os.chmod(path, 0o600)
+        _by_credential[self.credential] = self
+
+    async def close(self) -> None:
+        _by_credential.pop(self.credential, None)
+        self.end_run()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._directory:
+            await asyncio.to_thread(shutil.rmtree, self._directory, True)
+
+    async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            reply = error_reply(413, "request_too_large", "The request is too large.")
+        else:
+            reply = await handle(self, request.method, request.path_qs, request.headers, body)
+        response = web.StreamResponse(status=reply.status, headers=reply.headers)
+        await response.prepare(request)
+        async for chunk in reply.body:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    def meter_answer(self, meter: Meter, asked_model: str) -> None:
+        """The answer's usage into the run (the conversation's log and the owner's days)."""
+        counts = meter.counts()
+        if counts is None or self._on_usage is None:
+            return
+        model = meter.model or asked_model
+        context = sum(counts[n] for n in counts if n != "output_tokens")
+        usage = UsageEvent(**counts, cost_usd=cost_usd(model, **counts), context_tokens=context)
+        try:
+            self._on_usage(usage)
+        except Exception:
+            log.exception("metering a CLI agent's model call failed")
+
+
+async def open_gateway(conversation_id: str, owner_id: int) -> Gateway:
+    gateway = Gateway(str(conversation_id), int(owner_id))
+    await gateway.serve()
+    return gateway
+
+
+def gateway_for(credential: str | None) -> Gateway | None:
+    """The gateway whose credential this is (constant-time against each: there are few)."""
+    found = None
+    for known, gateway in list(_by_credential.items()):
+        if credential and hmac.compare_digest(known.encode(), credential.encode()):
+            found = gateway
+    return found
+
+
+def credential_of(headers) -> str | None:
+    key = headers.get("x-api-key")
+    if key:
+        return key
+    auth = headers.get("authorization") or ""
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+
+async def handle(gateway: Gateway | None, method: str, path_qs: str, headers, body: bytes):
+    """One call of a CLI: checked, forwarded upstream, its answer metered as it passes."""
+    path, _, query = path_qs.partition("?")
+    if not path.startswith(PREFIX) or path.removeprefix(PREFIX) not in PATHS:
+        return error_reply(404, "not_found_error", "Only /v1/messages is served here.")
+    if method != "POST":
+        return error_reply(405, "invalid_request_error", "POST only.")
+    presented = credential_of(headers)
+    if (
+        gateway is None
+        or not presented
+        or not hmac.compare_digest(presented.encode(), gateway.credential.encode())
+    ):
+        return error_reply(401, "authentication_error", "Not a credential of this deployment.")
+    if not gateway.running:
+        return error_reply(403, "permission_error", "No run of this conversation is going on.")
+    if len(body) > MAX_BODY:
+        return error_reply(413, "request_too_large", "The request is too large.")
+    if not settings.ANTHROPIC_API_KEY:
+        return error_reply(503, "api_error", "This deployment has no model key "
+                           "(ANTHROPIC_API_KEY): CLI agents need a real model.")  # fmt: skip
+    endpoint = path.removeprefix(PREFIX)
+    return await _forward(gateway, endpoint, query, headers, body)
+
+
+def _model_of(body: bytes) -> str:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return ""
+    return model if isinstance(model, str) else ""
+
+
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _upstream_session() -> aiohttp.ClientSession:
+    """One connection pool per event loop (an aiohttp session is bound to its loop)."""
+    loop = asyncio.get_running_loop()
+    session = _sessions.get(loop)
+    if session is None or session.closed:
+        session = _sessions[loop] = aiohttp.ClientSession(timeout=UPSTREAM_TIMEOUT,
+                                                          auto_decompress=False)  # fmt: skip
+    return session
+
+
+async def close_upstream() -> None:
+    """Close this loop's connection pool (a test's loop ends; a server's lives on)."""
+    session = _sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
+
+
+async def _forward(gateway: Gateway, endpoint: str, query: str, headers, body: bytes) -> Reply:
+    upstream = (settings.ANTHROPIC_BASE_URL or DEFAULT_UPSTREAM).rstrip("/")
+    sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
+    sent["x-api-key"] = settings.ANTHROPIC_API_KEY
+    sent["accept-encoding"] = "identity"  # metered as it passes: no compressed stream
+    try:
+        response = await _upstream_session().post(
+            upstream + endpoint + (f"?{query}" if query else ""), data=body, headers=sent
+        )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("the model upstream is unreachable: %s", exc)
+        return error_reply(502, "api_error", f"The model upstream is unreachable: {exc}")
+    kept = {name: response.headers[name] for name in RESPONSE_HEADERS if name in response.headers}
+    meter = None
+    if endpoint == "/v1/messages" and response.status < 300:  # counting tokens is free
+        meter = Meter(streamed="event-stream" in kept.get("content-type", ""))
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.content.iter_any():
+                if meter is not None:
+                    meter.feed(chunk)
+                yield chunk
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("the model upstream's answer broke off: %s", exc)
+        finally:
+            response.release()
+            if meter is not None:
+                gateway.meter_answer(meter, _model_of(body))
+
+    return Reply(response.status, kept, relay())
