@@ -1,0 +1,86 @@
+"""A person picks Claude Code for a new conversation in the browser and works with it like
+with the built-in agent (interfaces §14): the prompt, a tool card, the answer as markdown,
+the live terminal, idle; the CLI sandboxed, reaching the model through the gateway."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from testkit.live import LiveServer
+from testkit.model_server import ModelServer, echo_fallback, text_reply, tool_reply
+from tests.cli_agents import install_cli_agents
+from tests.conftest import require_bwrap
+from tests.e2e.conftest import contexts_on, parts, sign_in
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cli_model():
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cli_live(tmp_path_factory, cli_model):
+    require_bwrap()
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    clis = install_cli_agents()
+    root = tmp_path_factory.mktemp("cli-e2e")
+    server = LiveServer(root, ANTHROPIC_API_KEY="the-deployments-key",
+                        ANTHROPIC_BASE_URL=cli_model.url,
+                        HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
+                        HARNESS_AGENT_PI_COMMAND=clis["pi"],
+                        HARNESS_AGENT_STATE=str(root / "cli"))  # fmt: skip
+    server.start()
+    server.create_users("alice")
+    yield server
+    server.stop()
+    subprocess.run(["tmux", "-S", str(root / "cli" / "tmux.sock"), "kill-server"],
+                   capture_output=True)  # fmt: skip
+
+
+@pytest.fixture
+def cli_context(browser, cli_live):
+    yield from contexts_on(browser, cli_live)
+
+
+def test_a_person_picks_claude_code_and_works_with_it_in_the_page(cli_context, cli_model):
+    queue = [tool_reply(("Bash", {"command": "echo from-the-cli > made.txt; cat made.txt"}),
+                        text="Making it."),
+             text_reply("Made **made.txt** for you.")]  # fmt: skip
+    cli_model.reset()
+    cli_model.fallback = lambda body: (
+        queue.pop(0) if body and body.get("tools") and queue else echo_fallback(body)
+    )
+    page = sign_in(cli_context(), "alice")
+    page.select_option("#new-agent", "claude-code")
+    page.click("button.new-conv")
+    page.wait_for_selector(".agent-badge")
+    assert page.inner_text(".agent-badge") == "claude-code"
+    page.wait_for_selector("body[data-ws=open]")
+    page.fill("#prompt", "make a file")
+    page.press("#prompt", "Enter")
+    page.wait_for_function(
+        "() => document.querySelector('#status').dataset.state === 'idle' && "
+        "document.querySelector('#messages [data-part=text] strong')",
+        timeout=90_000,
+    )
+    card = page.locator("#messages [data-part=tool][data-tool-name=Bash]")
+    assert card.count() == 1
+    assert "from-the-cli" in card.inner_text()
+    assert page.locator("#messages [data-part=text] strong").inner_text() == "made.txt"
+    kinds = [kind for kind, _, _ in parts(page)]
+    assert kinds[0] == "user" and "tool" in kinds and kinds[-1] == "text"
+    # The live terminal shows the pane, escaped (no element of the CLI's making).
+    page.wait_for_selector("#terminal-panel #terminal")
+    assert page.locator("#terminal script, #terminal img, #terminal a").count() == 0
+    # The model was reached through the gateway, with the deployment's key.
+    keys = {({k.lower(): v for k, v in r["headers"].items()}).get("x-api-key")
+            for r in cli_model.requests}  # fmt: skip
+    assert keys == {"the-deployments-key"}
