@@ -57,9 +57,9 @@ test: install-dev system-deps cli-agents
 # The external CLI agents (README "External CLI agents"), at the versions the tests pin, into
 # var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the
 # end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
-CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1
+CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33
 cli-agents:
-	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ]; then :; \
+	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ] && [ -x var/cli-agents/node_modules/.bin/opencode ]; then :; \
 	elif command -v npm >/dev/null; then \
 		npm install --no-audit --no-fund --prefix var/cli-agents $(CLI_AGENTS) >/dev/null \
 		|| echo "note: npm install of the CLI agents failed (no registry?)"; \

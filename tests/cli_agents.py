@@ -12,8 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = REPO / "var" / "cli-agents"
-PACKAGES = ("@anthropic-ai/claude-code@2.1.197", "@mariozechner/pi-coding-agent@0.73.1")
-BINARIES = {"claude-code": "claude", "pi": "pi"}
+PACKAGES = (
+    "@anthropic-ai/claude-code@2.1.197",
+    "@mariozechner/pi-coding-agent@0.73.1",
+    "opencode-ai@1.18.33",
+)
+BINARIES = {"claude-code": "claude", "pi": "pi", "opencode": "opencode"}
 
 
 def _missing(reason: str):

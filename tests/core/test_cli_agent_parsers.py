@@ -1,6 +1,6 @@
 """The CLI agents' structured output as the core's events (interfaces §14), on output
-recorded from the real CLIs (Claude Code 2.1, Pi 0.73) against the test model server: a
-prompt whose answer runs one shell command, then answers."""
+recorded from the real CLIs (Claude Code 2.1, Pi 0.73, OpenCode 1.18 through its pane loop)
+against the test model server: a prompt whose answer runs one shell command, then answers."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def parse(name: str, fixture: str):
 @pytest.mark.parametrize(("name", "fixture", "tool"), [
     ("claude-code", "claude_code_tool_run.jsonl", "Bash"),
     ("pi", "pi_rpc_tool_run.jsonl", "bash"),
+    ("opencode", "opencode_tool_run.jsonl", "bash"),
 ])  # fmt: skip
 def test_a_recorded_tool_run_becomes_text_a_tool_card_and_usage(name, fixture, tool):
     parser, events = parse(name, fixture)
@@ -43,7 +44,7 @@ def test_a_recorded_tool_run_becomes_text_a_tool_card_and_usage(name, fixture, t
     assert parser.finished and parser.failed is None
 
 
-@pytest.mark.parametrize("name", ["claude-code", "pi"])
+@pytest.mark.parametrize("name", ["claude-code", "pi", "opencode"])
 def test_hostile_lines_are_skipped_never_raised(name):
     parser = PROVIDERS[name].parser()
     hostile = ["", "not json", "[1, 2]", "null", '"text"', '{"type": 5}', "\x1b[31m{" + "x" * 9999]
@@ -54,10 +55,34 @@ def test_hostile_lines_are_skipped_never_raised(name):
                                             "content": [{"type": "toolCall", "arguments": "x"}]}},
         {"type": "user", "message": {"content": [{"type": "tool_result",
                                                   "content": [{"type": "text", "text": 9}]}]}},
+        {"type": "tool_use", "part": {"tool": 5, "state": {"input": [1], "output": 7}}},
+        {"type": "step_finish", "part": {"tokens": {"input": True, "output": "9"}, "cost": -1}},
+        {"type": "error", "error": "x"}, {"type": "harness_end", "code": "x", "session": 3},
     )]  # fmt: skip
     for line in hostile:
         for event in parser.feed(line):
             json.dumps(event.to_dict())  # whatever comes out is a well-formed event
+
+
+def test_opencode_continues_its_session_and_reports_a_failed_run():
+    provider = PROVIDERS["opencode"]
+    parser, _ = parse("opencode", "opencode_tool_run.jsonl")
+    marker = provider.session_marker(parser)
+    assert marker and marker.startswith("ses_")
+    argv = provider.argv("/opt/cli/opencode", conversation_id="c", resume=marker,
+                         model="claude-haiku-4-5")  # fmt: skip
+    assert argv[-1] == marker and "anthropic/claude-haiku-4-5" in argv[-2]
+    failed = provider.parser()
+    error = {"name": "APIError", "data": {"message": "No run"}}
+    failed.feed(json.dumps({"type": "error", "error": error}))
+    failed.feed(json.dumps({"type": "harness_end", "code": 1, "signal": None}))
+    assert failed.finished and failed.failed == "No run"
+    crashed = provider.parser()
+    crashed.feed(json.dumps({"type": "harness_end", "code": 3, "signal": None}))
+    assert crashed.failed == "opencode exited with code 3"
+    interrupted = provider.parser()
+    interrupted.feed(json.dumps({"type": "harness_end", "code": None, "signal": "SIGINT"}))
+    assert interrupted.finished and interrupted.failed is None
 
 
 def test_a_failed_claude_turn_is_reported_as_the_failure():
@@ -68,7 +93,7 @@ def test_a_failed_claude_turn_is_reported_as_the_failure():
 
 
 def test_a_prompt_is_one_json_line_whatever_its_newlines():
-    for provider in (PROVIDERS["claude-code"], PROVIDERS["pi"]):
+    for provider in (PROVIDERS["claude-code"], PROVIDERS["pi"], PROVIDERS["opencode"]):
         line = provider.prompt_input('first\nsecond\r\n"quoted" \x1b[2J')
         assert line.endswith("\n") and line.count("\n") == 1 and "\x1b" not in line
         assert "first\\nsecond" in line
@@ -80,6 +105,8 @@ def test_a_prompt_is_one_json_line_whatever_its_newlines():
     ("pi", "0.73.1", True),
     ("pi", "1.0.0", False),
     ("pi", "garbage", False),
+    ("opencode", "1.18.33", True),
+    ("opencode", "2.0.0", False),
 ])  # fmt: skip
 def test_unknown_major_versions_are_refused_with_a_clear_message(name, output, ok):
     provider = PROVIDERS[name]

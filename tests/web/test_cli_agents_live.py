@@ -29,7 +29,7 @@ from tests.conftest import require_bwrap
 
 pytestmark = pytest.mark.slow
 
-TOOL_NAMES = {"claude-code": "Bash", "pi": "bash"}
+TOOL_NAMES = {"claude-code": "Bash", "pi": "bash", "opencode": "bash"}
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,7 @@ def live(tmp_path_factory, model):
                         ANTHROPIC_BASE_URL=model.url,
                         HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
                         HARNESS_AGENT_PI_COMMAND=clis["pi"],
+                        HARNESS_AGENT_OPENCODE_COMMAND=clis["opencode"],
                         HARNESS_AGENT_STATE=str(root / "cli"),
                         HARNESS_RUNS_PER_MINUTE="100")  # fmt: skip
     server.start()
@@ -91,14 +92,15 @@ def test_agents_lists_the_installed_clis_and_refuses_unavailable_ones(alice):
     agents = {a["name"]: a for a in body["agents"]}
     assert agents["claude-code"]["available"] and agents["claude-code"]["version"] == "2.1.197"
     assert agents["pi"]["available"] and agents["pi"]["version"] == "0.73.1"
+    assert agents["opencode"]["available"] and agents["opencode"]["version"] == "1.18.33"
     assert not agents["codex"]["available"] and "Responses" in agents["codex"]["reason"]
-    for name in ("codex", "opencode", "no-such-agent"):
+    for name in ("codex", "no-such-agent"):
         status, body = alice.call("POST", "/api/conversations", {"agent": name})
         assert (status, body["error"]) == (400, "agent_unavailable")
     assert alice.call("POST", "/api/conversations", {"agent": 5})[0] == 400
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "pi"])
+@pytest.mark.parametrize("agent", ["claude-code", "pi", "opencode"])
 def test_a_prompt_runs_the_cli_in_its_tmux_session_and_the_next_reuses_it(live, alice, model,
                                                                            agent):  # fmt: skip
     status, body = alice.call("POST", "/api/conversations", {"agent": agent})
@@ -180,19 +182,45 @@ def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
                 assert b"the-deployments-real-key" not in path.read_bytes(), path
 
 
+def _wait_for(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _sandboxed(command: str) -> bool:
+    """Whether a process runs ``command`` (the sandboxed CLI's shell command)."""
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if (
+                entry.name.isdigit()
+                and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+                == command.encode()
+            ):
+                return True
+    return False
+
+
 def _pane_pid(live, name: str) -> str:
     out = subprocess.run(["tmux", "-S", live.socket, "display-message", "-p", "-t", f"={name}:",
                           "#{pane_pid}"], capture_output=True, text=True)  # fmt: skip
     return out.stdout.strip()
 
 
-def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(live, alice,
-                                                                                model):  # fmt: skip
-    conversation_id = alice.call("POST", "/api/conversations", {"agent": "claude-code"})[1]["id"]
-    script(model, tool_reply(("Bash", {"command": "sleep 60"})), text_reply("stopped"))
+@pytest.mark.parametrize("agent", ["claude-code", "opencode"])
+def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
+    live, alice, model, agent
+):
+    conversation_id = alice.call("POST", "/api/conversations", {"agent": agent})[1]["id"]
+    script(model, tool_reply((TOOL_NAMES[agent], {"command": "sleep 60"})), text_reply("stopped"))
     response, stream = alice.events(conversation_id, timeout=90)
     alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "wait"})
-    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=90)
+    if agent == "opencode":  # it reports a tool call only once the tool has finished
+        _wait_for(lambda: any((r["body"] or {}).get("tools") for r in model.requests))
+        _wait_for(lambda: _sandboxed("sleep 60"))
+    else:
+        read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=90)
     for mode in (None, "follow_up", "steer"):  # one prompt at a time, said plainly
         body = {"content": "more", **({"mode": mode} if mode else {})}
         status, answer = alice.call("POST", f"/api/conversations/{conversation_id}/prompt", body)
@@ -205,6 +233,8 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
                        and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
     assert items[-1][2] == {**items[-1][2], "state": "error", "message": "Cancelled"}
     assert time.monotonic() - started < 20  # not the 60 s of the command
+    if agent == "opencode":  # the command it started ended with it
+        _wait_for(lambda: not _sandboxed("sleep 60"))
     script(model, text_reply("Back again."))
     since = items[-1][2]["seq"]
     events = prompt_and_read(alice, conversation_id, "hello again", since=since)

@@ -232,6 +232,55 @@ class Pi(Provider):
         return PiRpcParser()
 
 
+class OpenCode(Provider):
+    """OpenCode (``opencode run --format json``), one process per prompt, kept in the pane by
+    a small loop (``opencode.LOOP``) that continues the conversation's session. It has no
+    permission channel in this mode: it runs its tools unasked (``--auto``), in the sandbox."""
+
+    name = "opencode"
+    binary = "opencode"
+    majors = (1,)
+
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None,
+             approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
+        from agent.core.cli_agents.opencode import LOOP
+
+        base = ["run", "--format", "json", "--auto"]
+        if model:
+            base += ["--model", f"anthropic/{model}"]
+        return ["node", "-e", LOOP, "--", executable, json.dumps(base), resume or ""]
+
+    def env(self) -> dict[str, str]:
+        # Nothing of its own from the network: no update check, no model catalogue, no
+        # plugins or language servers to download, no sharing.
+        return {name: "1" for name in (
+            "OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_MODELS_FETCH",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS", "OPENCODE_DISABLE_LSP_DOWNLOAD",
+            "OPENCODE_DISABLE_SHARE", "OPENCODE_DISABLE_CLAUDE_CODE",
+        )}  # fmt: skip
+
+    def config_files(self, base_url: str) -> dict[str, str]:
+        # Its Anthropic provider's base URL ends with the API version; the key comes from
+        # ANTHROPIC_API_KEY (the gateway's credential).
+        config = {"provider": {"anthropic": {"options": {"baseURL": base_url + "/v1"}}},
+                  "autoupdate": False, "share": "disabled"}  # fmt: skip
+        return {".config/opencode/opencode.json": json.dumps(config)}
+
+    def prompt_input(self, content: str) -> str:
+        return json.dumps({"type": "prompt", "message": content}, ensure_ascii=True) + "\n"
+
+    def interrupt_input(self) -> str | None:
+        return json.dumps({"type": "abort"}) + "\n"
+
+    def session_marker(self, parser: Parser) -> str | None:
+        return getattr(parser, "session_id", None)
+
+    def parser(self) -> Parser:
+        from agent.core.cli_agents.opencode import OpenCodeParser
+
+        return OpenCodeParser()
+
+
 class Unsupported(Provider):
     """A CLI that speaks no Anthropic-compatible wire protocol: listed, never available."""
 
@@ -246,8 +295,7 @@ PROVIDERS: dict[str, Provider] = {
         Pi(),
         Unsupported("codex", "codex", "Codex speaks the OpenAI Responses API only; the "
                     "deployment's model endpoint is Anthropic's Messages API"),
-        Unsupported("opencode", "opencode", "not supported yet: its Anthropic provider's "
-                    "configuration is not wired to the deployment's endpoint"),
+        OpenCode(),
     )
 }  # fmt: skip
 
