@@ -293,8 +293,9 @@ PROVIDERS: dict[str, Provider] = {
     for p in (
         ClaudeCode(),
         Pi(),
-        Unsupported("codex", "codex", "Codex speaks the OpenAI Responses API only; the "
-                    "deployment's model endpoint is Anthropic's Messages API"),
+        Unsupported("codex", "codex", "Codex speaks only OpenAI's wire protocols (the "
+                    "Responses and Chat Completions APIs); the deployment's model endpoint is "
+                    "Anthropic's Messages API"),
         OpenCode(),
     )
 }  # fmt: skip
