@@ -32,6 +32,12 @@ class User(AbstractUser):
         "deployment's HARNESS_MONTHLY_BUDGET_USD (unset there: no limit).",
     )  # fmt: skip
 
+    # The per-minute prompt limit's counter (agent/runs/rate.py): prompts sent in the
+    # one-minute window ``rate_window`` (minutes since the epoch) and in the one before it.
+    rate_window = models.BigIntegerField(default=0, editable=False)
+    rate_count = models.PositiveIntegerField(default=0, editable=False)
+    rate_previous = models.PositiveIntegerField(default=0, editable=False)
+
     def remember_prompt(self, prompt: str) -> None:
         history = list(self.prompt_history or [])
         if not history or history[-1] != prompt:

@@ -15,14 +15,12 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
 from agent.core.config import Config
-from agent.core.events import QueuedEvent, UserEvent, now_ms
-from agent.models import Conversation, Event, User
-from agent.runs import usage
+from agent.models import Conversation, User
+from agent.runs import rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 
@@ -77,9 +75,9 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
-def _check_quotas(owner_id: int, *, per_minute: bool = True) -> None:
-    """Prompts running at once, then (``per_minute``) prompts started in the last minute."""
-    running = owned_by(owner_id).filter(state=Conversation.State.RUNNING)
+def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
+    """Prompts running at once, then (``per_minute``) prompts sent in the last minute."""
+    running = owned_by(owner.pk).filter(state=Conversation.State.RUNNING)
     if running.count() >= settings.HARNESS_CONCURRENT_RUNS:
         raise RunRefused(
             "quota_concurrent",
@@ -87,7 +85,7 @@ def _check_quotas(owner_id: int, *, per_minute: bool = True) -> None:
             "one to finish or cancel it.",
         )
     if per_minute:
-        _check_rate(owner_id)
+        _check_rate(owner)
 
 
 def _check_budget(owner) -> None:
@@ -103,20 +101,18 @@ def _check_budget(owner) -> None:
         )
 
 
-def _check_rate(owner_id: int) -> None:
+def _check_rate(owner: User) -> None:
     """Prompts sent in the last minute: those that started a run and those queued on one
-    (each once: a queued prompt's delivery, a ``user`` event with a mode, is not counted)."""
-    minute_ago = now_ms() - 60_000
-    sent = Q(type=UserEvent.type, payload__mode__isnull=True) | Q(type=QueuedEvent.type)
-    recent = Event.objects.filter(
-        sent, conversation__owner_id=owner_id, payload__timestamp__gte=minute_ago
-    ).count()
+    (each once: a queued prompt's delivery is not counted again); this one is counted when
+    it passes."""
+    recent = rate.sent_last_minute(owner)
     if recent >= settings.HARNESS_RUNS_PER_MINUTE:
         raise RunRefused(
             "quota_rate",
             f"You have sent {recent} prompts in the last minute (the limit is "
             f"{settings.HARNESS_RUNS_PER_MINUTE}); wait a moment and send it again.",
         )
+    rate.count_prompt(owner.pk)
 
 
 def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
@@ -166,7 +162,7 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
         if not config.offline:  # (the demo costs nothing)
             _check_budget(owner)
         # The per-minute limit protects spend: the offline demo model costs nothing.
-        _check_quotas(owner_id, per_minute=not config.offline)
+        _check_quotas(owner, per_minute=not config.offline)
         changes = {
             "state": Conversation.State.RUNNING,
             "lease_owner": PROCESS_ID,
@@ -207,7 +203,7 @@ def check_queueing(conversation_id, user_id: int) -> str | None:
     starts a run (``RunRefused``). Returns the prompt's author (None: not shared)."""
     conversation, author = _driven(conversation_id, user_id)
     if not agent_config(model=conversation.model).offline:
-        _check_rate(conversation.owner_id)
+        _check_rate(conversation.owner)
     return author
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync
 
-from agent.core.events import now_ms
-from agent.models import Conversation, Event, User
+from agent.models import Conversation, User
+from agent.runs import rate
 from agent.runs.claim import RunRefused, claim, release
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,13 +21,11 @@ def rita(settings):
 
 
 def sent_this_minute(owner, count: int) -> Conversation:
-    """A conversation with ``count`` prompts started in the last minute."""
-    conversation = Conversation.objects.create(owner=owner, model="claude-haiku-4-5")
-    for seq in range(1, count + 1):
-        Event.objects.create(conversation=conversation, seq=seq, type="user",
-                             payload={"type": "user", "seq": seq, "timestamp": now_ms(),
-                                      "content": "hi"})  # fmt: skip
-    return conversation
+    """A conversation of ``owner``, who sent ``count`` prompts in the last minute."""
+    for _ in range(count):
+        rate.count_prompt(owner.pk)
+    owner.refresh_from_db()
+    return Conversation.objects.create(owner=owner, model="claude-haiku-4-5")
 
 
 def claim_now(conversation) -> None:
@@ -40,6 +38,22 @@ def test_a_paid_model_is_held_to_the_prompts_per_minute(rita, settings):
     with pytest.raises(RunRefused) as refused:
         claim_now(conversation)
     assert refused.value.code == "quota_rate"
+    conversation.refresh_from_db()
+    assert conversation.state == "idle"
+
+
+def test_a_started_prompt_counts_and_a_refused_one_does_not(rita, settings):
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    settings.HARNESS_CONCURRENT_RUNS = 5
+    first, second, third = (sent_this_minute(rita, 0) for _ in range(3))
+    claim_now(first)
+    claim_now(second)
+    with pytest.raises(RunRefused):
+        claim_now(third)
+    rita.refresh_from_db()
+    assert rate.sent_last_minute(rita) == 2
+    for conversation in (first, second):
+        async_to_sync(release)(conversation.id)
 
 
 def test_the_offline_demo_model_is_not_held_to_the_prompts_per_minute(rita, settings):
