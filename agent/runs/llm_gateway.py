@@ -25,7 +25,7 @@ import secrets
 import shutil
 import tempfile
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,14 +62,14 @@ _by_credential: dict[str, Gateway] = {}
 class Reply:
     status: int
     headers: dict[str, str]
-    body: AsyncIterator[bytes]
+    body: AsyncGenerator[bytes, None]
 
 
 def error_reply(status: int, kind: str, message: str) -> Reply:
     """An answer in the Anthropic API's error shape (what a CLI knows how to show)."""
     payload = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         yield payload.encode()
 
     return Reply(status, {"content-type": "application/json"}, body())
@@ -147,10 +147,13 @@ class Gateway:
         else:
             reply = await handle(self, request.method, request.path_qs, request.headers, body)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
-        await response.prepare(request)
-        async for chunk in reply.body:
-            await response.write(chunk)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            async for chunk in reply.body:
+                await response.write(chunk)
+            await response.write_eof()
+        finally:  # the CLI went away mid-answer: the upstream's answer is released, metered
+            await reply.body.aclose()
         return response
 
     def meter_answer(self, meter: Meter, asked_model: str) -> None:
@@ -262,7 +265,7 @@ async def _forward(gateway: Gateway, endpoint: str, query: str, headers, body: b
     if endpoint == "/v1/messages" and response.status < 300:  # counting tokens is free
         meter = Meter(streamed="event-stream" in kept.get("content-type", ""))
 
-    async def relay() -> AsyncIterator[bytes]:
+    async def relay() -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in response.content.iter_any():
                 if meter is not None:

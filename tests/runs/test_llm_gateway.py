@@ -4,6 +4,7 @@ deployment's key, and every answer is metered from the upstream's own figures.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -218,3 +219,22 @@ def test_the_meter_reads_running_totals_and_survives_hostile_streams():
     broken = Meter(streamed=False)
     broken.feed(b'{"usage": {"input_tokens": 1')
     assert broken.counts() is None
+
+
+async def test_a_cli_that_hangs_up_mid_answer_still_pays_for_what_was_asked(gateway, upstream):
+    usage = metered_into(gateway)
+    slow = text_reply("a long answer " * 20)
+    slow.delay = 0.05
+    upstream.enqueue(slow)
+    connector = aiohttp.UnixConnector(path=socket_of(gateway))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
+                           "messages": []})  # fmt: skip
+        async with session.post(f"http://gw{PREFIX}/v1/messages", data=body,
+                                headers={"x-api-key": gateway.credential}) as response:  # fmt: skip
+            await response.content.readany()  # the first bytes, then it goes away
+    for _ in range(200):
+        if usage:
+            break
+        await asyncio.sleep(0.05)
+    assert [u.input_tokens for u in usage] == [10]  # message_start's count: asked, so paid
