@@ -3,6 +3,7 @@ into var/cli-agents (a cache kept between runs; `make cli-agents` does the same)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -40,3 +41,29 @@ def install_cli_agents() -> dict[str, str]:
         if done.returncode != 0:
             _missing(f"npm install failed (no registry?): {done.stderr.strip()[-300:]}")
     return {name: str(path) for name, path in paths.items()}
+
+
+@contextlib.contextmanager
+def cli_live_server(root: Path, model_url: str, api_key: str, **environ: str):
+    """A live server with the real CLI agents, the model behind ``model_url`` reached
+    through the deployment's gateway with ``api_key``, and "alice" signed up; its tmux
+    server ends with it."""
+    from testkit.live import LiveServer
+    from tests.conftest import require_bwrap
+
+    require_bwrap()
+    if shutil.which("tmux") is None:
+        _missing("tmux is not installed")
+    clis = install_cli_agents()
+    commands = {f"HARNESS_AGENT_{name.upper().replace('-', '_')}_COMMAND": path
+                for name, path in clis.items()}  # fmt: skip
+    server = LiveServer(root, ANTHROPIC_API_KEY=api_key, ANTHROPIC_BASE_URL=model_url,
+                        HARNESS_AGENT_STATE=str(root / "cli"), **commands, **environ)  # fmt: skip
+    server.start()
+    server.create_users("alice")
+    server.socket = str(root / "cli" / "tmux.sock")
+    try:
+        yield server
+    finally:
+        server.stop()
+        subprocess.run(["tmux", "-S", server.socket, "kill-server"], capture_output=True)

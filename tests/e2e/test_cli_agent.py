@@ -4,15 +4,10 @@ the live terminal, idle; the CLI sandboxed, reaching the model through the gatew
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
-from testkit.live import LiveServer
 from testkit.model_server import ModelServer, echo_fallback, text_reply, tool_reply
-from tests.cli_agents import install_cli_agents
-from tests.conftest import require_bwrap
+from tests.cli_agents import cli_live_server
 from tests.e2e.conftest import contexts_on, parts, sign_in
 
 pytestmark = pytest.mark.slow
@@ -27,22 +22,9 @@ def cli_model():
 
 @pytest.fixture(scope="module")
 def cli_live(tmp_path_factory, cli_model):
-    require_bwrap()
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    clis = install_cli_agents()
     root = tmp_path_factory.mktemp("cli-e2e")
-    server = LiveServer(root, ANTHROPIC_API_KEY="the-deployments-key",
-                        ANTHROPIC_BASE_URL=cli_model.url,
-                        HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
-                        HARNESS_AGENT_PI_COMMAND=clis["pi"],
-                        HARNESS_AGENT_STATE=str(root / "cli"))  # fmt: skip
-    server.start()
-    server.create_users("alice")
-    yield server
-    server.stop()
-    subprocess.run(["tmux", "-S", str(root / "cli" / "tmux.sock"), "kill-server"],
-                   capture_output=True)  # fmt: skip
+    with cli_live_server(root, cli_model.url, "the-deployments-key") as server:
+        yield server
 
 
 @pytest.fixture

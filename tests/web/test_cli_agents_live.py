@@ -5,7 +5,6 @@ server, through the live server's API and SSE stream."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from testkit.api_client import Api, read_until
-from testkit.live import LiveServer
 from testkit.model_server import (
     PING,
     Stream,
@@ -24,8 +22,7 @@ from testkit.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.cli_agents import install_cli_agents
-from tests.conftest import require_bwrap
+from tests.cli_agents import cli_live_server
 
 pytestmark = pytest.mark.slow
 
@@ -34,24 +31,9 @@ TOOL_NAMES = {"claude-code": "Bash", "pi": "bash", "opencode": "bash"}
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, model):
-    require_bwrap()
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    clis = install_cli_agents()
-    root = tmp_path_factory.mktemp("cli")
-    server = LiveServer(root, ANTHROPIC_API_KEY="the-deployments-real-key",
-                        ANTHROPIC_BASE_URL=model.url,
-                        HARNESS_AGENT_CLAUDE_CODE_COMMAND=clis["claude-code"],
-                        HARNESS_AGENT_PI_COMMAND=clis["pi"],
-                        HARNESS_AGENT_OPENCODE_COMMAND=clis["opencode"],
-                        HARNESS_AGENT_STATE=str(root / "cli"),
-                        HARNESS_RUNS_PER_MINUTE="100")  # fmt: skip
-    server.start()
-    server.create_users("alice")
-    server.socket = str(root / "cli" / "tmux.sock")
-    yield server
-    server.stop()
-    subprocess.run(["tmux", "-S", server.socket, "kill-server"], capture_output=True)
+    with cli_live_server(tmp_path_factory.mktemp("cli"), model.url, "the-deployments-real-key",
+                         HARNESS_RUNS_PER_MINUTE="100") as server:  # fmt: skip
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,16 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def json_object(line: str) -> dict | None:
+    """One line of a CLI's structured output as a JSON object; None for anything else (the
+    pane's other output: a warning on stderr, a progress line)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
@@ -48,11 +58,8 @@ class ClaudeStreamParser:
         self.pending: dict[str, tuple[str, dict]] = {}
 
     def feed(self, line: str) -> list[Event]:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return []  # the pane's other output (a warning on stderr…)
-        if not isinstance(message, dict):
+        message = json_object(line)
+        if message is None:
             return []
         kind = message.get("type")
         if isinstance(message.get("session_id"), str):

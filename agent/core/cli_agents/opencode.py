@@ -15,10 +15,9 @@ anything malformed is skipped, never raised.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from agent.core.cli_agents.claude_code import MAX_FIELD, _int
+from agent.core.cli_agents.claude_code import MAX_FIELD, _int, json_object
 from agent.core.events import (
     Event,
     ReasoningEvent,
@@ -102,11 +101,8 @@ class OpenCodeParser:
         self.session_id: str | None = None
 
     def feed(self, line: str) -> list[Event]:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return []
         if isinstance(event.get("sessionID"), str) and event["sessionID"].startswith("ses_"):
             self.session_id = event["sessionID"][:200]

@@ -7,10 +7,9 @@ malformed is skipped, never raised.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from agent.core.cli_agents.claude_code import MAX_FIELD, _int, _text_of
+from agent.core.cli_agents.claude_code import MAX_FIELD, _int, _text_of, json_object
 from agent.core.events import (
     Event,
     ReasoningEvent,
@@ -28,11 +27,8 @@ class PiRpcParser:
         self.failed: str | None = None
 
     def feed(self, line: str) -> list[Event]:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return []
         kind = event.get("type")
         if kind == "message_end" and isinstance(event.get("message"), dict):
