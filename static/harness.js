@@ -166,6 +166,7 @@
   // body.running also turns the Send button into Stop (CSS), and marks the transcript busy
   // for assistive technology (what a run adds is announced once it settles). A prompt
   // refused because one was running is no longer refused once it ends: that alert goes too.
+  let noticeStatus = () => {};
   function syncRunningClass() {
     const status = $("#status");
     const state = status ? status.dataset.state : "idle";
@@ -180,6 +181,72 @@
     if (wasRunning && !running) clearComposerAlert("prompt_running");
     markCurrentEntry(running);
     showPromptPlaceholder(running);
+    noticeStatus();
+  }
+
+  // --- notices in a background tab ---------------------------------------------------
+  // A run that ends (or starts waiting for an approval, §9) while the tab is hidden marks
+  // the tab's title until the tab is seen again and, if the user turned it on in the ⋯
+  // menu (the browser asks for its permission then: a user gesture), shows a notification
+  // that brings the tab back when clicked. A visible tab gets neither: the page shows it.
+  const NOTIFY_KEY = "harness-notify";
+  const NOTICE_MARK = /^(● Done|⏸ Needs approval|✕ Error) — /;
+  const ACTIVE_STATES = ["thinking", "running_tool", "waiting_input"];
+  function statusState() {
+    const status = $("#status");
+    return status ? status.dataset.state : "idle";
+  }
+  function noticeFor(previous, state) {
+    if (state === "waiting_input" && previous !== "waiting_input") {
+      const card = $("#messages [data-part=approval][data-approval-state=pending] .approval-title");
+      return ["⏸ Needs approval", card ? card.textContent.trim() : "Waiting for your approval"];
+    }
+    if (!ACTIVE_STATES.includes(previous)) return null;
+    if (state === "idle") return ["● Done", "The run finished."];
+    if (state === "error") return ["✕ Error", ($("#status") || {}).textContent || "The run ended in an error."];
+    return null;
+  }
+  function notificationsAllowed() {
+    return localStorage.getItem(NOTIFY_KEY) === "on" && "Notification" in window &&
+      Notification.permission === "granted";
+  }
+  function createRunNotices() {
+    let previous = statusState();
+    const plainTitle = () => document.title.replace(NOTICE_MARK, "");
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) document.title = plainTitle();
+    });
+    return function statusChanged() {
+      const state = statusState();
+      const notice = state === previous ? null : noticeFor(previous, state);
+      previous = state;
+      if (!notice || !document.hidden) return;
+      const [mark, body] = notice;
+      const title = plainTitle();
+      document.title = `${mark} — ${title}`;
+      if (!notificationsAllowed()) return;
+      const shown = new Notification(title, { body: body.trim().slice(0, 200), tag: location.pathname });
+      shown.onclick = () => { window.focus(); shown.close(); };
+    };
+  }
+  function bindNotifyToggle(toggle, note) {
+    if (!toggle) return;
+    const supported = "Notification" in window;
+    const explain = () => {
+      if (!supported) note.textContent = "This browser cannot show notifications; the tab title still shows it.";
+      else if (Notification.permission === "denied") note.textContent = "Notifications are blocked for this site in the browser's settings; the tab title still shows it.";
+      else note.textContent = "";
+    };
+    toggle.checked = localStorage.getItem(NOTIFY_KEY) === "on" && supported && Notification.permission !== "denied";
+    toggle.disabled = !supported;
+    explain();
+    toggle.addEventListener("change", async () => {
+      if (!toggle.checked) { localStorage.setItem(NOTIFY_KEY, "off"); explain(); return; }
+      const permission = Notification.permission === "default" ? await Notification.requestPermission() : Notification.permission;
+      toggle.checked = permission === "granted";
+      localStorage.setItem(NOTIFY_KEY, toggle.checked ? "on" : "off");
+      explain();
+    });
   }
 
   // While a prompt runs, the empty prompt box says what Enter and Alt+Enter do now (the
@@ -1007,6 +1074,8 @@
     trackConnection(seqSync, outcomes);
     syncOnTabWake(seqSync);
     syncWhenRunGoesQuiet(seqSync);
+    noticeStatus = createRunNotices();
+    bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 
     const autoScroll = createAutoScroll(messages, $("#new-content"));
