@@ -384,7 +384,9 @@
     const text = prompt.value;
     if (!text.trim() || outcomes.isWaitingFor(text)) return;
     const length = charCount(text);
-    if (!isSocketOpen()) {
+    if (uploadsPending()) {
+      showComposerAlert("uploading", "A file is still uploading; send once its name is in the prompt.");
+    } else if (!isSocketOpen()) {
       showComposerAlert("disconnected", hasEnded()
         ? "Nothing was sent: this page can send no more (see above). Your text is kept."
         : "Not connected to the server, so nothing was sent; your text is kept.");
@@ -395,6 +397,108 @@
       modes.set(isRunning() ? (steer ? "steer" : "follow_up") : null);
       form.requestSubmit();
     }
+  }
+
+  // --- files into the workspace from the composer (§13) --------------------------------
+  // Dropped on the composer, pasted into the prompt (a screenshot) or picked with #attach:
+  // each file goes to uploads/<name> in the owner's workspace (PUT /files/upload/<name>);
+  // meanwhile the prompt holds a placeholder at the caret, then the file's path, as GitHub's
+  // comment box does, so the agent is told where it is and typed text is never touched.
+  // A refused upload (too large, over the quota, a bad name) says why in #composer-alert.
+  let uploadsPending = () => false;
+  const UPLOAD_ERRORS = { too_large: "is larger than the upload limit", quota_exceeded:
+    "would pass your workspace's quota", bad_path: "has a name that cannot be stored" };
+  function uploadName(file) {
+    const generic = !file.name || /^image\.(png|jpe?g|gif|webp)$/i.test(file.name);
+    if (!generic) return file.name.replace(/[\/\\]/g, "_");
+    const stamp = new Date().toISOString().replace(/\D/g, "").slice(0, 14);
+    const extension = (file.type.split("/")[1] || "png").replace("jpeg", "jpg");
+    return `screenshot-${stamp.slice(0, 8)}-${stamp.slice(8)}.${extension}`;
+  }
+  function replaceInPrompt(prompt, placeholder, text) {
+    const at = prompt.value.indexOf(placeholder);
+    if (at === -1) return; // the user removed it meanwhile: leave their text alone
+    prompt.value = prompt.value.slice(0, at) + text + prompt.value.slice(at + placeholder.length);
+    prompt.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+  function insertAtCaret(prompt, text) {
+    const start = prompt.selectionStart ?? prompt.value.length;
+    const end = prompt.selectionEnd ?? start;
+    const before = prompt.value.slice(0, start);
+    const gap = before && !/\s$/.test(before) ? " " : "";
+    prompt.value = before + gap + text + " " + prompt.value.slice(end);
+    const caret = (before + gap + text + " ").length;
+    prompt.setSelectionRange(caret, caret);
+    prompt.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+  function createUploads(prompt, composer) {
+    const token = ($("input[name=csrfmiddlewaretoken]") || {}).value || "";
+    let pending = 0;
+    uploadsPending = () => pending > 0;
+    async function upload(file) {
+      const name = uploadName(file);
+      const placeholder = `[uploading ${name}…]`;
+      insertAtCaret(prompt, placeholder);
+      pending += 1;
+      composer.dataset.uploading = String(pending);
+      let problem = null;
+      try {
+        const response = await fetch(`/files/upload/${encodeURIComponent(name)}`, {
+          method: "PUT", body: file, credentials: "same-origin",
+          headers: { "X-CSRFToken": token, "Content-Type": "application/octet-stream" } });
+        if (!response.ok) {
+          const answer = await response.json().catch(() => ({}));
+          problem = `${name} ${UPLOAD_ERRORS[answer.error] || "could not be uploaded"}` +
+            (answer.message ? `: ${answer.message}` : ".");
+        }
+      } catch (error) {
+        problem = `${name} could not be uploaded: the connection failed.`;
+      }
+      pending -= 1;
+      if (pending) composer.dataset.uploading = String(pending);
+      else delete composer.dataset.uploading;
+      replaceInPrompt(prompt, placeholder, problem ? "" : `uploads/${name}`);
+      if (problem) showComposerAlert("upload", problem);
+      else clearComposerAlert("upload");
+      clearComposerAlert("uploading");
+    }
+    return (files) => { for (const file of files) upload(file); };
+  }
+  function bindUploads(prompt, composer, button, input) {
+    if (!button || !input) return; // a watcher cannot add files
+    const uploadAll = createUploads(prompt, composer);
+    button.addEventListener("click", () => input.click());
+    input.addEventListener("change", () => { uploadAll(Array.from(input.files)); input.value = ""; });
+    prompt.addEventListener("paste", (event) => {
+      const files = Array.from(event.clipboardData ? event.clipboardData.files : []);
+      if (!files.length) return; // plain text pastes as ever
+      event.preventDefault();
+      uploadAll(files);
+    });
+    let depth = 0; // dragenter/leave fire for every child crossed
+    const carriesFiles = (event) => Array.from(event.dataTransfer.types || []).includes("Files");
+    composer.addEventListener("dragenter", (event) => {
+      if (!carriesFiles(event)) return;
+      depth += 1;
+      composer.classList.add("dropping");
+    });
+    composer.addEventListener("dragleave", () => {
+      depth = Math.max(0, depth - 1);
+      if (!depth) composer.classList.remove("dropping");
+    });
+    composer.addEventListener("dragover", (event) => {
+      if (!carriesFiles(event)) return;
+      event.preventDefault();
+      event.dataTransfer.dropEffect = "copy";
+    });
+    composer.addEventListener("drop", (event) => {
+      depth = 0;
+      composer.classList.remove("dropping");
+      if (!event.dataTransfer.files.length) return;
+      event.preventDefault();
+      prompt.focus();
+      uploadAll(Array.from(event.dataTransfer.files));
+    });
   }
 
   // The one button beside the prompt: Send, or Stop (#cancel) while a prompt runs.
@@ -1087,6 +1191,7 @@
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
+    bindUploads(prompt, $(".composer"), $("#attach"), $("#attach-input"));
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
     bindDrawers(drawers);
