@@ -1,5 +1,5 @@
-"""The Django admin: users, conversations with their full transcripts, events, API tokens
-and the deployment's instructions for the agent."""
+"""The Django admin: users, conversations with their full transcripts, events, API tokens,
+the deployment's instructions for the agent, usage and the audit log."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from agent.core.events import USAGE_FIELDS
 from agent.models import (
     ApiToken,
+    AuditEntry,
     Conversation,
     DeploymentInstructions,
     Event,
@@ -267,3 +268,24 @@ class UsageDayAdmin(admin.ModelAdmin):
 
 
 CHART_DAYS = 30
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Sign-ins, failed ones and lockouts, API tokens made and revoked, shares and budget
+    changes (``agent/audit.py``): read, never written, here."""
+
+    list_display = ["time", "action", "actor_name", "target", "ip"]
+    list_filter = ["action"]
+    search_fields = ["actor_name", "target", "ip"]
+    date_hierarchy = "time"
+    readonly_fields = ["time", "action", "actor", "actor_name", "target", "ip", "details"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -7,6 +7,7 @@ class AgentConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from agent import audit  # noqa: F401 - connects the audit log's signal receivers
         from agent.server.dbfile import secure_at_startup
         from agent.web import revocation  # noqa: F401 - connects the signal receivers
 

@@ -258,3 +258,40 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user.username}{', revoked' if self.revoked else ''})"
+
+
+class AuditEntry(models.Model):
+    """One line of the audit log (issue 15): sign-ins and their failures, API tokens made
+    and revoked, shares, budget changes. Written by ``agent.audit.record``, never edited."""
+
+    class Action(models.TextChoices):
+        SIGN_IN = "sign_in", "Signed in"
+        SIGN_IN_FAILED = "sign_in_failed", "Sign-in failed"
+        LOCKED_OUT = "locked_out", "Locked out (too many failed sign-ins)"
+        SIGN_OUT = "sign_out", "Signed out"
+        TOKEN_CREATED = "token_created", "API token created"
+        TOKEN_REVOKED = "token_revoked", "API token revoked"
+        MEMBER_ADDED = "member_added", "Shared with a user"
+        MEMBER_CHANGED = "member_changed", "A member's role changed"
+        MEMBER_REMOVED = "member_removed", "A member removed"
+        TEAM_OPENED = "team_opened", "Opened to the team"
+        TEAM_CLOSED = "team_closed", "Closed to the team"
+        BUDGET_CHANGED = "budget_changed", "Budget changed"
+
+    time = models.DateTimeField(auto_now_add=True, db_index=True)
+    action = models.CharField(max_length=20, choices=Action.choices, db_index=True)
+    # Who did it (none: a failed sign-in, a management command); the name is kept when the
+    # account is deleted.
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")  # fmt: skip
+    actor_name = models.CharField(max_length=150, blank=True)
+    target = models.CharField(max_length=300, blank=True)  # what it was done to
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time"]
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.action} {self.actor_name} {self.target}"

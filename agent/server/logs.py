@@ -17,6 +17,8 @@ import time
 import uuid
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+# The request being served, for code that records who did something (agent/audit.py).
+current_request: contextvars.ContextVar = contextvars.ContextVar("current_request", default=None)
 conversation_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "conversation_id", default=None
 )
@@ -104,6 +106,7 @@ class RequestContextMiddleware:
         # that record needs the ids too. Each request starts with both set afresh.
         request_id.set(rid)
         conversation_id.set(None)
+        current_request.set(request)  # who and from where (the audit log's lines)
         response = self.get_response(request)
         response["X-Request-ID"] = rid
         return response

@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from agent import audit
 from agent.access import accessible_to
 from agent.models import ApiToken, User
 from agent.web.revocation import notify_token_revoked
@@ -81,10 +82,12 @@ def revoke_tokens(tokens: QuerySet[ApiToken]) -> int:
     """The one way to revoke tokens (the admin's action, the change form and the shell come
     here): marks them revoked and ends their open event streams on every server process.
     Returns how many were revoked."""
-    ids = list(tokens.filter(revoked__isnull=True).values_list("pk", flat=True))
+    live = list(tokens.filter(revoked__isnull=True).select_related("user"))
+    ids = [token.pk for token in live]
     count = ApiToken.objects.filter(pk__in=ids, revoked__isnull=True).update(revoked=timezone.now())
     for token_id in ids:  # a bulk update sends no signal: tell the streams here
         notify_token_revoked(token_id)
+    audit.tokens_revoked(live)
     return count
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from agent import audit
 from agent.models import Conversation, Membership, User
 from agent.web.revocation import recheck_conversation
 
@@ -48,7 +49,12 @@ def set_member(conversation: Conversation, username, role) -> Membership:
             conversation=conversation, user=user, defaults={"role": role}
         )
         lowered = not created and membership.role != role and role == Membership.Role.VIEWER
-        if membership.role != role:
+        if created:
+            audit.record(audit.Action.MEMBER_ADDED, target=_shared(conversation, user),
+                         actor=conversation.owner, role=role)  # fmt: skip
+        elif membership.role != role:
+            audit.record(audit.Action.MEMBER_CHANGED, target=_shared(conversation, user),
+                         actor=conversation.owner, before=membership.role, after=role)  # fmt: skip
             membership.role = role
             membership.save(update_fields=["role"])
         if lowered:  # a collaborator made viewer: their open connections re-check
@@ -66,6 +72,8 @@ def remove_member(conversation: Conversation, username) -> bool:
         ).delete()
         if removed:
             recheck_conversation(conversation.pk)
+            audit.record(audit.Action.MEMBER_REMOVED, target=_shared(conversation, username),
+                         actor=conversation.owner)  # fmt: skip
     return bool(removed)
 
 
@@ -75,4 +83,13 @@ def set_team(conversation: Conversation, team: bool) -> None:
         Conversation.objects.filter(pk=conversation.pk).update(team=team)
         if conversation.team and not team:
             recheck_conversation(conversation.pk)
+        if conversation.team != team:
+            action = audit.Action.TEAM_OPENED if team else audit.Action.TEAM_CLOSED
+            audit.record(action, target=_shared(conversation), actor=conversation.owner)
     conversation.team = team
+
+
+def _shared(conversation: Conversation, user=None) -> str:
+    """The audit log's target: the conversation (and the member)."""
+    name = user if isinstance(user, str) or user is None else user.get_username()
+    return f"conversation {conversation.pk}" + (f" with {name}" if name else "")
