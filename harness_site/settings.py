@@ -8,6 +8,7 @@ mode (``python manage.py agent``), which serves nothing.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -267,6 +268,24 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "agent.web.throttle.client_ip"
 AXES_LOCKOUT_CALLABLE = "agent.web.throttle.login_locked_out"
 AXES_VERBOSE = False  # no start-up banner from every process and management command
+# Sign-in by an authenticating proxy (agent/web/proxy_auth.py): the header naming the user,
+# believed only on requests carrying the proxy's secret (X-Harness-Proxy-Secret).
+HARNESS_TRUSTED_PROXY_HEADER = env_str("HARNESS_TRUSTED_PROXY_HEADER")
+HARNESS_TRUSTED_PROXY_SECRET = env_secret("HARNESS_TRUSTED_PROXY_SECRET")
+if HARNESS_TRUSTED_PROXY_HEADER is not None:
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", HARNESS_TRUSTED_PROXY_HEADER):
+        raise ImproperlyConfigured(
+            "HARNESS_TRUSTED_PROXY_HEADER must be a header name (letters, digits, '-')"
+        )
+    if HARNESS_TRUSTED_PROXY_SECRET is None or len(HARNESS_TRUSTED_PROXY_SECRET) < 24:
+        raise ImproperlyConfigured(
+            "HARNESS_TRUSTED_PROXY_SECRET (or _FILE) of at least 24 characters is required "
+            "with HARNESS_TRUSTED_PROXY_HEADER: the proxy sends it, so that no one else can "
+            "name a user"
+        )
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+                      + 1, "agent.web.proxy_auth.TrustedProxyUserMiddleware")  # fmt: skip
+    AUTHENTICATION_BACKENDS.append("agent.web.proxy_auth.TrustedProxyUserBackend")
 # /metrics (agent/web/prometheus.py) answers only this bearer token; unset: no /metrics.
 HARNESS_METRICS_TOKEN = env_secret("HARNESS_METRICS_TOKEN")
 if HARNESS_METRICS_TOKEN is not None and len(HARNESS_METRICS_TOKEN) < 24:
@@ -298,6 +317,7 @@ HARNESS_LOG_FORMAT = env_choice("HARNESS_LOG_FORMAT", ("text", "json"), "text")
 _LOG_SECRETS = tuple(
     str(value)
     for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN,
+                  HARNESS_TRUSTED_PROXY_SECRET,
                   DATABASES["default"].get("PASSWORD"),
                   urlsplit(REDIS_URL).password if REDIS_URL else None)
     if value
