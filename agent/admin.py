@@ -213,14 +213,8 @@ class DeploymentInstructionsAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(UsageDay)
-class UsageDayAdmin(admin.ModelAdmin):
-    """Each user's tokens and cost per day, as the event log's writer adds them (read-only)."""
-
-    list_display = ["date", "user", "cost_usd", "input_tokens", "output_tokens"]
-    list_filter = ["date", "user"]
-    date_hierarchy = "date"
-    ordering = ["-date", "user__username"]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A record the application writes and the admin only reads."""
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -230,6 +224,16 @@ class UsageDayAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(UsageDay)
+class UsageDayAdmin(ReadOnlyAdmin):
+    """Each user's tokens and cost per day, as the event log's writer adds them (read-only)."""
+
+    list_display = ["date", "user", "cost_usd", "input_tokens", "output_tokens"]
+    list_filter = ["date", "user"]
+    date_hierarchy = "date"
+    ordering = ["-date", "user__username"]
 
     def get_urls(self):
         # admin_view: staff only (anyone else gets the admin's login), like every admin page.
@@ -271,7 +275,7 @@ CHART_DAYS = 30
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Sign-ins, failed ones and lockouts, API tokens made and revoked, shares and budget
     changes (``agent/audit.py``): read, never written, here."""
 
@@ -280,12 +284,3 @@ class AuditEntryAdmin(admin.ModelAdmin):
     search_fields = ["actor_name", "target", "ip"]
     date_hierarchy = "time"
     readonly_fields = ["time", "action", "actor", "actor_name", "target", "ip", "details"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
