@@ -156,12 +156,14 @@ class Gateway:
             await reply.body.aclose()
         return response
 
-    def meter_answer(self, meter: Meter, asked_model: str) -> None:
-        """The answer's usage into the run (the conversation's log and the owner's days)."""
+    def meter_answer(self, meter: Meter, body: bytes) -> None:
+        """The answer's usage into the run (the conversation's log and the owner's days).
+        The model is the answer's own; only an answer that names none has the request's
+        (possibly megabytes of JSON) read for it."""
         counts = meter.counts()
         if counts is None or self._on_usage is None:
             return
-        model = meter.model or asked_model
+        model = meter.model or _model_of(body)
         context = sum(counts[n] for n in counts if n != "output_tokens")
         usage = UsageEvent(**counts, cost_usd=cost_usd(model, **counts), context_tokens=context)
         try:
@@ -276,6 +278,6 @@ async def _forward(gateway: Gateway, endpoint: str, query: str, headers, body: b
         finally:
             response.release()
             if meter is not None:
-                gateway.meter_answer(meter, _model_of(body))
+                gateway.meter_answer(meter, body)
 
     return Reply(response.status, kept, relay())
