@@ -101,6 +101,17 @@ def readable(user, conversation_id) -> Conversation | None:
     return conversation_for(user, conversation_id)
 
 
+def inspectable(user, conversation_id) -> Conversation | None:
+    """What the conversation's attached images may be shown to: a reader, or staff who may
+    view every conversation in the admin (its transcript shows them too)."""
+    conversation = conversation_for(user, conversation_id)
+    if conversation is None and getattr(user, "is_staff", False):
+        key = _key(conversation_id)
+        if key is not None and user.has_perm("agent.view_conversation"):
+            return Conversation.objects.filter(id=key).first()
+    return conversation
+
+
 def role_of(user_id, conversation_id) -> str | None:
     """The user's role on the conversation now (None: cannot read it). One query."""
     key = _key(conversation_id)

@@ -133,7 +133,8 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.display(description="Transcript")
     def transcript(self, conversation: Conversation):
         parts = build_parts(from_stored(_events(conversation)))
-        return render_to_string("admin/agent/transcript.html", {"parts": parts})
+        context = {"parts": parts, "conversation": conversation}
+        return render_to_string("admin/agent/transcript.html", context)
 
 
 @admin.register(Event)

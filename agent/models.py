@@ -216,6 +216,29 @@ class Event(models.Model):
         return f"{self.type} #{self.seq}"
 
 
+class Attachment(models.Model):
+    """An image attached to a prompt (interfaces §13): a snapshot of the workspace file's
+    bytes when the prompt was sent, kept with the conversation (the file may change or go;
+    the model and the page must see what was sent). The history and the ``user`` event
+    name it by sha256 (agent/core/images.py); a fork gets copies of its own."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
+                                     related_name="attachments")  # fmt: skip
+    sha256 = models.CharField(max_length=64)
+    media_type = models.CharField(max_length=20)
+    size = models.PositiveIntegerField()
+    data = models.BinaryField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "sha256"], name="attachment_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.media_type} {self.sha256[:12]}"
+
+
 class Branch(models.Model):
     """A line of the conversation that parts from another (interfaces §11): an edited
     prompt or an answer given again. Its path is its parent's events up to ``fork_seq``,

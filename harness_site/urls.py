@@ -28,6 +28,11 @@ urlpatterns = [
     ),  # fmt: skip
     path("c/<uuid:conversation_id>/files/", views.workspace_files, name="conversation_files"),
     path("c/<uuid:conversation_id>/files/download", views.download_file, name="download_file"),
+    re_path(
+        r"^c/(?P<conversation_id>[0-9a-f-]{36})/images/(?P<sha256>[0-9a-f]{64})$",
+        views.conversation_image,
+        name="conversation_image",
+    ),
     path("files/", views.workspace_files, name="files"),
     # Any name at all reaches the view (a newline too), which refuses the bad ones with 400.
     re_path(r"^files/upload/(?P<name>(?s:.+))$", uploads.upload, name="upload"),

@@ -431,25 +431,87 @@
     prompt.setSelectionRange(caret, caret);
     prompt.dispatchEvent(new Event("input", { bubbles: true }));
   }
-  function createUploads(prompt, composer) {
+  // Images (#attachments, on the built-in agent's conversations) are not named in the text:
+  // each shows as a thumbnail with a Remove button, and the prompt frame carries their paths
+  // as "images", so the model sees the pictures (the server snapshots them). They stay until
+  // a prompt carrying them is accepted; a refused one keeps them, as it keeps the text.
+  const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+  function createAttachments(tray, form) {
+    const items = []; // {path (once uploaded), item}
+    function changed() { tray.hidden = !items.length; }
+    function remove(entry) {
+      const at = items.indexOf(entry);
+      if (at !== -1) items.splice(at, 1);
+      entry.item.remove();
+      changed();
+    }
+    document.addEventListener("htmx:wsConfigSend", (event) => {
+      if (event.target !== form || event.detail.parameters.action) return;
+      const paths = items.filter((entry) => entry.path).map((entry) => entry.path);
+      if (paths.length) event.detail.parameters.images = paths;
+    });
+    // A prompt of this page accepted: the images it carried leave the tray.
+    document.addEventListener("harness:prompt-accepted", (event) => {
+      const sent = event.detail.images || [];
+      items.filter((entry) => sent.includes(entry.path)).forEach(remove);
+    });
+    return {
+      takes(file) { return Boolean(tray) && IMAGE_TYPES.includes(file.type); },
+      add(name, file) {
+        const item = document.createElement("li");
+        item.className = "attachment";
+        item.dataset.state = "uploading";
+        const image = document.createElement("img");
+        image.alt = "";
+        const label = document.createElement("span");
+        label.textContent = name;
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "attachment-remove";
+        button.textContent = "×";
+        button.setAttribute("aria-label", `Remove ${name}`);
+        item.append(image, label, button);
+        const entry = { path: null, item };
+        button.addEventListener("click", () => remove(entry));
+        const reader = new FileReader(); // a data: URL (the page's CSP allows no blob:)
+        reader.onload = () => { image.src = reader.result; };
+        reader.readAsDataURL(file);
+        items.push(entry);
+        tray.append(item);
+        changed();
+        return {
+          uploaded(path) { entry.path = path; item.dataset.path = path; delete item.dataset.state; },
+          failed() { remove(entry); },
+        };
+      },
+    };
+  }
+  function createUploads(prompt, composer, attachments) {
     const token = ($("input[name=csrfmiddlewaretoken]") || {}).value || "";
+    const form = $("#prompt-form");
+    // Into the workspace this conversation's runs work in (its owner's, for a collaborator).
+    const target = form && form.dataset.conversation ? `?conversation=${form.dataset.conversation}` : "";
     let pending = 0;
     uploadsPending = () => pending > 0;
     async function upload(file) {
       const name = uploadName(file);
+      const attached = attachments.takes(file) ? attachments.add(name, file) : null;
       const placeholder = `[uploading ${name}…]`;
-      insertAtCaret(prompt, placeholder);
+      if (!attached) insertAtCaret(prompt, placeholder);
       pending += 1;
       composer.dataset.uploading = String(pending);
       let problem = null;
+      let path = `uploads/${name}`;
       try {
-        const response = await fetch(`/files/upload/${encodeURIComponent(name)}`, {
+        const response = await fetch(`/files/upload/${encodeURIComponent(name)}${target}`, {
           method: "PUT", body: file, credentials: "same-origin",
           headers: { "X-CSRFToken": token, "Content-Type": "application/octet-stream" } });
+        const answer = await response.json().catch(() => ({}));
         if (!response.ok) {
-          const answer = await response.json().catch(() => ({}));
           problem = `${name} ${UPLOAD_ERRORS[answer.error] || "could not be uploaded"}` +
             (answer.message ? `: ${answer.message}` : ".");
+        } else if (answer.path) {
+          path = answer.path;
         }
       } catch (error) {
         problem = `${name} could not be uploaded: the connection failed.`;
@@ -457,7 +519,12 @@
       pending -= 1;
       if (pending) composer.dataset.uploading = String(pending);
       else delete composer.dataset.uploading;
-      replaceInPrompt(prompt, placeholder, problem ? "" : `uploads/${name}`);
+      if (attached) {
+        if (problem) attached.failed();
+        else attached.uploaded(path);
+      } else {
+        replaceInPrompt(prompt, placeholder, problem ? "" : path);
+      }
       if (problem) showComposerAlert("upload", problem);
       else clearComposerAlert("upload");
       clearComposerAlert("uploading");
@@ -466,7 +533,7 @@
   }
   function bindUploads(prompt, composer, button, input) {
     if (!button || !input) return; // a watcher cannot add files
-    const uploadAll = createUploads(prompt, composer);
+    const uploadAll = createUploads(prompt, composer, createAttachments($("#attachments"), $("#prompt-form")));
     button.addEventListener("click", () => input.click());
     input.addEventListener("change", () => { uploadAll(Array.from(input.files)); input.value = ""; });
     prompt.addEventListener("paste", (event) => {
@@ -604,7 +671,8 @@
       try { frame = JSON.parse(event.detail.message); } catch (e) { return; }
       if (typeof frame.content !== "string") return; // a cancel: not answered
       const status = $("#status");
-      waiting.push({ text: frame.content, after: lastUserSeq(), status, mine: event.target === form });
+      waiting.push({ text: frame.content, after: lastUserSeq(), status, mine: event.target === form,
+        images: frame.images || [] });
     });
     document.addEventListener("htmx:wsAfterMessage", () => {
       const alert = $("#composer-alert");
@@ -614,7 +682,10 @@
       const sent = waiting.shift();
       if (outcome !== "accepted" || !sent) return;
       clearStaleError(sent.status);
-      if (sent.mine) accepted(sent.text);
+      if (sent.mine) {
+        accepted(sent.text);
+        document.dispatchEvent(new CustomEvent("harness:prompt-accepted", { detail: { images: sent.images } }));
+      }
     });
     return {
       isWaitingFor(text) { return waiting.some((sent) => sent.mine && sent.text === text); },

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent.core import images
+
 Message = dict[str, Any]
 
 SUMMARY_PREFIX = (
@@ -31,9 +33,16 @@ KEEP_SHARE = 0.25  # of the context window: the recent messages kept as they are
 CHARS_PER_TOKEN = 3.5  # an estimate before the API has counted (code and JSON run dense)
 
 
+def _chars(message: Message) -> int:
+    # An attached image is a short reference here and ~1,600 tokens in the request.
+    return (
+        len(json.dumps(message, ensure_ascii=False)) + images.count(message) * images.ESTIMATE_CHARS
+    )
+
+
 def size(messages: list[Message]) -> int:
     """Characters of the messages as sent (the basis of the token estimate)."""
-    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
+    return sum(_chars(m) for m in messages)
 
 
 def for_request(messages: list[Message]) -> list[Message]:
@@ -65,7 +74,7 @@ def cut_point(messages: list[Message], keep_chars: int, keep_exchanges: int = 0)
     if not points:
         return None
     kept = 0
-    sizes = [len(json.dumps(m, ensure_ascii=False)) for m in messages]
+    sizes = [_chars(m) for m in messages]
     suffix = [0] * (len(messages) + 1)
     for i in range(len(messages) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + sizes[i]
@@ -82,8 +91,9 @@ def through_seq(messages: list[Message]) -> int:
 
 
 def summary_messages(older: list[Message]) -> list[Message]:
-    """The request's messages: the older part, then the instruction (as the last user turn)."""
-    messages = for_request(older)
+    """The request's messages: the older part (its images named, not sent again), then the
+    instruction (as the last user turn)."""
+    messages = images.as_text(for_request(older))
     instruction = {"type": "text", "text": INSTRUCTIONS}
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "user":

@@ -75,9 +75,11 @@ class UserEvent(_ContentEvent):
     mode: QueueMode | None = None
     # Who sent it (a username), on a shared conversation (interfaces §12); absent otherwise.
     author: str | None = None
+    # Images attached to it (interfaces §13): ``[{"sha256", "media_type", "name"}]``.
+    images: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _without_none(Event.to_dict(self), "mode", "author")
+        return _without_none(Event.to_dict(self), "mode", "author", "images")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent.core import compaction, history
+from agent.core import images as images_mod
 from agent.core.config import GATED_TOOLS, Config
 from agent.core.errors import classify
 from agent.core.events import (
@@ -40,6 +41,7 @@ from agent.core.events import (
     UsageEvent,
     UserEvent,
 )
+from agent.core.images import ImageRef
 from agent.core.instructions import DirectoryInstructions
 from agent.core.model import wire
 from agent.core.model.accumulator import TurnAccumulator
@@ -75,6 +77,7 @@ class QueuedPrompt:
     content: str
     mode: str  # steer | follow_up
     author: str = ""  # who sent it, on a shared conversation
+    images: tuple[ImageRef, ...] = ()  # attached to it (interfaces §13)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,7 @@ class AgentLoop:
         next_seq: int = 1,
         instructions: DirectoryInstructions | None = None,
         approver: Approver | None = None,
+        images: images_mod.Loader | None = None,
     ):
         self.client = client
         if config.approval == "read_only":  # the tools that change things are not offered
@@ -155,6 +159,9 @@ class AgentLoop:
         self._pending: dict[str, asyncio.Future[Decision]] = {}
         self._decided: set[str] = set()
         self._approve_all = False
+        # Attached images' data, by sha256 (``images.Loader``): loaded once per loop.
+        self._load_images = images
+        self._image_data: dict[str, str] = {}
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -179,7 +186,13 @@ class AgentLoop:
         return list(self._queue)
 
     def queue(
-        self, content: str, mode: str, queue_id: str | None = None, author: str | None = None
+        self,
+        content: str,
+        mode: str,
+        queue_id: str | None = None,
+        author: str | None = None,
+        *,
+        images: tuple[ImageRef, ...] = (),
     ) -> str:
         """Queue a prompt on the running one (a ``queued`` event); returns its id. Raises
         ``NotRunning`` when no prompt runs, ``QueueFull`` past ``MAX_QUEUED``."""
@@ -189,7 +202,7 @@ class AgentLoop:
             raise NotRunning("no prompt is running")
         if len(self._queue) >= MAX_QUEUED:
             raise QueueFull(f"{MAX_QUEUED} prompts are queued already")
-        item = QueuedPrompt(queue_id or uuid.uuid4().hex, content, mode, author or "")
+        item = QueuedPrompt(queue_id or uuid.uuid4().hex, content, mode, author or "", images)
         self._queue.append(item)
         self._emit(QueuedEvent(id=item.id, content=content, mode=item.mode, author=author or None))
         return item.id
@@ -233,13 +246,19 @@ class AgentLoop:
         return "decided"
 
     async def prompt(
-        self, content: str | None, author: str | None = None, *, again: bool = False
+        self,
+        content: str | None,
+        author: str | None = None,
+        *,
+        again: bool = False,
+        images: tuple[ImageRef, ...] = (),
     ) -> RunResult:
         """Run a prompt to its end (queued prompts included); ``None`` compacts the history
         instead (a compaction asked for: interfaces §10); ``again``: answer the prompt the
         history ends with once more, with no new ``user`` event (a regenerated answer,
         §11). Ends with one idle or error status either way. ``author``: who sent it,
-        carried by its ``user`` event."""
+        carried by its ``user`` event; ``images``: attached to it (their data comes from the
+        loop's image loader)."""
         if self._task is not None:
             raise PromptAlreadyRunning()
         self._task = asyncio.current_task()
@@ -247,7 +266,7 @@ class AgentLoop:
         self._decided.clear()
         self._approve_all = False
         try:
-            return await self._run(content, author, again)
+            return await self._run(content, author, again, images)
         finally:
             self._task = None
             self._acc = None
@@ -273,15 +292,20 @@ class AgentLoop:
     async def answer_again(self) -> RunResult:
         return await self.prompt(None, again=True)
 
-    async def _run(self, content: str | None, author: str | None = None,
-                   again: bool = False) -> RunResult:  # fmt: skip
+    async def _run(
+        self,
+        content: str | None,
+        author: str | None = None,
+        again: bool = False,
+        images: tuple[ImageRef, ...] = (),
+    ) -> RunResult:
         if again:
             self._prompt_index = None  # the prompt is an earlier event's: never dropped
         elif content is None:
             self._prompt_index = None
             self._emit(StatusEvent(state="thinking", message="Compacting"))
         else:
-            self._deliver([QueuedPrompt("", content, "", author or "")])
+            self._deliver([QueuedPrompt("", content, "", author or "", tuple(images))])
         try:
             if again:
                 result = await self._loop(-1)
@@ -322,9 +346,10 @@ class AgentLoop:
         self._prompt_index = len(self._messages)
         blocks = []
         for item in prompts:
+            attached = [image.to_dict() for image in item.images] or None
             self._emit(UserEvent(content=item.content, mode=item.mode or None,
-                                 author=item.author or None))  # fmt: skip
-            blocks.append({"type": "text", "text": item.content})
+                                 author=item.author or None, images=attached))  # fmt: skip
+            blocks.extend(images_mod.prompt_blocks(item.content, item.images))
         history.append_user_blocks(self._messages, blocks)
         self._mark()
 
@@ -403,6 +428,9 @@ class AgentLoop:
     async def _stream_turn(self) -> TurnAccumulator:
         await self._fit_context()
         messages = compaction.for_request(self._messages)
+        chars = compaction.size(messages)
+        if shas := images_mod.references(messages):
+            messages = images_mod.expand(messages, await self._images(shas))
         request: dict[str, Any] = {
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
@@ -437,7 +465,7 @@ class AgentLoop:
             if stream is not None and hasattr(stream, "close"):
                 with contextlib.suppress(Exception):
                     await asyncio.shield(stream.close())
-            self._report_usage(acc, compaction.size(messages))
+            self._report_usage(acc, chars)
         if acc.stop_reason is None:
             # No message_delta: the connection dropped. A stream that lost only its final
             # message_stop still told us how it ended, so that one is complete.
@@ -445,6 +473,17 @@ class AgentLoop:
                 "incomplete_stream", "The response stream ended before the message was complete."
             )
         return acc
+
+    async def _images(self, shas: list[str]) -> dict[str, str]:
+        """The attached images' data (base64) by sha256; those the loader no longer has
+        (or no loader: the command line) are left out, and the request says so."""
+        missing = [sha for sha in shas if sha not in self._image_data]
+        if missing and self._load_images is not None:
+            try:
+                self._image_data.update(await self._load_images(missing))
+            except Exception:  # a failed load must not end the run: they are named instead
+                log.exception("loading attached images failed")
+        return self._image_data
 
     def _report_usage(self, acc: TurnAccumulator, chars: int) -> None:
         u = acc.usage

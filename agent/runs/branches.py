@@ -23,8 +23,10 @@ from django.db.models import Max, Q
 
 from agent.access import DRIVE, reachable_by
 from agent.core import history as core_history
+from agent.core import images
 from agent.core.events import CompactionEvent, TextDeltaEvent, UserEvent
 from agent.models import Branch, Conversation, Event
+from agent.runs import attachments
 from agent.runs.claim import RunRefused
 
 EDIT, AGAIN = "edit", "regenerate"
@@ -297,6 +299,7 @@ def switch_to(conversation_id, user_id, number: Any) -> tuple[int, int, list[dic
     return conversation.active_branch, fork, list(rows.values_list("payload", flat=True))
 
 
+@transaction.atomic  # (a fork is whole or not there)
 def fork_copy(conversation: Conversation, owner, at: Any) -> Conversation:
     """A new conversation of ``owner`` holding the active path up to seq ``at`` (default:
     all of it), its events renumbered 1, 2, 3… and the model's history cut there."""
@@ -337,6 +340,9 @@ def fork_copy(conversation: Conversation, owner, at: Any) -> Conversation:
     Event.objects.bulk_create(
         Event(conversation=fork, seq=e["seq"], type=e["type"], payload=e) for e in events
     )
+    shown = [i.get("sha256") for e in events for i in e.get("images") or () if isinstance(i, dict)]
+    if shas := list(dict.fromkeys([*images.references(copied), *shown])):
+        attachments.copy(conversation.id, fork.id, shas)  # the fork's own
     return fork
 
 

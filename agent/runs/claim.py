@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
 from agent.core.config import Config
+from agent.core.images import ImageRef
 from agent.models import Conversation, User
-from agent.runs import rate, usage
+from agent.runs import attachments, rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 
@@ -50,6 +51,7 @@ class Setup:
     author: str | None = None  # the ``user`` event's author (a shared conversation)
     branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
     fork_seq: int = 0  # … after this seq
+    images: tuple[ImageRef, ...] = ()  # attached to the prompt (interfaces §13)
 
 
 def title_from_prompt(prompt: str) -> str:
@@ -115,7 +117,7 @@ def _check_rate(owner: User) -> None:
     rate.count_prompt(owner.pk)
 
 
-def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
+def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
     """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
     carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer, or
     an inactive owner). The run works in the owner's workspace and spends the owner's
@@ -143,16 +145,17 @@ def _driven(conversation_id, user_id) -> tuple[Conversation, str | None]:
 
 @partial(database_sync_to_async, thread_sensitive=False)
 def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
-          branch_from: tuple[str, int] | None = None) -> Setup:  # fmt: skip
+          branch_from: tuple[str, int] | None = None,
+          images: list[attachments.Snapshot] = ()) -> Setup:  # fmt: skip
     """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
     in the page also joins the sender's prompt history. ``user_id``: who sends it, the
     owner or a collaborator (quotas and budget are the owner's). One transaction, few
     queries: a prompt's start is the largest fixed cost of a run (the benchmark's profile).
     ``branch_from``: (``edit`` or ``regenerate``, a prompt's seq): the run starts a new
     branch there (interfaces §11), in the same transaction: a refused prompt leaves the
-    tree as it was."""
+    tree as it was. ``images``: snapshots of the attached images, kept in it too."""
     with transaction.atomic():
-        conversation, author = _driven(conversation_id, user_id)
+        conversation, author = driven_by(conversation_id, user_id)
         owner = conversation.owner
         owner_id = owner.pk
         if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
@@ -188,22 +191,31 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
             from agent.runs.branches import branch_off  # (it raises this module's refusal)
 
             fork_seq = branch_off(conversation, *branch_from)
+        if images:
+            attachments.store(conversation_id, images)
         if remember and prompt is not None:
             sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
             sender.remember_prompt(prompt)
             User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
-    return Setup(conversation, config, titled, bash_mode, author, branch_from is not None, fork_seq)
+    refs = tuple(snapshot.ref for snapshot in images)
+    return Setup(conversation, config, titled, bash_mode, author, branch_from is not None,
+                 fork_seq, refs)  # fmt: skip
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def check_queueing(conversation_id, user_id: int) -> str | None:
+def check_queueing(conversation_id, user_id: int,
+                   images: list[attachments.Snapshot] = ()) -> str | None:  # fmt: skip
     """A prompt about to be queued on a running one: the conversation drivable by the
     sender, its owner active, and the owner's per-minute limit, as for a prompt that
-    starts a run (``RunRefused``). Returns the prompt's author (None: not shared)."""
-    conversation, author = _driven(conversation_id, user_id)
-    if not agent_config(model=conversation.model).offline:
-        _check_rate(conversation.owner)
+    starts a run (``RunRefused``); its images are kept. Returns the prompt's author (None:
+    not shared)."""
+    with transaction.atomic():
+        conversation, author = driven_by(conversation_id, user_id)
+        if not agent_config(model=conversation.model).offline:
+            _check_rate(conversation.owner)
+        if images:
+            attachments.store(conversation_id, images)
     return author
 
 

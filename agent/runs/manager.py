@@ -20,11 +20,13 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from agent.core.images import ImageRef
 from agent.core.loop import NotRunning, QueueFull
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
 from agent.models import DeploymentInstructions
 from agent.runs import eventlog
+from agent.runs.attachments import Snapshot
 from agent.runs.broadcast import announce_branch, announce_interrupted
 from agent.runs.claim import (
     STORAGE_REFUSED,
@@ -141,9 +143,10 @@ class RunManager:
                 answer = {"outcome": outcome}
             else:
                 author = message.get("author")
+                refs = [ImageRef.from_dict(image) for image in message.get("images") or ()]
                 queued = self.queue_local(
                     conversation, str(message.get("content")), str(message.get("mode")),
-                    str(message.get("id")), author if isinstance(author, str) else None,
+                    str(message.get("id")), author if isinstance(author, str) else None, refs,
                 )  # fmt: skip
                 answer = {"queued": queued} if queued else {"refused": "not_running"}
         except RunRefused as refused:
@@ -161,12 +164,14 @@ class RunManager:
         *,
         remember: bool = False,
         branch_from: tuple[str, int] | None = None,
+        images: list[Snapshot] = (),
     ) -> Run:
         """Start a prompt (``None``: a compaction of the history) sent by ``user_id``, the
         owner or a collaborator: the run works in the owner's workspace either way.
         ``remember`` also saves it in the sender's prompt history (the page's prompts).
         ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
-        branch (interfaces §11); open pages and streams are told before it streams."""
+        branch (interfaces §11); open pages and streams are told before it streams.
+        ``images``: the attached images' snapshots (``agent/runs/attachments.py``)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:
@@ -177,7 +182,7 @@ class RunManager:
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
         try:
-            setup = await claim(conversation_id, user_id, content, remember, branch_from)
+            setup = await claim(conversation_id, user_id, content, remember, branch_from, images)
         except Exception as exc:
             if eventlog.storage_full(exc):
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
@@ -247,13 +252,15 @@ class RunManager:
         return run if run is not None and run.agent.running else None
 
     def queue_local(
-        self, conversation_id, content: str, mode: str, queue_id=None, author=None
+        self, conversation_id, content: str, mode: str, queue_id=None, author=None, images=()
     ) -> str | None:
         """Queue on the run of this process; None when it runs no prompt of it."""
         run = self._running_here(conversation_id)
         if run is None:
             return None
         try:
+            if images:  # (a CLI agent's conversation takes none: refused before)
+                return run.agent.queue(content, mode, queue_id, author, images=tuple(images))
             return run.agent.queue(content, mode, queue_id, author)
         except NotRunning:
             return None
@@ -278,32 +285,43 @@ class RunManager:
             return None
 
     async def submit(
-        self, conversation_id, user_id: int, content: str, mode: str, *, remember: bool = False
+        self,
+        conversation_id,
+        user_id: int,
+        content: str,
+        mode: str,
+        *,
+        remember: bool = False,
+        images: list[Snapshot] = (),
     ) -> str | None:
         """A prompt with a mode, sent by ``user_id`` (the owner or a collaborator): queued
         on the running prompt, wherever it runs (its queue id), or, when none runs, started
-        at once (None)."""
+        at once (None). ``images``: its attached images' snapshots."""
         await self._ensure_listener()
         queue_id = author = None
+        refs = [snapshot.ref for snapshot in images]
         for _ in range(SUBMIT_ATTEMPTS):
             if self._running_here(conversation_id) is not None:
-                author = await check_queueing(conversation_id, user_id)
-            queue_id = self.queue_local(conversation_id, content, mode, author=author)
+                author = await check_queueing(conversation_id, user_id, images)
+            queue_id = self.queue_local(conversation_id, content, mode, author=author,
+                                        images=refs)  # fmt: skip
             if queue_id is not None:
                 break
             try:
-                await self.start(conversation_id, user_id, content, remember=remember)
+                await self.start(conversation_id, user_id, content, remember=remember,
+                                 images=images)  # fmt: skip
                 return None
             except RunRefused as refused:
                 if refused.code != "prompt_running":
                     raise
             if self._running_here(conversation_id) is not None:
                 continue  # it started here meanwhile
-            author = await check_queueing(conversation_id, user_id)  # (the claim: running)
+            # (the claim: running)
+            author = await check_queueing(conversation_id, user_id, images)
             queue_id = uuid.uuid4().hex  # chosen here: the answer need only confirm it
             answer = await self._ask(conversation_id, {
                 "type": "run.queue", "id": queue_id, "content": content, "mode": mode,
-                "author": author,
+                "author": author, "images": [ref.to_dict() for ref in refs],
             })  # fmt: skip
             if answer is not None and answer.get("queued") == queue_id:
                 break

@@ -28,7 +28,7 @@ from agent.core.instructions import DirectoryInstructions
 from agent.core.loop import AgentLoop
 from agent.core.tools import Workspace, build_tools
 from agent.models import Conversation
-from agent.runs import eventlog
+from agent.runs import attachments, eventlog
 from agent.runs.broadcast import broadcast
 from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.cli_run import CliAgent
@@ -81,6 +81,7 @@ class Run:
         self.again = again  # answer the history's last prompt again (a new branch's)
         self.branch = setup.conversation.active_branch  # its events are stored on it
         self.author = setup.author
+        self.images = setup.images
         self.inbox = Inbox()
         self.renderer = FragmentRenderer()
         self.task: asyncio.Task | None = None
@@ -100,6 +101,7 @@ class Run:
             messages=self.conversation.history,
             next_seq=self.conversation.last_seq + 1,
             instructions=DirectoryInstructions(workspace, self.conversation.history),
+            images=attachments.loader(self.conversation.id),
         )
 
     # Set by the writer when the run's events cannot be stored: the page's message (and
@@ -115,6 +117,8 @@ class Run:
         try:
             if self.again:
                 await self.agent.answer_again()
+            elif self.images:  # (only the built-in loop takes them: interfaces §13)
+                await self.agent.prompt(self.content, self.author, images=self.images)
             else:
                 await self.agent.prompt(self.content, self.author)
         except Exception:  # the loop ends runs as events; this is a bug guard

@@ -158,7 +158,8 @@ class FragmentRenderer:
 
         def flush_parts() -> None:
             if parts:
-                out.append(render_to_string("agent/_oob_append.html", {"parts": list(parts)}))
+                context = {"parts": list(parts), "conversation": conversation}
+                out.append(render_to_string("agent/_oob_append.html", context))
                 parts.clear()
 
         def flush_deltas() -> None:
@@ -278,6 +279,7 @@ def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
     live = transcript.live
     messages = render_to_string("agent/_messages.html", {
         "parts": transcript.parts,
+        "conversation": conversation,
         "tail_switch": tail,
         "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
     })  # fmt: skip

@@ -49,6 +49,19 @@ STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...
                "waiting_input": "{message}", "error": "Error: {message}", "idle": ""}  # fmt: skip
 
 
+def _images(event: UserEvent) -> tuple:
+    """A prompt's attached images as its part shows them (well-formed entries only: the
+    event log is read back as JSON)."""
+    return tuple(
+        image for image in event.images or ()
+        if isinstance(image, dict) and isinstance(image.get("sha256"), str)
+        and len(image["sha256"]) == 64 and all(c in HEX for c in image["sha256"])
+    )  # fmt: skip
+
+
+HEX = frozenset("0123456789abcdef")
+
+
 @dataclass
 class Part:
     kind: str  # user | text | tool | reasoning | error
@@ -62,6 +75,7 @@ class Part:
     detail: str = ""  # compaction parts: the tokens before and after
     mode: str = ""  # user parts: steer | follow_up, for a prompt queued while the agent ran
     author: str = ""  # user parts of a shared conversation: who sent it (a username)
+    images: tuple = ()  # user parts: the attached images (``{"sha256", "media_type", "name"}``)
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
     approval: ApprovalView | None = None  # approval parts
     prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate, interfaces §11)
@@ -398,7 +412,7 @@ class Transcript:
                 self.status = None  # a new prompt: the last one's ending is stale
                 self.error_code = ""
             return Part("user", event.seq, content=event.content, mode=event.mode or "",
-                        author=event.author or "")  # fmt: skip
+                        author=event.author or "", images=_images(event))  # fmt: skip
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
             html = render_markdown(event.content)

@@ -60,7 +60,7 @@ from agent.web.views import TITLE_MAX, model_choices
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
                   "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429,
-                  "budget_exceeded": 429, "already_decided": 409}  # fmt: skip
+                  "budget_exceeded": 429, "already_decided": 409, "bad_image": 400}  # fmt: skip
 
 
 # An open stream re-checks its token at most this often (seconds) while events flow.
@@ -232,7 +232,8 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
     content, mode = body.get("content"), body.get("mode")
     try:
         queued = await accept_prompt(conversation.id, request.api_user, content, mode,
-                                     edit_of=body.get("edit_of"))  # fmt: skip
+                                     edit_of=body.get("edit_of"),
+                                     images=body.get("images"))  # fmt: skip
     except RunRefused as refused:
         if refused.code == "empty_prompt":  # here: a body without a prompt's text
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')

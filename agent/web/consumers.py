@@ -257,7 +257,8 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             return
         try:
             await accept_prompt(self.conversation_id, self.user, frame.get("content"),
-                                frame.get("mode"), remember=True)  # fmt: skip
+                                frame.get("mode"), remember=True,
+                                images=frame.get("images"))  # fmt: skip
         except RunRefused as refused:
             if refused.code == "empty_prompt":  # the page sends none: a malformed frame
                 await self.send(text_data=ws_error(refused.message, refused.code))

@@ -14,9 +14,11 @@ from django.conf import settings
 
 from agent.core.events import QUEUE_MODES
 from agent.models import Event
+from agent.runs import attachments
+from agent.runs.attachments import Snapshot
 from agent.runs.branches import AGAIN, EDIT, last_prompt_seq, switch_to
 from agent.runs.broadcast import announce_branch
-from agent.runs.claim import RunRefused
+from agent.runs.claim import RunRefused, driven_by
 from agent.runs.manager import runs
 
 
@@ -51,24 +53,54 @@ def is_queue_id(value) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and set(value) <= QUEUE_ID_CHARS
 
 
+def _snapshot_images(conversation_id, user_id: int, paths: list[str]) -> list[Snapshot]:
+    """The attached images, read from the owner's workspace, for one who may prompt here
+    (a viewer learns nothing of the owner's files); ``RunRefused`` naming what is wrong."""
+    conversation, _ = driven_by(conversation_id, user_id)
+    if conversation.agent != "harness":
+        raise RunRefused("bad_image", "This agent reads images from the workspace: name "
+                         "the file's path in the prompt instead.")  # fmt: skip
+    try:
+        return attachments.snapshot(conversation.owner_id, paths)
+    except attachments.ImageRefused as exc:
+        raise RunRefused("bad_image", str(exc)) from exc
+
+
+async def checked_images(conversation_id, user, value) -> list[Snapshot]:
+    """The prompt's ``images`` (workspace paths), each read and checked (interfaces §13);
+    or ``RunRefused`` (``bad_request``, ``bad_image``)."""
+    try:
+        paths = attachments.checked_paths(value)
+    except attachments.ImageRefused as exc:
+        raise RunRefused("bad_request", str(exc)) from exc
+    if not paths:
+        return []
+    read = sync_to_async(_snapshot_images, thread_sensitive=False)
+    return await read(conversation_id, user.pk, paths)
+
+
 async def accept_prompt(
-    conversation_id, user, content, mode=None, *, remember: bool = False, edit_of=None
-) -> str | None:
+    conversation_id, user, content, mode=None, *, remember: bool = False, edit_of=None,
+    images=None,
+) -> str | None:  # fmt: skip
     """Start the prompt on the conversation or, with a ``mode`` while one runs, queue it
     (its queue id is returned); or raise ``RunRefused`` saying why not. ``remember``: it
     joins the user's prompt history (the page's prompts, not the API's). ``edit_of``: the
-    seq of an earlier prompt this one replaces, on a new branch (interfaces §11)."""
+    seq of an earlier prompt this one replaces, on a new branch (interfaces §11).
+    ``images``: workspace paths of images attached to it (§13)."""
     text, mode = checked_text(content), checked_mode(mode)
+    taken = await checked_images(conversation_id, user, images)
     if edit_of is not None:
         if mode is not None:
             raise RunRefused("bad_request", "An edited prompt cannot be queued.")
         await runs.start(conversation_id, user.pk, text, remember=remember,
-                         branch_from=(EDIT, edit_of))  # fmt: skip
+                         branch_from=(EDIT, edit_of), images=taken)  # fmt: skip
         return None
     if mode is None:
-        await runs.start(conversation_id, user.pk, text, remember=remember)
+        await runs.start(conversation_id, user.pk, text, remember=remember, images=taken)
         return None
-    return await runs.submit(conversation_id, user.pk, text, mode, remember=remember)
+    return await runs.submit(conversation_id, user.pk, text, mode, remember=remember,
+                             images=taken)  # fmt: skip
 
 
 async def regenerate(conversation_id, user, of_seq=None) -> None:

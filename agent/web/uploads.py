@@ -1,7 +1,9 @@
 """Uploading from the page (interfaces §13): drag and drop, paste, the file picker.
 
 ``PUT /files/upload/<name>`` with the file's raw bytes stores it as ``uploads/<name>`` in
-the signed-in user's workspace, through the same confined, all-or-nothing write and the
+the signed-in user's workspace; with ``?conversation=<id>``, in the workspace that
+conversation's runs work in (its owner's), for one who may prompt there (the owner or a
+collaborator; a viewer 403, anyone else 404, through the access helper), through the same confined, all-or-nothing write and the
 same limits as ``PUT /api/files/…`` (413 ``too_large`` / ``quota_exceeded``). Signed in by
 the session cookie, so Django's CSRF check applies (the page sends ``X-CSRFToken``); a
 name that is not one plain file name (a slash, ``..``, NUL, a leading dot-dot) is 400
@@ -14,6 +16,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_http_methods
 
+from agent.access import DRIVE, allows, conversation_for
 from agent.core.tools.workspace import PathError
 from agent.runs.workspaces import workspace_for
 from agent.web.api import api_error
@@ -42,7 +45,15 @@ def upload(request: HttpRequest, name: str) -> HttpResponse:
     if plain is None:
         message = "Name one file: no slashes, no '..', no control characters."
         return api_error(400, "bad_path", message)
-    workspace = workspace_for(request.user.pk)
+    owner_id = request.user.pk
+    if "conversation" in request.GET:
+        conversation = conversation_for(request.user, request.GET["conversation"])
+        if conversation is None:
+            return api_error(404, "not_found", "No such conversation.")
+        if not allows(conversation.role, DRIVE):
+            return api_error(403, "forbidden", "Only those who may prompt here can upload.")
+        owner_id = conversation.owner_id
+    workspace = workspace_for(owner_id)
     try:
         return store(request, workspace, f"{UPLOAD_DIR}/{plain}")
     except PathError as exc:

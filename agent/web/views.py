@@ -23,6 +23,7 @@ from agent.access import (
     conversation_for,
     conversations_of,
     empty_conversation_of,
+    inspectable,
     members_of,
     new_conversation,
     shared_with,
@@ -30,7 +31,7 @@ from agent.access import (
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.core.tools import PathError
 from agent.models import Conversation, Membership, User
-from agent.runs import search, usage
+from agent.runs import attachments, search, usage
 from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.claim import RunRefused
@@ -397,6 +398,27 @@ def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
     except PathError as exc:
         return _refusal(f"Not downloaded: {exc}.", 404)
     return download_response(rel, data)
+
+
+@login_required
+@require_GET
+def conversation_image(request: HttpRequest, conversation_id, sha256: str) -> HttpResponse:
+    """An image attached to one of the conversation's prompts (interfaces §13), for its
+    thumbnail: the snapshot taken when it was sent, recognised then as a PNG, JPEG, GIF or
+    WebP by its bytes, served as exactly that type with ``nosniff`` and a sandboxing CSP
+    (a browser shows it as an image or not at all; never a document of this origin)."""
+    conversation = inspectable(request.user, conversation_id)
+    image = attachments.image(conversation.id, sha256) if conversation is not None else None
+    if image is None:
+        raise Http404("No such image")
+    response = HttpResponse(bytes(image.data), content_type=image.media_type)
+    response["Content-Disposition"] = content_disposition_header(
+        False, f"{sha256[:12]}.{image.media_type.rsplit('/', 1)[-1]}"
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private, max-age=86400, immutable"  # (named by content)
+    return response
 
 
 def download_response(rel: str, data: bytes) -> HttpResponse:

@@ -5,8 +5,10 @@ over the limit is refused with the reason and the typed text is kept."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 
+from tests import images as made
 from tests.e2e.conftest import sign_in
 
 # A file "dropped" or "pasted" the way the browser delivers it: a DataTransfer with a File.
@@ -67,13 +69,60 @@ def test_a_file_dropped_on_the_composer_lands_in_uploads_and_its_path_in_the_pro
     assert downloaded(page, f"uploads/{name}") == b"dropped text\n"
 
 
-def test_a_pasted_screenshot_gets_a_name_of_its_own(new_context):
+def test_a_pasted_screenshot_gets_a_name_of_its_own_and_waits_in_the_tray(new_context):
     page = fresh_page(new_context)
     page.evaluate(PASTE, ["image.png", PNG, "image/png"])
     settled(page)
-    value = page.input_value("#prompt").strip()
-    assert value.startswith("uploads/screenshot-") and value.endswith(".png")
-    assert downloaded(page, value) == bytes(PNG)
+    item = page.locator("#attachments .attachment[data-path]")
+    item.wait_for()
+    path = item.get_attribute("data-path")
+    assert path.startswith("uploads/screenshot-") and path.endswith(".png")
+    assert page.input_value("#prompt") == ""  # an image is shown to the model, not named
+    assert downloaded(page, path) == bytes(PNG)
+    page.click(f"#attachments button[aria-label='Remove {path.split('/')[-1]}']")
+    assert page.locator("#attachments").is_hidden()
+
+
+def test_an_attached_image_is_sent_to_the_model_and_shown_in_the_prompts_part(
+    new_context, fresh_model
+):
+    page = fresh_page(new_context)
+    shot = made.png(40, 30, shade=200)
+    with page.expect_file_chooser() as chooser:
+        page.click("#attach")
+    chooser.value.set_files([{"name": "chart.png", "mimeType": "image/png", "buffer": shot}])
+    page.locator(
+        "#attachments .attachment[data-path='uploads/chart.png'] img[src^='data:']"
+    ).wait_for()
+    page.fill("#prompt", "What does this chart show?")
+    page.locator("#prompt").press("Enter")
+    part = page.locator("[data-part=user]").last
+    part.locator(".user-images img").wait_for()
+    page.wait_for_function("() => document.querySelector('.user-images img').naturalWidth === 40")
+    assert part.locator(".user-text").inner_text() == "What does this chart show?"
+    page.wait_for_selector("[data-part=text]")
+    assert page.locator("#attachments").is_hidden()  # the tray emptied once accepted
+    assert page.input_value("#prompt") == ""
+    sent = [block for message in fresh_model.bodies[-1]["messages"] if message["role"] == "user"
+            for block in message["content"] if block.get("type") == "image"]  # fmt: skip
+    assert [block["source"]["data"] for block in sent] == [base64.b64encode(shot).decode()]
+    page.reload()  # the first page draws the thumbnail too
+    page.locator(".user-images img").wait_for()
+    page.wait_for_function("() => document.querySelector('.user-images img').naturalWidth === 40")
+
+
+def test_a_refused_image_keeps_the_text_and_the_tray(new_context, fresh_model):
+    page = fresh_page(new_context)
+    page.evaluate(PASTE, ["fake.png", PNG, "image/png"])  # a PNG signature, then nothing
+    page.locator("#attachments .attachment[data-path]").wait_for()
+    page.fill("#prompt", "look at this")
+    page.locator("#prompt").press("Enter")
+    alert = page.locator("#composer-alert[data-code=bad_image]")
+    alert.wait_for()
+    assert "not a PNG, JPEG, GIF or WebP" in alert.inner_text()
+    assert page.input_value("#prompt") == "look at this"
+    assert page.locator("#attachments .attachment").count() == 1
+    assert not fresh_model.requests
 
 
 def test_files_picked_with_the_button_are_uploaded_each(new_context):

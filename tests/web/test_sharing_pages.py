@@ -10,7 +10,7 @@ import re
 import pytest
 from django.test import Client
 
-from agent.models import Conversation, Event, Membership, User
+from agent.models import Attachment, Conversation, Event, Membership, User
 
 pytestmark = pytest.mark.django_db
 
@@ -34,6 +34,7 @@ PAGE_MATRIX = {
     "share": ("POST", "share", {"do": "team", "team": "on"}, OWNS),
     "delete": ("POST", "delete", {}, OWNS),
     "fork": ("POST", "fork", {}, READS),  # a copy of one's own (interfaces §11)
+    "conversation_image": ("GET", "images/" + "ab" * 32, None, READS),  # an attached image
 }
 # Pages and endpoints of the signed-in user's own (no conversation in the URL): each acts
 # on the caller's own things only (their tests: test_views, test_files_api, test_search…).
@@ -64,7 +65,12 @@ def shared(people, *, team: bool = True) -> Conversation:
     Membership.objects.create(conversation=conversation, user=people["collaborator"],
                               role="collaborator")  # fmt: skip
     Membership.objects.create(conversation=conversation, user=people["viewer"], role="viewer")
+    Attachment.objects.create(conversation=conversation, sha256="ab" * 32, media_type="image/gif",
+                              size=len(GIF), data=GIF)  # fmt: skip
     return conversation
+
+
+GIF = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;"
 
 
 def client_for(people, role: str) -> Client:
@@ -88,6 +94,55 @@ def outcome(response) -> int | str:
     if response.status_code in (403, 404):
         return response.status_code
     return "allowed"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_uploading_into_a_conversations_workspace_follows_the_role(people, role):
+    """The page's upload for a shared conversation (``?conversation=``) lands in the
+    owner's workspace, the one its runs work in: for those who may prompt there."""
+    from agent.runs.workspaces import workspace_path
+
+    conversation = shared(people, team=role != "stranger")
+    response = client_for(people, role).put(
+        f"/files/upload/from-{role}.txt?conversation={conversation.id}", b"hello",
+        content_type="application/octet-stream",
+    )  # fmt: skip
+    landed = workspace_path(people["owner"].pk) / "uploads" / f"from-{role}.txt"
+    expected_status = {"owner": 201, "collaborator": 201, "viewer": 403, "team": 403,
+                       "stranger": 404, "anonymous": 401}[role]  # fmt: skip
+    assert response.status_code == expected_status, response.content
+    assert landed.exists() == (expected_status == 201)
+    if role == "collaborator":
+        assert not (workspace_path(people["collaborator"].pk) / "uploads").exists()
+
+
+def test_an_attached_image_is_served_as_the_image_it_is_and_nothing_else(people):
+    conversation = shared(people, team=False)
+    response = client_for(people, "viewer").get(f"/c/{conversation.id}/images/{'ab' * 32}")
+    assert response.status_code == 200 and response.content == GIF
+    assert response["Content-Type"] == "image/gif"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Content-Security-Policy"] == "sandbox; default-src 'none'"
+    assert response["Content-Disposition"].startswith("inline")
+    owner = client_for(people, "owner")
+    assert owner.get(f"/c/{conversation.id}/images/{'cd' * 32}").status_code == 404
+    other = Conversation.objects.create(owner=people["owner"], model="claude-haiku-4-5")
+    # (an image is reached through its own conversation only)
+    assert owner.get(f"/c/{other.id}/images/{'ab' * 32}").status_code == 404
+
+
+def test_staff_who_may_view_conversations_see_the_images_the_admin_transcript_shows(people):
+    from django.contrib.auth.models import Permission
+
+    conversation = shared(people, team=False)
+    staff = User.objects.create_user("sam", password="pw-sam-1234", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    path = f"/c/{conversation.id}/images/{'ab' * 32}"
+    assert client.get(path).status_code == 404  # staff alone: no
+    staff.user_permissions.add(Permission.objects.get(codename="view_conversation"))
+    client.force_login(User.objects.get(pk=staff.pk))
+    assert client.get(path).status_code == 200
 
 
 @pytest.mark.parametrize("role", ROLES)
