@@ -3,8 +3,8 @@
 ``PUT /files/upload/<name>`` with the file's raw bytes stores it as ``uploads/<name>`` in
 the signed-in user's workspace; with ``?conversation=<id>``, in the workspace that
 conversation's runs work in (its owner's), for one who may prompt there (the owner or a
-collaborator; a viewer 403, anyone else 404, through the access helper), through the same confined, all-or-nothing write and the
-same limits as ``PUT /api/files/…`` (413 ``too_large`` / ``quota_exceeded``). Signed in by
+collaborator; a viewer 403, anyone else 404, through the access helper). Through the
+same confined, all-or-nothing write and the same limits as ``PUT /api/files/…`` (413 ``too_large`` / ``quota_exceeded``). Signed in by
 the session cookie, so Django's CSRF check applies (the page sends ``X-CSRFToken``); a
 name that is not one plain file name (a slash, ``..``, NUL, a leading dot-dot) is 400
 ``bad_path`` before anything is touched, and the workspace's descriptor walk refuses a

@@ -55,8 +55,8 @@ def test_an_attached_image_reaches_the_model_as_an_image_block_before_the_text(l
     shot = made.png(3, 2)
     put_file(ivy, "uploads/shot.png", shot)
     cid = new_conversation(ivy)
-    status, body = ivy.call("POST", f"/api/conversations/{cid}/prompt",
-                            {"content": "what is on it?", "images": ["uploads/shot.png"]})  # fmt: skip
+    prompt = {"content": "what is on it?", "images": ["uploads/shot.png"]}
+    status, body = ivy.call("POST", f"/api/conversations/{cid}/prompt", prompt)
     assert status == 202, body
     wait_state(ivy, cid, "idle")
     content = next(m for m in fresh.bodies[-1]["messages"] if m["role"] == "user")["content"]
