@@ -53,9 +53,18 @@ def record(action: str, *, target: str = "", actor: User | None = None, request=
         log.exception("could not write the audit log (%s %s)", action, target)
 
 
+# How a sign-in was made, when not by a password (the backend Django's login() noted).
+VIA = {
+    "agent.web.oidc.OIDCBackend": "oidc",
+    "agent.web.proxy_auth.TrustedProxyUserBackend": "proxy",
+}
+
+
 @receiver(user_logged_in, dispatch_uid="audit-sign-in")
 def _sign_in(sender, request, user, **kwargs) -> None:
-    record(Action.SIGN_IN, target=user.get_username(), actor=user, request=request)
+    via = VIA.get(getattr(user, "backend", ""))
+    record(Action.SIGN_IN, target=user.get_username(), actor=user, request=request,
+           **({"via": via} if via else {}))  # fmt: skip
 
 
 @receiver(user_logged_out, dispatch_uid="audit-sign-out")

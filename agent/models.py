@@ -318,3 +318,24 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.action} {self.actor_name} {self.target}"
+
+
+class OidcIdentity(models.Model):
+    """The account an OpenID Connect identity signs in as (agent/web/oidc.py): the
+    provider's issuer and subject, which never change, unlike the name the account was
+    given from a claim at its first sign-in. Only accounts made by single sign-on have one,
+    so a claim that happens to equal a local account's name never signs in as it."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_unique"),
+        ]
+        verbose_name = "OpenID Connect identity"
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer} → {self.user.username}"

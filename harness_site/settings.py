@@ -30,6 +30,7 @@ from .env import (
     env_secret,
     env_str,
 )
+from .sso import oidc_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -286,6 +287,14 @@ if HARNESS_TRUSTED_PROXY_HEADER is not None:
     MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
                       + 1, "agent.web.proxy_auth.TrustedProxyUserMiddleware")  # fmt: skip
     AUTHENTICATION_BACKENDS.append("agent.web.proxy_auth.TrustedProxyUserBackend")
+# Single sign-on by OpenID Connect (harness_site/sso.py, agent/web/oidc.py): off unless the
+# HARNESS_OIDC_* variables are set, all of the required ones.
+_OIDC = oidc_settings(debug=DEBUG)
+HARNESS_OIDC = _OIDC.pop("HARNESS_OIDC", False)
+if HARNESS_OIDC:
+    globals().update(_OIDC)  # OIDC_RP_CLIENT_ID, OIDC_OP_TOKEN_ENDPOINT, … (sso.py lists them)
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("axes"), "mozilla_django_oidc")
+    AUTHENTICATION_BACKENDS.append("agent.web.oidc.OIDCBackend")
 # /metrics (agent/web/prometheus.py) answers only this bearer token; unset: no /metrics.
 HARNESS_METRICS_TOKEN = env_secret("HARNESS_METRICS_TOKEN")
 if HARNESS_METRICS_TOKEN is not None and len(HARNESS_METRICS_TOKEN) < 24:
@@ -317,7 +326,7 @@ HARNESS_LOG_FORMAT = env_choice("HARNESS_LOG_FORMAT", ("text", "json"), "text")
 _LOG_SECRETS = tuple(
     str(value)
     for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN,
-                  HARNESS_TRUSTED_PROXY_SECRET,
+                  HARNESS_TRUSTED_PROXY_SECRET, _OIDC.get("OIDC_RP_CLIENT_SECRET"),
                   DATABASES["default"].get("PASSWORD"),
                   urlsplit(REDIS_URL).password if REDIS_URL else None)
     if value

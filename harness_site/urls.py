@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from agent.web import api, files_api, health, llm, uploads, views
+from agent.web import api, files_api, health, llm, oidc, uploads, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -82,7 +82,11 @@ urlpatterns = [
     ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
     path("llm/anthropic/<path:rest>", llm.anthropic, name="llm_anthropic"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", oidc.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (agent/web/oidc.py): 404 unless HARNESS_OIDC_* configure it. The
+    # provider sends the browser back to /oidc/callback/ (the redirect URI to register).
+    path("oidc/authenticate/", oidc.authenticate, name="oidc_authentication_init"),
+    path("oidc/callback/", oidc.callback, name="oidc_authentication_callback"),
     path("admin/", admin.site.urls),
 ]

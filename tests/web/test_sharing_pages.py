@@ -41,6 +41,8 @@ PAGE_MATRIX = {
 USER_SCOPED = ("home", "create_conversation", "files", "set_theme", "api_conversations",
                "api_agents", "api_usage", "api_files_root", "api_files", "api_search", "search",
                "healthz", "login", "logout", "upload",
+               # Single sign-on: the requester's own session only (test_oidc).
+               "oidc_authentication_init", "oidc_authentication_callback",
                # A CLI session's credential, not a user, is what it answers (test_llm_gateway).
                "llm_anthropic")  # fmt: skip
 
