@@ -4,10 +4,10 @@
 the signed-in user's workspace; with ``?conversation=<id>``, in the workspace that
 conversation's runs work in (its owner's), for one who may prompt there (the owner or a
 collaborator; a viewer 403, anyone else 404, through the access helper). Through the
-same confined, all-or-nothing write and the same limits as ``PUT /api/files/…`` (413 ``too_large`` / ``quota_exceeded``). Signed in by
-the session cookie, so Django's CSRF check applies (the page sends ``X-CSRFToken``); a
-name that is not one plain file name (a slash, ``..``, NUL, a leading dot-dot) is 400
-``bad_path`` before anything is touched, and the workspace's descriptor walk refuses a
+same confined, all-or-nothing write and the same limits as ``PUT /api/files/…`` (413
+``too_large`` / ``quota_exceeded``). Signed in by the session cookie, so Django's CSRF
+check applies (the page sends ``X-CSRFToken``); a name that is not one plain file name
+(a slash, ``..``, NUL, a leading dot-dot) is 400 ``bad_path`` before anything is touched, and the workspace's descriptor walk refuses a
 symlinked ``uploads`` directory on its own.
 """
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent', '0016_audit_log'),
+        ('agent', '0017_oidc_identity'),
     ]
 
     operations = [
