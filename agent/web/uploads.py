@@ -7,8 +7,9 @@ collaborator; a viewer 403, anyone else 404, through the access helper). Through
 same confined, all-or-nothing write and the same limits as ``PUT /api/files/…`` (413
 ``too_large`` / ``quota_exceeded``). Signed in by the session cookie, so Django's CSRF
 check applies (the page sends ``X-CSRFToken``); a name that is not one plain file name
-(a slash, ``..``, NUL, a leading dot-dot) is 400 ``bad_path`` before anything is touched, and the workspace's descriptor walk refuses a
-symlinked ``uploads`` directory on its own.
+(a slash, ``..``, NUL, a leading dot-dot) is 400 ``bad_path`` before anything is
+touched, and the workspace's descriptor walk refuses a symlinked ``uploads`` directory
+on its own.
 """
 
 from __future__ import annotations
