@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from agent.core import images
 from agent.core.images import BadImage, ImageRef
 from agent.core.tools.workspace import PathError
-from agent.models import Attachment
+from agent.models import Attachment, Event
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 
@@ -86,6 +86,20 @@ def store(conversation_id, snapshots: list[Snapshot]) -> None:
         ],
         ignore_conflicts=True,
     )
+
+
+def of_prompt(conversation_id, seq: int) -> list[Snapshot]:
+    """The images a stored prompt carried (an edit of it keeps them: interfaces §11)."""
+    payload = (
+        Event.objects.filter(conversation_id=conversation_id, seq=seq, type="user")
+        .values_list("payload", flat=True).first()
+    )  # fmt: skip
+    listed = (payload or {}).get("images") or ()
+    refs = [ImageRef.from_dict(image) for image in listed if isinstance(image, dict)]
+    rows = Attachment.objects.filter(conversation_id=conversation_id,
+                                     sha256__in=[ref.sha256 for ref in refs])  # fmt: skip
+    data = dict(rows.values_list("sha256", "data"))
+    return [Snapshot(ref, bytes(data[ref.sha256])) for ref in refs if ref.sha256 in data]
 
 
 def copy(from_id, to_id, shas: list[str]) -> None:

@@ -66,6 +66,12 @@ def _snapshot_images(conversation_id, user_id: int, paths: list[str]) -> list[Sn
         raise RunRefused("bad_image", str(exc)) from exc
 
 
+def _edited_images(conversation_id, user_id: int, seq: int) -> list[Snapshot]:
+    """An edited prompt keeps the images of the one it replaces (none given instead)."""
+    driven_by(conversation_id, user_id)  # (only for one who may prompt here)
+    return attachments.of_prompt(conversation_id, seq)
+
+
 async def checked_images(conversation_id, user, value) -> list[Snapshot]:
     """The prompt's ``images`` (workspace paths), each read and checked (interfaces §13);
     or ``RunRefused`` (``bad_request``, ``bad_image``)."""
@@ -90,6 +96,10 @@ async def accept_prompt(
     ``images``: workspace paths of images attached to it (§13)."""
     text, mode = checked_text(content), checked_mode(mode)
     taken = await checked_images(conversation_id, user, images)
+    if images is None and isinstance(edit_of, int) and not isinstance(edit_of, bool):
+        taken = await sync_to_async(_edited_images, thread_sensitive=False)(
+            conversation_id, user.pk, edit_of
+        )
     if edit_of is not None:
         if mode is not None:
             raise RunRefused("bad_request", "An edited prompt cannot be queued.")

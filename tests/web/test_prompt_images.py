@@ -181,3 +181,21 @@ def test_a_fork_carries_its_own_copies_of_the_images(live, fresh):
     wait_state(vic, fork, "idle")
     sent = image_blocks(fresh.bodies[-1])
     assert [b["source"]["data"] for b in sent] == [base64.b64encode(shot).decode()]
+
+
+def test_an_edited_prompt_keeps_the_images_of_the_one_it_replaces(live, fresh):
+    ivy = token(live, "ivy")
+    shot = made.png(7, 7, shade=3)
+    put_file(ivy, "uploads/edit.png", shot)
+    cid = new_conversation(ivy)
+    ivy.call("POST", f"/api/conversations/{cid}/prompt",
+             {"content": "first wording", "images": ["uploads/edit.png"]})  # fmt: skip
+    wait_state(ivy, cid, "idle")
+    seq = next(e["seq"] for e in events_of(ivy, cid) if e["type"] == "user")
+    status, body = ivy.call("POST", f"/api/conversations/{cid}/prompt",
+                            {"content": "second wording", "edit_of": seq})  # fmt: skip
+    assert status == 202, body
+    wait_state(ivy, cid, "idle")
+    request = fresh.bodies[-1]
+    assert [b["source"]["data"] for b in image_blocks(request)] == [base64.b64encode(shot).decode()]
+    assert request["messages"][0]["content"][-1] == {"type": "text", "text": "second wording"}
