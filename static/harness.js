@@ -411,9 +411,11 @@
   function uploadName(file) {
     const generic = !file.name || /^image\.(png|jpe?g|gif|webp)$/i.test(file.name);
     if (!generic) return file.name.replace(/[\/\\]/g, "_");
-    const stamp = new Date().toISOString().replace(/\D/g, "").slice(0, 14);
+    const stamp = new Date().toISOString().replace(/\D/g, "").slice(0, 17);
     const extension = (file.type.split("/")[1] || "png").replace("jpeg", "jpg");
-    return `screenshot-${stamp.slice(0, 8)}-${stamp.slice(8)}.${extension}`;
+    // Two pasted within a second must not overwrite each other: milliseconds and a tag.
+    const tag = Math.random().toString(16).slice(2, 6);
+    return `screenshot-${stamp.slice(0, 8)}-${stamp.slice(8, 14)}-${stamp.slice(14)}${tag}.${extension}`;
   }
   function replaceInPrompt(prompt, placeholder, text) {
     const at = prompt.value.indexOf(placeholder);
@@ -480,7 +482,13 @@
         tray.append(item);
         changed();
         return {
-          uploaded(path) { entry.path = path; item.dataset.path = path; delete item.dataset.state; },
+          uploaded(path) {
+            // The same file again replaced the one uploaded before: one thumbnail for it.
+            items.filter((other) => other !== entry && other.path === path).forEach(remove);
+            entry.path = path;
+            item.dataset.path = path;
+            delete item.dataset.state;
+          },
           failed() { remove(entry); },
         };
       },

@@ -23,9 +23,15 @@ from typing import Any
 Message = dict[str, Any]
 REF = "harness_image"  # the source type of a reference (never sent to the API)
 
-MAX_BYTES = 5 * 1024 * 1024  # the API's limit per image
+# The API's limit per image is 5 MB of base64: 3.75 MB of the image's bytes.
+MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
 MAX_SIDE = 8000  # pixels, the API's limit per side
 MAX_PER_PROMPT = 10
+PROMPT_BYTES = 15 * 1024 * 1024  # the images of one prompt together (20 MB of base64)
+# What one request carries at most (the API takes 32 MB a request, and past 20 images
+# wants each under 2000 px): the newest images; older ones are named instead.
+REQUEST_IMAGES = 20
+REQUEST_BASE64 = 20 * 1024 * 1024
 # What the context estimate counts per image: about the tokens of an image at the size
 # the API scales to (1.15 megapixels ≈ 1,600 tokens), in the estimate's characters.
 ESTIMATE_CHARS = 5600
@@ -36,6 +42,16 @@ Loader = Callable[[list[str]], Awaitable[dict[str, str]]]
 
 class BadImage(ValueError):
     """Not an image the model can take; the message says why, for people."""
+
+
+# Control characters and the bidirectional overrides that would make a name read otherwise.
+_UNSHOWN = dict.fromkeys([*range(32), 127, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def shown_name(name: str) -> str:
+    """A file name as the model and the page are told it: no control characters, no
+    bidirectional overrides, at most 200 characters."""
+    return name.translate(_UNSHOWN)[:200]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,22 +122,54 @@ def _replaced(messages: list[Message], change: Callable[[dict[str, Any]], dict[s
     return out
 
 
+def _sent(messages: list[Message], data: dict[str, str]) -> set[int]:
+    """Which reference blocks (by ``id``) a request carries: the newest, within
+    ``REQUEST_IMAGES`` and ``REQUEST_BASE64``."""
+    chosen: set[int] = set()
+    total = 0
+    for message in reversed(messages):
+        for block in reversed(_blocks(message)):
+            if not _is_ref(block) or block["source"]["sha256"] not in data:
+                continue
+            size = len(data[block["source"]["sha256"]])
+            if len(chosen) >= REQUEST_IMAGES or total + size > REQUEST_BASE64:
+                return chosen
+            chosen.add(id(block))
+            total += size
+    return chosen
+
+
 def expand(messages: list[Message], data: dict[str, str]) -> list[Message]:
     """The messages as the API takes them: each reference an image block with its base64
-    data, or a text saying it is gone (copies: the history keeps its references)."""
+    data, or a text saying it is gone or, for an older one past what a request carries,
+    left out (copies: the history keeps its references)."""
+    sent = _sent(messages, data)
 
     def change(block: dict[str, Any]) -> dict[str, Any]:
         source = block["source"]
+        name = source.get("name", "")
         encoded = data.get(source["sha256"])
         if encoded is None:
-            return {
-                "type": "text",
-                "text": f"[image {source.get('name', '')} is no longer available]",
-            }
+            return {"type": "text", "text": f"[image {name} is no longer available]"}
+        if id(block) not in sent:
+            return {"type": "text", "text": f"[image {name}: an older image, not sent again]"}
         return {
             "type": "image",
             "source": {"type": "base64", "media_type": source["media_type"], "data": encoded},
         }
+
+    return _replaced(messages, change)
+
+
+def named(messages: list[Message], shas: set[str]) -> list[Message]:
+    """The messages with the images ``shas`` named in a text instead (those of a request
+    the API refused: sent again, they would fail every later request too)."""
+
+    def change(block: dict[str, Any]) -> dict[str, Any]:
+        if block["source"]["sha256"] not in shas:
+            return block
+        name = block["source"].get("name", "")
+        return {"type": "text", "text": f"[image {name}: not sent, the request with it failed]"}
 
     return _replaced(messages, change)
 
@@ -141,7 +189,10 @@ def sniff(data: bytes) -> tuple[str, int, int]:
     """(media type, width, height) of a PNG, JPEG, GIF or WebP image, read from its own
     header; ``BadImage`` for anything else or past the API's limits."""
     if len(data) > MAX_BYTES:
-        raise BadImage(f"it is {len(data) / 1048576:.1f} MB; the model takes images up to 5 MB")
+        raise BadImage(
+            f"it is {len(data) / 1048576:.1f} MB; the model takes images up to 3.75 MB "
+            "(5 MB once encoded)"
+        )
     try:
         media_type, width, height = _dimensions(data)
     except (struct.error, IndexError):
@@ -186,9 +237,12 @@ def _webp(data: bytes) -> tuple[str, int, int]:
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
+JPEG_SCAN = 1 << 20  # the frame header comes early; a scan past this is a crafted file
+
+
 def _jpeg(data: bytes) -> tuple[str, int, int]:
     i = 2
-    while i + 4 <= len(data):
+    while i + 4 <= min(len(data), JPEG_SCAN):
         if data[i] != 0xFF:
             return "", 0, 0
         marker = data[i + 1]

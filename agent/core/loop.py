@@ -162,6 +162,7 @@ class AgentLoop:
         # Attached images' data, by sha256 (``images.Loader``): loaded once per loop.
         self._load_images = images
         self._image_data: dict[str, str] = {}
+        self._delivered_images: set[str] = set()  # attached to this run's prompts
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -265,6 +266,7 @@ class AgentLoop:
         self._cancel_requested = False
         self._decided.clear()
         self._approve_all = False
+        self._delivered_images = set()
         try:
             return await self._run(content, author, again, images)
         finally:
@@ -332,6 +334,8 @@ class AgentLoop:
             self._close_turn(f"not run: {failure.message}")
             if self._prompt_index is not None:
                 self._drop_unanswered_prompt(self._prompt_index)
+            if self._delivered_images:  # (a refused image must not fail every later request)
+                self._messages[:] = images_mod.named(self._messages, self._delivered_images)
             self._drop_queue("not_sent")
             self._emit(ErrorEvent(message=failure.message, code=failure.code))
             self._emit(StatusEvent(state="error", message=failure.message))
@@ -350,6 +354,7 @@ class AgentLoop:
             self._emit(UserEvent(content=item.content, mode=item.mode or None,
                                  author=item.author or None, images=attached))  # fmt: skip
             blocks.extend(images_mod.prompt_blocks(item.content, item.images))
+            self._delivered_images.update(image.sha256 for image in item.images)
         history.append_user_blocks(self._messages, blocks)
         self._mark()
 

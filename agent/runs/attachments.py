@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from functools import partial
 
 from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import connection
+from django.db.models import Sum
+from django.utils import timezone
 
 from agent.core import images
 from agent.core.images import BadImage, ImageRef
@@ -53,26 +57,55 @@ def checked_paths(value) -> list[str]:
 
 def snapshot(owner_id: int, paths: list[str]) -> list[Snapshot]:
     """The images at ``paths`` in the owner's workspace, read and checked (blocking file
-    work: run it in a thread); ``ImageRefused`` naming the first that cannot be sent."""
+    work: run it in a thread); ``ImageRefused`` naming the first that cannot be sent. No
+    more is read than an image may hold (``images.MAX_BYTES``), nor than a prompt's
+    images together (``images.PROMPT_BYTES``)."""
     workspace = workspace_for(owner_id)
-    taken = []
+    taken, total = [], 0
     for path in paths:
+        shown = images.shown_name(path)
         try:
-            rel, data = browse.download(workspace, path)
+            rel, data = browse.download(workspace, path, cap=images.MAX_BYTES)
             media_type, _, _ = images.sniff(data)
         except (PathError, BadImage) as exc:
-            raise ImageRefused(f"The image {path[:200]!r} cannot be sent: {exc}.") from exc
+            raise ImageRefused(f"The image {shown!r} cannot be sent: {exc}.") from exc
         except browse.TooLarge as exc:
-            message = f"The image {path[:200]!r} cannot be sent: the model takes up to 5 MB."
+            message = (f"The image {shown!r} cannot be sent: the model takes images up to "
+                       "3.75 MB (5 MB once encoded).")  # fmt: skip
             raise ImageRefused(message) from exc
-        ref = ImageRef(hashlib.sha256(data).hexdigest(), media_type, rel)
+        total += len(data)
+        if total > images.PROMPT_BYTES:
+            raise ImageRefused(f"The images of one prompt may hold up to "
+                               f"{images.PROMPT_BYTES // 1048576} MB together.")  # fmt: skip
+        ref = ImageRef(hashlib.sha256(data).hexdigest(), media_type, images.shown_name(rel))
         taken.append(Snapshot(ref, data))
     return taken
 
 
-def store(conversation_id, snapshots: list[Snapshot]) -> None:
-    """Keep the snapshots with the conversation (the same image twice: once). In the
-    caller's transaction."""
+def check_room(owner_id: int, adding: int) -> None:
+    """The images kept with the owner's conversations (in the database, apart from the
+    workspace's files) stay within their workspace quota (``HARNESS_WORKSPACE_QUOTA_MB``)
+    once ``adding`` more bytes are kept: ``ImageRefused`` past it. (An image kept already
+    in the same conversation is counted again: a bound, not an exact figure.)"""
+    if not adding:
+        return
+    limit = settings.HARNESS_WORKSPACE_QUOTA_MB * 1024 * 1024
+    used = (
+        Attachment.objects.filter(conversation__owner_id=owner_id)
+        .aggregate(total=Sum("size"))["total"] or 0
+    )  # fmt: skip
+    if used + adding > limit:
+        raise ImageRefused(
+            f"The images kept with your conversations take {used / 1048576:.0f} MB; the "
+            f"limit is {settings.HARNESS_WORKSPACE_QUOTA_MB} MB. Delete conversations with "
+            "images to make room."
+        )
+
+
+def store(conversation_id, owner_id: int, snapshots: list[Snapshot]) -> None:
+    """Keep the snapshots with the conversation (the same image twice: once), within the
+    owner's room (``ImageRefused``). In the caller's transaction."""
+    check_room(owner_id, sum(len(snapshot.data) for snapshot in snapshots))
     Attachment.objects.bulk_create(
         [
             Attachment(
@@ -102,22 +135,24 @@ def of_prompt(conversation_id, seq: int) -> list[Snapshot]:
     return [Snapshot(ref, bytes(data[ref.sha256])) for ref in refs if ref.sha256 in data]
 
 
-def copy(from_id, to_id, shas: list[str]) -> None:
-    """A fork's own copies of the images its copied history names."""
+def copy(from_id, to_id, owner_id: int, shas: list[str]) -> None:
+    """A fork's own copies of the images its copied history names, within its owner's
+    room (``ImageRefused`` past it), copied inside the database (one ``INSERT … SELECT``:
+    the bytes never pass through this process)."""
     rows = Attachment.objects.filter(conversation_id=from_id, sha256__in=shas)
-    Attachment.objects.bulk_create(
-        [
-            Attachment(
-                conversation_id=to_id,
-                sha256=row.sha256,
-                media_type=row.media_type,
-                size=row.size,
-                data=row.data,
-            )  # fmt: skip
-            for row in rows
-        ],
-        ignore_conflicts=True,
-    )
+    check_room(owner_id, rows.aggregate(total=Sum("size"))["total"] or 0)
+    table = connection.ops.quote_name(Attachment._meta.db_table)
+    key = Attachment._meta.get_field("conversation").target_field
+    marks = ", ".join(["%s"] * len(shas))
+    created = Attachment._meta.get_field("created").get_db_prep_value(timezone.now(), connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (conversation_id, sha256, media_type, size, data, created) "
+            f"SELECT %s, sha256, media_type, size, data, %s FROM {table} "
+            f"WHERE conversation_id = %s AND sha256 IN ({marks}) ON CONFLICT DO NOTHING",
+            [key.get_db_prep_value(to_id, connection), created,
+             key.get_db_prep_value(from_id, connection), *shas],
+        )  # fmt: skip
 
 
 def loader(conversation_id) -> images.Loader:

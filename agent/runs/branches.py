@@ -342,7 +342,10 @@ def fork_copy(conversation: Conversation, owner, at: Any) -> Conversation:
     )
     shown = [i.get("sha256") for e in events for i in e.get("images") or () if isinstance(i, dict)]
     if shas := list(dict.fromkeys([*images.references(copied), *shown])):
-        attachments.copy(conversation.id, fork.id, shas)  # the fork's own
+        try:
+            attachments.copy(conversation.id, fork.id, owner.pk, shas)  # the fork's own
+        except attachments.ImageRefused as exc:
+            raise RunRefused("quota_exceeded", str(exc)) from exc
     return fork
 
 

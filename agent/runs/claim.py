@@ -143,6 +143,13 @@ def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
     return conversation, author
 
 
+def _keep_images(conversation_id, owner_id: int, images: list[attachments.Snapshot]) -> None:
+    try:
+        attachments.store(conversation_id, owner_id, images)
+    except attachments.ImageRefused as exc:
+        raise RunRefused("quota_exceeded", str(exc)) from exc
+
+
 @partial(database_sync_to_async, thread_sensitive=False)
 def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
           branch_from: tuple[str, int] | None = None,
@@ -192,7 +199,7 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
 
             fork_seq = branch_off(conversation, *branch_from)
         if images:
-            attachments.store(conversation_id, images)
+            _keep_images(conversation_id, owner_id, images)
         if remember and prompt is not None:
             sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
             sender.remember_prompt(prompt)
@@ -215,7 +222,7 @@ def check_queueing(conversation_id, user_id: int,
         if not agent_config(model=conversation.model).offline:
             _check_rate(conversation.owner)
         if images:
-            attachments.store(conversation_id, images)
+            _keep_images(conversation_id, conversation.owner_id, images)
     return author
 
 

@@ -96,29 +96,27 @@ class TooLarge(PathError):
     """A file over ``DOWNLOAD_CAP``."""
 
 
-def download(workspace: Workspace, path: str) -> tuple[str, bytes]:
+def download(workspace: Workspace, path: str, cap: int = DOWNLOAD_CAP) -> tuple[str, bytes]:
     """(path relative to the root, the file's bytes) for a download: a regular file inside
     the workspace (walked from the root's descriptor, never through a symlink out of it;
-    a FIFO, socket or device refused before any I/O), whole, up to ``DOWNLOAD_CAP``."""
-    return workers.call(workspace, _download, workspace, path)
+    a FIFO, socket or device refused before any I/O), whole, up to ``cap`` bytes."""
+    return workers.call(workspace, _download, workspace, path, cap)
 
 
-def _download(workspace: Workspace, path: str) -> tuple[str, bytes]:
+def _download(workspace: Workspace, path: str, cap: int) -> tuple[str, bytes]:
     opened = workspace.open(path, directory=False)  # O_NOFOLLOW | O_NONBLOCK, regular only
     try:
         st = os.fstat(opened.fd)
         if not stat.S_ISREG(st.st_mode):
             raise PathError("not a regular file")
-        too_large = TooLarge(
-            f"the file is over {DOWNLOAD_CAP // (1024 * 1024)} MB, too large to download"
-        )
-        if st.st_size > DOWNLOAD_CAP:
+        too_large = TooLarge(f"the file is over {cap / (1024 * 1024):g} MB, too large to download")
+        if st.st_size > cap:
             raise too_large
         chunks, size = [], 0
-        while chunk := os.read(opened.fd, min(1 << 20, DOWNLOAD_CAP + 1 - size)):
+        while chunk := os.read(opened.fd, min(1 << 20, cap + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
-            if size > DOWNLOAD_CAP:  # it grew since the fstat
+            if size > cap:  # it grew since the fstat
                 raise too_large
         return opened.rel, b"".join(chunks)
     finally:

@@ -60,7 +60,8 @@ from agent.web.views import TITLE_MAX, model_choices
 REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 429,
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
                   "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429,
-                  "budget_exceeded": 429, "already_decided": 409, "bad_image": 400}  # fmt: skip
+                  "budget_exceeded": 429, "already_decided": 409, "bad_image": 400,
+                  "quota_exceeded": 413}  # fmt: skip
 
 
 # An open stream re-checks its token at most this often (seconds) while events flow.
@@ -285,6 +286,10 @@ async def fork_view(request: HttpRequest, conversation: Conversation) -> JsonRes
     body = _json_body(request)
     if body is None and request.body.strip():
         return api_error(400, "bad_request", 'The body must be JSON: {"at"?: <seq>}.')
+    try:  # a fork is a new conversation: the same hourly limit
+        await sync_to_async(check_new_conversation)(request.api_user)
+    except Throttled as refusal:
+        return throttled(refusal)
     try:
         fork = await sync_to_async(fork_copy, thread_sensitive=False)(
             conversation, request.api_user, (body or {}).get("at")

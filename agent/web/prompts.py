@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.core.events import QUEUE_MODES
-from agent.models import Event
+from agent.models import Conversation, Event
 from agent.runs import attachments
 from agent.runs.attachments import Snapshot
 from agent.runs.branches import AGAIN, EDIT, last_prompt_seq, switch_to
@@ -53,10 +53,14 @@ def is_queue_id(value) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and set(value) <= QUEUE_ID_CHARS
 
 
-def _snapshot_images(conversation_id, user_id: int, paths: list[str]) -> list[Snapshot]:
+def _snapshot_images(conversation_id, user_id: int, paths: list[str],
+                     queued: bool) -> list[Snapshot]:  # fmt: skip
     """The attached images, read from the owner's workspace, for one who may prompt here
-    (a viewer learns nothing of the owner's files); ``RunRefused`` naming what is wrong."""
+    (a viewer learns nothing of the owner's files); ``RunRefused`` naming what is wrong.
+    A prompt that would be refused for running now is, before anything is read."""
     conversation, _ = driven_by(conversation_id, user_id)
+    if not queued and conversation.state == Conversation.State.RUNNING:
+        raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
     if conversation.agent != "harness":
         raise RunRefused("bad_image", "This agent reads images from the workspace: name "
                          "the file's path in the prompt instead.")  # fmt: skip
@@ -72,7 +76,7 @@ def _edited_images(conversation_id, user_id: int, seq: int) -> list[Snapshot]:
     return attachments.of_prompt(conversation_id, seq)
 
 
-async def checked_images(conversation_id, user, value) -> list[Snapshot]:
+async def checked_images(conversation_id, user, value, queued: bool = False) -> list[Snapshot]:
     """The prompt's ``images`` (workspace paths), each read and checked (interfaces §13);
     or ``RunRefused`` (``bad_request``, ``bad_image``)."""
     try:
@@ -82,7 +86,7 @@ async def checked_images(conversation_id, user, value) -> list[Snapshot]:
     if not paths:
         return []
     read = sync_to_async(_snapshot_images, thread_sensitive=False)
-    return await read(conversation_id, user.pk, paths)
+    return await read(conversation_id, user.pk, paths, queued)
 
 
 async def accept_prompt(
@@ -95,7 +99,7 @@ async def accept_prompt(
     seq of an earlier prompt this one replaces, on a new branch (interfaces §11).
     ``images``: workspace paths of images attached to it (§13)."""
     text, mode = checked_text(content), checked_mode(mode)
-    taken = await checked_images(conversation_id, user, images)
+    taken = await checked_images(conversation_id, user, images, queued=mode is not None)
     if images is None and isinstance(edit_of, int) and not isinstance(edit_of, bool):
         taken = await sync_to_async(_edited_images, thread_sensitive=False)(
             conversation_id, user.pk, edit_of

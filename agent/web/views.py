@@ -196,6 +196,10 @@ def fork_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _reach(request, conversation_id, READ)
     at = request.POST.get("at")
     try:
+        check_new_conversation(request.user)  # a fork is a new conversation (the same limit)
+    except Throttled as refusal:
+        return _throttled_page(request, refusal)
+    try:
         fork = fork_copy(conversation, request.user, int(at) if at and at.isdigit() else None)
     except RunRefused as refused:
         return HttpResponse(refused.message, status=400, content_type="text/plain")
@@ -411,13 +415,20 @@ def conversation_image(request: HttpRequest, conversation_id, sha256: str) -> Ht
     image = attachments.image(conversation.id, sha256) if conversation is not None else None
     if image is None:
         raise Http404("No such image")
+    etag = f'"{image.sha256}"'
+    if request.headers.get("If-None-Match") == etag:  # (access was checked again above)
+        response = HttpResponse(status=304)
+        response["ETag"] = etag
+        return response
     response = HttpResponse(bytes(image.data), content_type=image.media_type)
+    response["ETag"] = etag
     response["Content-Disposition"] = content_disposition_header(
         False, f"{sha256[:12]}.{image.media_type.rsplit('/', 1)[-1]}"
     )
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
-    response["Cache-Control"] = "private, max-age=86400, immutable"  # (named by content)
+    # Kept by the browser, but asked again each time: a member removed sees it no more.
+    response["Cache-Control"] = "private, no-cache"
     return response
 
 

@@ -49,8 +49,16 @@ def test_anything_else_is_not_an_image_the_model_takes(data):
 def test_an_image_past_the_apis_limits_is_refused_saying_which():
     with pytest.raises(BadImage, match="8001×10 pixels"):
         images.sniff(made.gif(8001, 10))
-    with pytest.raises(BadImage, match="5 MB"):
+    # The API's 5 MB is of the base64: 3.75 MB of bytes.
+    assert images.MAX_BYTES * 4 / 3 <= 5 * 1024 * 1024
+    with pytest.raises(BadImage, match="3.75 MB"):
         images.sniff(made.png() + b"\x00" * images.MAX_BYTES)
+
+
+def test_a_crafted_jpeg_is_scanned_no_further_than_a_frame_header_can_be():
+    padded = b"\xff\xd8" + b"\xff\x01" * (images.JPEG_SCAN // 2) + made.jpeg()[2:]
+    with pytest.raises(BadImage, match="not a PNG"):
+        images.sniff(padded[: images.MAX_BYTES])
 
 
 REF = ImageRef("ab" * 32, "image/png", "uploads/shot.png")
@@ -98,3 +106,21 @@ def test_the_context_estimate_counts_an_image_as_the_tokens_it_costs_not_its_ref
     with_image = [{"role": "user", "content": images.prompt_blocks("look", (REF,))}]
     extra = compaction.size(with_image) - compaction.size(plain)
     assert extra >= images.ESTIMATE_CHARS
+
+
+def test_a_request_carries_the_newest_images_within_its_budget_and_names_the_older():
+    refs = [ImageRef(f"{n:02x}" * 32, "image/png", f"uploads/{n}.png") for n in range(25)]
+    history = [{"role": "user", "content": images.prompt_blocks(f"p{n}", (ref,))}
+               for n, ref in enumerate(refs)]  # fmt: skip
+    data = {ref.sha256: "QUJD" for ref in refs}
+    sent = images.expand(history, data)
+    kinds = [m["content"][0].get("type") for m in sent]
+    assert kinds == ["text"] * 5 + ["image"] * 20  # the newest 20
+    assert sent[0]["content"][0]["text"] == "[image uploads/0.png: an older image, not sent again]"
+    big = {ref.sha256: "x" * (images.REQUEST_BASE64 // 3) for ref in refs}
+    kinds = [m["content"][0].get("type") for m in images.expand(history, big)]
+    assert kinds.count("image") == 3 and kinds[-3:] == ["image"] * 3
+
+
+def test_a_name_shows_without_control_characters_or_direction_overrides():
+    assert images.shown_name("uploads/\u202egnp.exe\n.png") == "uploads/gnp.exe.png"
