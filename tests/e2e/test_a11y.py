@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from testkit.model_server import HttpError, message_reply, text_reply, tool_reply
-from tests.e2e.conftest import send, sign_in, wait_idle
+from testkit.live import LiveServer
+from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 AXE = Path(__file__).parent / "vendor" / "axe-4.14.1.min.js"  # test-only, pinned (README)
 PHONE = {"width": 390, "height": 844}
@@ -180,6 +181,38 @@ def test_axe_on_the_login_page(axe_context):
     page = axe_context().new_page()
     page.goto("/accounts/login/")
     assert axe(page, "login") == []
+
+
+@pytest.fixture(scope="module")
+def sso_live(tmp_path_factory):
+    """A server with single sign-on configured (its provider need not answer: the page is
+    what is checked)."""
+    provider = "http://127.0.0.1:9/oauth2"
+    server = LiveServer(tmp_path_factory.mktemp("sso"), HARNESS_OIDC_CLIENT_ID="harness",
+                        HARNESS_OIDC_CLIENT_SECRET="a-test-client-secret-of-some-length",
+                        HARNESS_OIDC_AUTHORIZATION_ENDPOINT=f"{provider}/authorize",
+                        HARNESS_OIDC_TOKEN_ENDPOINT=f"{provider}/token",
+                        HARNESS_OIDC_USERINFO_ENDPOINT=f"{provider}/userinfo",
+                        HARNESS_OIDC_JWKS_ENDPOINT=f"{provider}/jwks",
+                        HARNESS_OIDC_BUTTON="Example SSO")  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sso_context(browser, sso_live):
+    yield from contexts_on(browser, sso_live)
+
+
+def test_axe_on_the_login_page_with_single_sign_on(sso_context, scheme):
+    page = sso_context(viewport=DESKTOP, bypass_csp=True, color_scheme=scheme).new_page()
+    page.goto("/accounts/login/")
+    assert page.get_by_role("link", name="Sign in with Example SSO").is_visible()
+    assert axe(page, "login with single sign-on") == []
+    page.goto("/oidc/callback/?state=forged&code=x")  # a failed sign-on: its banner
+    page.wait_for_selector(".banner[role=alert]")
+    assert axe(page, "login after a failed single sign-on") == []
 
 
 def test_axe_on_the_phone_with_the_drawer_open(axe_context, fresh_model):
