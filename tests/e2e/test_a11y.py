@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.model_server import HttpError, message_reply, text_reply, tool_reply
 from testkit.live import LiveServer
+from testkit.model_server import HttpError, message_reply, text_reply, tool_reply
 from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 AXE = Path(__file__).parent / "vendor" / "axe-4.14.1.min.js"  # test-only, pinned (README)
