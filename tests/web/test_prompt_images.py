@@ -38,6 +38,18 @@ def put_file(api: Api, path: str, data: bytes) -> None:
     assert status in (200, 201), body
 
 
+def prompted_with(api: Api, path: str, data: bytes, content: str = "look") -> str:
+    """A new conversation whose first prompt carried the image ``data`` (put at ``path``),
+    answered."""
+    put_file(api, path, data)
+    cid = new_conversation(api)
+    status, body = api.call("POST", f"/api/conversations/{cid}/prompt",
+                            {"content": content, "images": [path]})  # fmt: skip
+    assert status == 202, body
+    wait_state(api, cid, "idle")
+    return cid
+
+
 def image_blocks(request_body: dict) -> list[dict]:
     return [block for message in request_body["messages"] if isinstance(message["content"], list)
             for block in message["content"] if block.get("type") == "image"]  # fmt: skip
@@ -78,11 +90,7 @@ def test_an_attached_image_reaches_the_model_as_an_image_block_before_the_text(l
 def test_later_requests_send_the_snapshot_even_when_the_file_changed_or_went(live, fresh):
     ivy = token(live, "ivy")
     first = made.png(4, 4, shade=10)
-    put_file(ivy, "uploads/later.png", first)
-    cid = new_conversation(ivy)
-    ivy.call("POST", f"/api/conversations/{cid}/prompt",
-             {"content": "one", "images": ["uploads/later.png"]})  # fmt: skip
-    wait_state(ivy, cid, "idle")
+    cid = prompted_with(ivy, "uploads/later.png", first, "one")
     put_file(ivy, "uploads/later.png", made.png(4, 4, shade=99))  # changed…
     assert ivy.call("DELETE", "/api/files/uploads/later.png")[0] == 204  # … and gone
     assert ivy.call("POST", f"/api/conversations/{cid}/prompt", {"content": "two"})[0] == 202
@@ -186,11 +194,7 @@ def test_a_fork_carries_its_own_copies_of_the_images(live, fresh):
 def test_an_edited_prompt_keeps_the_images_of_the_one_it_replaces(live, fresh):
     ivy = token(live, "ivy")
     shot = made.png(7, 7, shade=3)
-    put_file(ivy, "uploads/edit.png", shot)
-    cid = new_conversation(ivy)
-    ivy.call("POST", f"/api/conversations/{cid}/prompt",
-             {"content": "first wording", "images": ["uploads/edit.png"]})  # fmt: skip
-    wait_state(ivy, cid, "idle")
+    cid = prompted_with(ivy, "uploads/edit.png", shot, "first wording")
     seq = next(e["seq"] for e in events_of(ivy, cid) if e["type"] == "user")
     status, body = ivy.call("POST", f"/api/conversations/{cid}/prompt",
                             {"content": "second wording", "edit_of": seq})  # fmt: skip
