@@ -34,6 +34,9 @@ STORAGE_REFUSED = (
 )
 
 
+ALREADY_RUNNING = "A prompt is already running; wait or cancel it."
+
+
 class RunRefused(Exception):
     """A prompt that is not run: ``code`` for programs, ``message`` for people."""
 
@@ -166,7 +169,7 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
         owner = conversation.owner
         owner_id = owner.pk
         if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
-            raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+            raise RunRefused("prompt_running", ALREADY_RUNNING)
         config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
         config = config.replace(approval=conversation.approval or config.approval)
         if not config.offline:  # (the demo costs nothing)
@@ -190,7 +193,7 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
             .update(**changes)
         )
         if not claimed:  # running, here or in another process
-            raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+            raise RunRefused("prompt_running", ALREADY_RUNNING)
         for name, value in changes.items():
             setattr(conversation, name, value)
         fork_seq = 0

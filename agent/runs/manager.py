@@ -29,6 +29,7 @@ from agent.runs import eventlog
 from agent.runs.attachments import Snapshot
 from agent.runs.broadcast import announce_branch, announce_interrupted
 from agent.runs.claim import (
+    ALREADY_RUNNING,
     STORAGE_REFUSED,
     RunRefused,
     check_queueing,
@@ -175,9 +176,7 @@ class RunManager:
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:
-                raise RunRefused(
-                    "prompt_running", "A prompt is already running; wait or cancel it."
-                )
+                raise RunRefused("prompt_running", ALREADY_RUNNING)
             # Its final status is out, it is only saving: a prompt sent right away waits.
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()

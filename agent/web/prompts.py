@@ -18,7 +18,7 @@ from agent.runs import attachments
 from agent.runs.attachments import Snapshot
 from agent.runs.branches import AGAIN, EDIT, last_prompt_seq, switch_to
 from agent.runs.broadcast import announce_branch
-from agent.runs.claim import RunRefused, driven_by
+from agent.runs.claim import ALREADY_RUNNING, RunRefused, driven_by
 from agent.runs.manager import runs
 
 
@@ -60,7 +60,7 @@ def _snapshot_images(conversation_id, user_id: int, paths: list[str],
     A prompt that would be refused for running now is, before anything is read."""
     conversation, _ = driven_by(conversation_id, user_id)
     if not queued and conversation.state == Conversation.State.RUNNING:
-        raise RunRefused("prompt_running", "A prompt is already running; wait or cancel it.")
+        raise RunRefused("prompt_running", ALREADY_RUNNING)
     if conversation.agent != "harness":
         raise RunRefused("bad_image", "This agent reads images from the workspace: name "
                          "the file's path in the prompt instead.")  # fmt: skip
