@@ -85,8 +85,7 @@ def snapshot(owner_id: int, paths: list[str]) -> list[Snapshot]:
 def check_room(owner_id: int, adding: int) -> None:
     """The images kept with the owner's conversations (in the database, apart from the
     workspace's files) stay within their workspace quota (``HARNESS_WORKSPACE_QUOTA_MB``)
-    once ``adding`` more bytes are kept: ``ImageRefused`` past it. (An image kept already
-    in the same conversation is counted again: a bound, not an exact figure.)"""
+    once ``adding`` more bytes are kept: ``ImageRefused`` past it."""
     if not adding:
         return
     limit = settings.HARNESS_WORKSPACE_QUOTA_MB * 1024 * 1024
@@ -104,8 +103,15 @@ def check_room(owner_id: int, adding: int) -> None:
 
 def store(conversation_id, owner_id: int, snapshots: list[Snapshot]) -> None:
     """Keep the snapshots with the conversation (the same image twice: once), within the
-    owner's room (``ImageRefused``). In the caller's transaction."""
-    check_room(owner_id, sum(len(snapshot.data) for snapshot in snapshots))
+    owner's room (``ImageRefused``; only what is new counts: an edited prompt's images are
+    kept already). In the caller's transaction."""
+    kept = set(
+        Attachment.objects.filter(conversation_id=conversation_id,
+                                  sha256__in=[s.ref.sha256 for s in snapshots])
+        .values_list("sha256", flat=True)
+    )  # fmt: skip
+    new = {s.ref.sha256: s for s in snapshots if s.ref.sha256 not in kept}.values()
+    check_room(owner_id, sum(len(snapshot.data) for snapshot in new))
     Attachment.objects.bulk_create(
         [
             Attachment(
@@ -114,9 +120,9 @@ def store(conversation_id, owner_id: int, snapshots: list[Snapshot]) -> None:
                 media_type=s.ref.media_type,
                 size=len(s.data),
                 data=s.data,
-            )  # fmt: skip
-            for s in snapshots
-        ],
+            )
+            for s in new
+        ],  # fmt: skip
         ignore_conflicts=True,
     )
 

@@ -37,11 +37,13 @@ def conversation_of(user) -> Conversation:
 def test_images_are_kept_within_the_owners_room_and_past_it_refused(owner):
     first, second = conversation_of(owner), conversation_of(owner)
     attachments.store(first.id, owner.pk, [snapshot(1, MB // 2)])
-    attachments.store(first.id, owner.pk, [snapshot(1, MB // 2)])  # the same image: once
     assert Attachment.objects.filter(conversation=first).count() == 1
     with pytest.raises(ImageRefused, match="limit is 1 MB"):
         attachments.store(second.id, owner.pk, [snapshot(2, MB // 2 + 1)])
     assert not Attachment.objects.filter(conversation=second).exists()
+    # Kept already (an edited prompt's images): not counted again.
+    attachments.store(first.id, owner.pk, [snapshot(1, MB // 2), snapshot(1, MB // 2)])
+    assert Attachment.objects.filter(conversation=first).count() == 1  # the same image: once
 
 
 def test_a_fork_copies_its_images_inside_the_database_and_the_loader_reads_them(owner):
