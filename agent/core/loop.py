@@ -268,7 +268,10 @@ class AgentLoop:
         self._approve_all = False
         self._delivered_images = set()
         try:
-            return await self._run(content, author, again, images)
+            prompt = None
+            if content is not None and not again:
+                prompt = QueuedPrompt("", content, "", author or "", tuple(images))
+            return await self._run(prompt, again)
         finally:
             self._task = None
             self._acc = None
@@ -294,24 +297,19 @@ class AgentLoop:
     async def answer_again(self) -> RunResult:
         return await self.prompt(None, again=True)
 
-    async def _run(
-        self,
-        content: str | None,
-        author: str | None = None,
-        again: bool = False,
-        images: tuple[ImageRef, ...] = (),
-    ) -> RunResult:
+    async def _run(self, prompt: QueuedPrompt | None, again: bool = False) -> RunResult:
+        """``prompt``: the one that starts the run (None: a compaction, or ``again``)."""
         if again:
             self._prompt_index = None  # the prompt is an earlier event's: never dropped
-        elif content is None:
+        elif prompt is None:
             self._prompt_index = None
             self._emit(StatusEvent(state="thinking", message="Compacting"))
         else:
-            self._deliver([QueuedPrompt("", content, "", author or "", tuple(images))])
+            self._deliver([prompt])
         try:
             if again:
                 result = await self._loop(-1)
-            elif content is None:
+            elif prompt is None:
                 result = await self._compact_requested()
             else:
                 result = await self._loop(self._prompt_index)
