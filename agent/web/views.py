@@ -420,28 +420,32 @@ def conversation_image(request: HttpRequest, conversation_id, sha256: str) -> Ht
         response = HttpResponse(status=304)
         response["ETag"] = etag
         return response
-    response = HttpResponse(bytes(image.data), content_type=image.media_type)
+    name = f"{sha256[:12]}.{image.media_type.rsplit('/', 1)[-1]}"
+    # Kept by the browser, but asked again each time: a member removed sees it no more.
+    response = _inert(bytes(image.data), image.media_type, name, attachment=False,
+                      cache="private, no-cache")  # fmt: skip
     response["ETag"] = etag
-    response["Content-Disposition"] = content_disposition_header(
-        False, f"{sha256[:12]}.{image.media_type.rsplit('/', 1)[-1]}"
-    )
+    return response
+
+
+def _inert(data: bytes, content_type: str, name: str, *, attachment: bool,
+           cache: str) -> HttpResponse:  # fmt: skip
+    """Bytes from a workspace that no browser renders as a document of this origin: the
+    type as given, ``nosniff``, and a sandboxing CSP should it be opened anyway."""
+    response = HttpResponse(data, content_type=content_type)
+    response["Content-Disposition"] = content_disposition_header(attachment, name)
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "sandbox; default-src 'none'"
-    # Kept by the browser, but asked again each time: a member removed sees it no more.
-    response["Cache-Control"] = "private, no-cache"
+    response["Cache-Control"] = cache
     return response
 
 
 def download_response(rel: str, data: bytes) -> HttpResponse:
     """A workspace file as an attachment that no browser renders on this origin (the page's
     download and ``GET /api/files/…`` alike)."""
-    response = HttpResponse(data, content_type="application/octet-stream")
     name = rel.rsplit("/", 1)[-1] or "download"
-    response["Content-Disposition"] = content_disposition_header(True, name)
-    response["X-Content-Type-Options"] = "nosniff"
-    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
-    response["Cache-Control"] = "private, no-store"
-    return response
+    return _inert(data, "application/octet-stream", name, attachment=True,
+                  cache="private, no-store")  # fmt: skip
 
 
 def _share_context(conversation: Conversation, error: str = "", members=None) -> dict:
