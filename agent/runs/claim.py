@@ -8,22 +8,25 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Exists, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
 from agent.core.config import Config
 from agent.core.images import ImageRef
-from agent.models import Conversation, User
+from agent.models import Conversation, Membership, User
 from agent.runs import attachments, rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
+from agent.server.prepared import Prepared, PreparedUpdate
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -80,10 +83,10 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
-def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
-    """Prompts running at once, then (``per_minute``) prompts sent in the last minute."""
-    running = owned_by(owner.pk).filter(state=Conversation.State.RUNNING)
-    if running.count() >= settings.HARNESS_CONCURRENT_RUNS:
+def _check_quotas(owner: User, running: int, *, per_minute: bool = True) -> None:
+    """Prompts running at once (``running``: the owner's conversations running now), then
+    (``per_minute``) prompts sent in the last minute."""
+    if running >= settings.HARNESS_CONCURRENT_RUNS:
         raise RunRefused(
             "quota_concurrent",
             f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
@@ -120,27 +123,47 @@ def _check_rate(owner: User) -> None:
     rate.count_prompt(owner.pk)
 
 
-def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
-    """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
-    carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer, or
-    an inactive owner). The run works in the owner's workspace and spends the owner's
-    budget, whoever drives it (interfaces §12)."""
-    conversation = (
-        readable_by(user_id).select_related("owner").filter(id=conversation_id).first()
-        if user_id is not None else None
+def _drivable(user_id, conversation_id):
+    """The conversation as ``user_id`` may read it (``readable_by``: its ``role``), its
+    owner loaded, whether it is shared with anyone (``shared``), and how many of the
+    owner's conversations run now (``owner_running``, the concurrency quota): one query."""
+    running = (
+        owned_by(OuterRef("owner_id")).filter(state=Conversation.State.RUNNING)
+        .order_by().values("owner_id").annotate(count=Count("pk")).values("count")
     )  # fmt: skip
-    if conversation is None:
-        inactive = owned_by(user_id).filter(id=conversation_id, owner__is_active=False)
+    return (
+        readable_by(user_id).select_related("owner").filter(id=conversation_id)
+        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))),
+                  owner_running=Coalesce(Subquery(running), 0))[:1]
+    )  # fmt: skip
+
+
+# Compiled once per database connection (agent/server/prepared.py): every prompt's start runs it.
+_DRIVABLE = Prepared(_drivable, int, uuid.UUID)
+
+
+def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
+    """The conversation ``user_id`` may drive (its owner loaded, and ``owner_running``) and
+    the author its prompt carries; or ``RunRefused``: ``not_found`` (cannot read it),
+    ``forbidden`` (a viewer, or an inactive owner). The run works in the owner's workspace
+    and spends the owner's budget, whoever drives it (interfaces §12)."""
+    try:
+        key = uuid.UUID(str(conversation_id))
+    except ValueError:
+        raise RunRefused("not_found", "Conversation not found.") from None
+    found = _DRIVABLE.objects(user_id, key) if user_id is not None else []
+    if not found:
+        inactive = owned_by(user_id).filter(id=key, owner__is_active=False)
         if user_id is not None and inactive.exists():
             raise RunRefused("forbidden", "This account cannot run prompts.")
         raise RunRefused("not_found", "Conversation not found.")
+    conversation = found[0]
     if not allows(conversation.role, DRIVE):
         raise RunRefused("forbidden", "You may read this conversation but not prompt in it.")
     # Every prompt of a shared conversation names its author, the owner's too, so each
     # user part shows who wrote it; a conversation never shared keeps its events as before.
-    # (Queries only when it may be shared: a prompt's start is a run's largest fixed cost.)
     if conversation.owner_id == user_id:
-        shared = conversation.team or conversation.memberships.exists()
+        shared = conversation.team or conversation.shared
         return conversation, (conversation.owner.get_username() if shared else None)
     author = User.objects.filter(pk=user_id).values_list("username", flat=True).first()
     return conversation, author
@@ -151,6 +174,20 @@ def _keep_images(conversation_id, owner_id: int, images: list[attachments.Snapsh
         attachments.store(conversation_id, owner_id, images)
     except attachments.ImageRefused as exc:
         raise RunRefused("quota_exceeded", str(exc)) from exc
+
+
+def _claiming(conversation_id, branch, process, until, title=None):
+    """The claim's UPDATE: running, leased to this process; only if no prompt runs and
+    its branch is still the one read."""
+    changes = {"state": Conversation.State.RUNNING, "lease_owner": process, "lease_until": until}
+    if title is not None:
+        changes["title"] = title
+    idle = Conversation.objects.filter(id=conversation_id, active_branch=branch)
+    return idle.exclude(state=Conversation.State.RUNNING), changes
+
+
+_CLAIM = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime)
+_CLAIM_TITLED = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime, str)
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -175,7 +212,7 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
         if not config.offline:  # (the demo costs nothing)
             _check_budget(owner)
         # The per-minute limit protects spend: the offline demo model costs nothing.
-        _check_quotas(owner, per_minute=not config.offline)
+        _check_quotas(owner, conversation.owner_running, per_minute=not config.offline)
         changes = {
             "state": Conversation.State.RUNNING,
             "lease_owner": PROCESS_ID,
@@ -184,14 +221,14 @@ def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
         titled = not conversation.title and prompt is not None  # (None: a compaction)
         if titled:
             changes["title"] = title_from_prompt(prompt)
+        # (the branch read above: one switched meanwhile would get another's history)
         claimed = (
-            # (the branch read above: one switched meanwhile would get another's history)
-            Conversation.objects.filter(
-                id=conversation_id, active_branch=conversation.active_branch
-            )  # fmt: skip
-            .exclude(state=Conversation.State.RUNNING)
-            .update(**changes)
-        )
+            _CLAIM_TITLED(conversation.id, conversation.active_branch, PROCESS_ID,
+                          changes["lease_until"], changes["title"])
+            if titled
+            else _CLAIM(conversation.id, conversation.active_branch, PROCESS_ID,
+                        changes["lease_until"])
+        )  # fmt: skip
         if not claimed:  # running, here or in another process
             raise RunRefused("prompt_running", ALREADY_RUNNING)
         for name, value in changes.items():

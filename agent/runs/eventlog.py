@@ -40,6 +40,7 @@ from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
 from agent.runs import search, usage
 from agent.server import metrics
+from agent.server.prepared import insert_rows, update_row
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,29 @@ class Batch:
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+def _insert_events(rows: list[tuple[Any, dict[str, Any]]]) -> None:
+    """(conversation id, event JSON) pairs as event log rows: one statement."""
+    insert_rows(Event, [
+        {"conversation": conversation_id, "seq": e["seq"], "type": e["type"], "payload": e,
+         "branch": e.get("branch", 0)}
+        for conversation_id, e in rows
+    ])  # fmt: skip
+
+
+def _delete_partial_text(conversation_id) -> None:
+    """The conversation's partial-text rows, in one DELETE (nothing refers to events: the
+    ORM's delete collector would only cost time)."""
+    connection = connections[Event.objects.db]
+    quote = connection.ops.quote_name
+    key = Event._meta.get_field("conversation")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {quote(Event._meta.db_table)} WHERE {quote(key.column)} = %s "
+            f"AND {quote('type')} = %s",
+            [key.get_db_prep_value(conversation_id, connection), DELTA],
+        )
+
+
 def _apply(batch: Batch) -> Conversation | None:
     """Store one batch and fold it into its conversation's row (inside the caller's
     transaction), so the database always sits at a frame boundary: catch-up relies on it.
@@ -145,19 +169,13 @@ def _apply(batch: Batch) -> Conversation | None:
     texts = [e["seq"] for e in rows if e["type"] == TEXT]
     if texts:
         # The block is complete: its partial-text rows give way to the whole text.
-        Event.objects.filter(conversation_id=batch.conversation_id, type=DELTA).delete()
+        _delete_partial_text(batch.conversation_id)
         rows = [e for e in rows if e["type"] != DELTA or e["seq"] > max(texts)]
-    Event.objects.bulk_create(
-        Event(
-            conversation_id=batch.conversation_id,
-            seq=e["seq"],
-            type=e["type"],
-            payload=e,
-            branch=e.get("branch", 0),
-        )
-        for e in rows
-    )
-    Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    _insert_events([(batch.conversation_id, e) for e in rows])
+    if any(hasattr(value, "resolve_expression") for value in changes.values()):
+        Conversation.objects.filter(id=batch.conversation_id).update(**changes)
+    else:  # (most batches: plain values, one hand-built UPDATE)
+        update_row(Conversation, batch.conversation_id, changes)
     search.index(batch.conversation_id, rows)
     spent = [e for e in rows if e["type"] == UsageEvent.type]
     if spent:  # the owner's days, for budgets and the usage figures
@@ -183,17 +201,8 @@ def _apply_partial_texts(batches: list[Batch]) -> None:
     executemany form) for the lot. At 250 streaming sessions these are 250 batches a
     second, and the ORM's per-statement cost of two statements each was the largest
     item of the server's profile after the SDK. ``last_seq`` only ever moves forward."""
-    Event.objects.bulk_create(
-        Event(
-            conversation_id=batch.conversation_id,
-            seq=e["seq"],
-            type=e["type"],
-            payload=e,
-            branch=e.get("branch", 0),
-        )
-        for batch in batches
-        for e in stored_form(batch.events)
-    )
+    _insert_events([(batch.conversation_id, e) for batch in batches
+                    for e in stored_form(batch.events)])  # fmt: skip
     connection = connections[Conversation.objects.db]
     id_field = Conversation._meta.pk
     table = connection.ops.quote_name(Conversation._meta.db_table)

@@ -16,6 +16,7 @@ import time
 from django.db.models import Case, F, Value, When
 
 from agent.models import User
+from agent.server.prepared import PreparedUpdate
 
 
 def sent_last_minute(user: User, now: float | None = None) -> int:
@@ -32,16 +33,24 @@ def sent_last_minute(user: User, now: float | None = None) -> int:
     return current + math.ceil(previous * (1 - into / 60))
 
 
+def _counting(user_id, window, before):
+    return User.objects.filter(pk=user_id), {
+        "rate_previous": Case(
+            When(rate_window=window, then=F("rate_previous")),
+            When(rate_window=before, then=F("rate_count")),
+            default=Value(0),
+        ),
+        "rate_count": Case(When(rate_window=window, then=F("rate_count") + 1), default=Value(1)),
+        "rate_window": Value(window),
+    }
+
+
+# Compiled once per database connection (agent/server/prepared.py): every prompt runs it.
+_COUNT = PreparedUpdate(_counting, int, int, int)
+
+
 def count_prompt(user_id: int, now: float | None = None) -> None:
     """One more prompt sent by ``user_id``: one UPDATE, which every process may run at once
     (each SET reads the row as it was before the UPDATE)."""
     window = int((time.time() if now is None else now) // 60)
-    User.objects.filter(pk=user_id).update(
-        rate_previous=Case(
-            When(rate_window=window, then=F("rate_previous")),
-            When(rate_window=window - 1, then=F("rate_count")),
-            default=Value(0),
-        ),
-        rate_count=Case(When(rate_window=window, then=F("rate_count") + 1), default=Value(1)),
-        rate_window=Value(window),
-    )
+    _COUNT(user_id, window, window - 1)

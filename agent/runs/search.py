@@ -22,6 +22,7 @@ from django.utils.safestring import mark_safe
 
 from agent.core.events import TextEvent, UserEvent
 from agent.models import SearchEntry
+from agent.server.prepared import insert_rows
 
 INDEXED = (UserEvent.type, TextEvent.type)
 MAX_QUERY = 200
@@ -50,13 +51,11 @@ class Found:
 
 def index(conversation_id, rows: list[dict[str, Any]]) -> None:
     """Add a stored batch's prompts and answers (inside the event log's transaction)."""
-    entries = [
-        SearchEntry(conversation_id=conversation_id, seq=row["seq"], text=row["content"])
+    insert_rows(SearchEntry, [
+        {"conversation": conversation_id, "seq": row["seq"], "text": row["content"]}
         for row in rows
         if row["type"] in INDEXED and isinstance(row.get("content"), str) and row["content"].strip()
-    ]
-    if entries:
-        SearchEntry.objects.bulk_create(entries)
+    ])  # fmt: skip
 
 
 # Readable by the caller (%s: their id, twice): as access.readable_by, the owner active.

@@ -25,8 +25,10 @@ heartbeat and at most once a second while it sends (``agent.web.api_tokens.token
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
+import uuid
 from importlib import import_module
 
 from asgiref.sync import async_to_sync
@@ -40,6 +42,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
+
+from agent.server.prepared import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +188,29 @@ def socket_refusal(
     return reason, session_hash
 
 
+def _socket_rows(user_id, conversation_id, session_key=None, now=None):
+    """The credential check's one row: the user's password hash, their role on the
+    conversation (None: cannot read it) and, with a session key, whether that session is
+    alive."""
+    from django.contrib.sessions.models import Session
+    from django.db.models import Subquery
+
+    from agent.access import readable_by
+    from agent.models import User
+
+    role = readable_by(user_id).filter(id=conversation_id).values("role")[:1]
+    rows = User.objects.filter(pk=user_id, is_active=True).annotate(role=Subquery(role))
+    if session_key is None:
+        return rows.values_list("password", "role")[:1]
+    alive = Session.objects.filter(session_key=session_key, expire_date__gt=now)
+    return rows.annotate(alive=Exists(alive)).values_list("password", "role", "alive")[:1]
+
+
+# Compiled once per connection (agent/server/prepared.py): every frame a socket receives runs it.
+_WITH_SESSION = Prepared(_socket_rows, int, uuid.UUID, str, datetime.datetime)
+_WITHOUT_SESSION = Prepared(_socket_rows, int, uuid.UUID)
+
+
 def socket_access(
     conversation_id, user_id: int, session_key: str | None, session_hash: str | None
 ) -> tuple[str | None, str | None, str | None]:
@@ -197,25 +224,19 @@ def socket_access(
     in with the old one. Only when it does not match is the session read again (one more
     query), in case it was re-signed with the new hash since (Django's
     update_session_auth_hash, after a user changes their own password)."""
-    from django.contrib.sessions.models import Session
-    from django.db.models import Subquery
-
-    from agent.access import readable_by
     from agent.models import User
 
-    role = readable_by(user_id).filter(id=conversation_id).values("role")[:1]
-    rows = User.objects.filter(pk=user_id, is_active=True).annotate(role=Subquery(role))
-    db_sessions = settings.SESSION_ENGINE in _DB_SESSION_ENGINES
-    if session_key and db_sessions:
-        alive = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
-        rows = rows.annotate(alive=Exists(alive))
-        found = rows.values_list("password", "role", "alive").first()
-    else:
-        found = rows.values_list("password", "role").first()
-        found = (*found, True) if found else None
-    if found is None or found[1] is None:
+    try:
+        key = uuid.UUID(str(conversation_id))
+    except ValueError:
         return NOT_FOUND, None, None
-    password, role, alive = found
+    if session_key and settings.SESSION_ENGINE in _DB_SESSION_ENGINES:
+        found = _WITH_SESSION.values(user_id, key, session_key, timezone.now())
+    else:
+        found = [(*row, True) for row in _WITHOUT_SESSION.values(user_id, key)]
+    if not found or found[0][1] is None:
+        return NOT_FOUND, None, None
+    password, role, alive = found[0]
     if not session_key or not alive:
         return SIGNED_OUT, None, None
     user = User(pk=user_id, password=password)
