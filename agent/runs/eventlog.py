@@ -14,6 +14,7 @@ import asyncio
 import errno
 import logging
 import time
+import uuid
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +23,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import connections, transaction
-from django.db.models import F
 
 from agent.core.events import (
     USAGE_FIELDS,
@@ -40,7 +40,7 @@ from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
 from agent.runs import search, usage
 from agent.server import metrics
-from agent.server.prepared import insert_rows, update_row
+from agent.server.prepared import Prepared, insert_rows, update_row
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +145,20 @@ def _delete_partial_text(conversation_id) -> None:
         )
 
 
+# Compiled once per connection (agent/server/prepared.py): every run's last batch reads them.
+_OWNER = Prepared(lambda cid: Conversation.objects.filter(id=cid).values_list("owner_id")[:1],
+                  uuid.UUID)  # fmt: skip
+_METER = Prepared(lambda cid: Conversation.objects.defer("history").filter(id=cid)[:1],
+                  uuid.UUID)  # fmt: skip
+
+
 def _apply(batch: Batch) -> Conversation | None:
     """Store one batch and fold it into its conversation's row (inside the caller's
     transaction), so the database always sits at a frame boundary: catch-up relies on it.
     Returns the row re-read when the batch changed the token totals (the meter shows them)."""
     rows = stored_form(batch.events)
     changes: dict[str, Any] = {"last_seq": batch.events[-1]["seq"]}
+    added: dict[str, Any] = {}  # token and cost totals: added to, in the same UPDATE
     if batch.history is not None:
         changes["history"] = batch.history  # so a crash loses none of the conversation
     for event in rows:
@@ -158,37 +166,30 @@ def _apply(batch: Batch) -> Conversation | None:
             changes["state"] = STATE_FOR_STATUS[event["state"]]
         elif event["type"] == UsageEvent.type:
             for name in USAGE_FIELDS:
-                changes[name] = F(name) + event[name]
-            changes["cost_usd"] = F("cost_usd") + Decimal(str(event["cost_usd"]))
+                added[name] = added.get(name, 0) + event[name]
+            added["cost_usd"] = added.get("cost_usd", 0) + Decimal(str(event["cost_usd"]))
             if event.get("context_tokens"):
                 changes["context_tokens"] = event["context_tokens"]
                 changes["context_window"] = event.get("context_window") or 0
         elif event["type"] == CompactionEvent.type:
             changes["context_tokens"] = event["tokens_after"]
-            changes["cost_usd"] = F("cost_usd")  # (re-read for the meter)
     texts = [e["seq"] for e in rows if e["type"] == TEXT]
     if texts:
         # The block is complete: its partial-text rows give way to the whole text.
         _delete_partial_text(batch.conversation_id)
         rows = [e for e in rows if e["type"] != DELTA or e["seq"] > max(texts)]
     _insert_events([(batch.conversation_id, e) for e in rows])
-    if any(hasattr(value, "resolve_expression") for value in changes.values()):
-        Conversation.objects.filter(id=batch.conversation_id).update(**changes)
-    else:  # (most batches: plain values, one hand-built UPDATE)
-        update_row(Conversation, batch.conversation_id, changes)
+    update_row(Conversation, batch.conversation_id, changes, added)
     search.index(batch.conversation_id, rows)
     spent = [e for e in rows if e["type"] == UsageEvent.type]
     if spent:  # the owner's days, for budgets and the usage figures
-        owner_id = (
-            Conversation.objects.filter(id=batch.conversation_id)
-            .values_list("owner_id", flat=True)
-            .first()
-        )
-        if owner_id is not None:
-            usage.add(owner_id, spent)
-    if "cost_usd" in changes:
+        owner = _OWNER.values(batch.conversation_id)
+        if owner:
+            usage.add(owner[0][0], spent)
+    if added or "context_tokens" in changes:
         # for the meter: the history (the largest field) is never rendered
-        return Conversation.objects.defer("history").get(id=batch.conversation_id)
+        found = _METER.objects(batch.conversation_id)
+        return found[0] if found else None
     return None
 
 

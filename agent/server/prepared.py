@@ -65,10 +65,14 @@ def _derived(param) -> bool:
     return False
 
 
+def _uuid(value) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
 def _forms(kind: type, connection) -> tuple[Callable[[Any], Any], ...]:
     """How Django may have converted an argument of ``kind`` into a parameter."""
-    if kind is uuid.UUID:
-        return (lambda value: value, lambda value: value.hex)
+    if kind is uuid.UUID:  # (a UUID given as text is read as one)
+        return (_uuid, lambda value: _uuid(value).hex)
     if kind is datetime.datetime:
         return (lambda value: value, connection.ops.adapt_datetimefield_value)
     return (lambda value: value,)
@@ -239,16 +243,24 @@ def insert_rows(model, rows: list[dict[str, Any]]) -> None:
         cursor.executemany(sql, values)
 
 
-def update_row(model, pk, values: dict[str, Any]) -> int:
-    """``model.objects.filter(pk=pk).update(**values)`` for plain values (no expressions),
-    as one hand-built UPDATE: the number of rows changed."""
+def update_row(model, pk, values: dict[str, Any], added: dict[str, Any] | None = None) -> int:
+    """``model.objects.filter(pk=pk).update(**values)``, and ``field = field + amount`` for
+    each of ``added``, as one hand-built UPDATE: the number of rows changed."""
     connection = connections[model.objects.db]
     quote = connection.ops.quote_name
-    fields = {name: model._meta.get_field(name) for name in values}
-    sets = ", ".join(f"{quote(field.column)} = %s" for field in fields.values())
-    params = [field.get_db_prep_save(values[name], connection) for name, field in fields.items()]
+    sets, params = [], []
+    for name, value in values.items():
+        field = model._meta.get_field(name)
+        sets.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    for name, amount in (added or {}).items():
+        field = model._meta.get_field(name)
+        column = quote(field.column)
+        sets.append(f"{column} = {column} + %s")
+        params.append(field.get_db_prep_save(amount, connection))
     key = model._meta.pk
-    sql = f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {quote(key.column)} = %s"
+    table = quote(model._meta.db_table)
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {quote(key.column)} = %s"
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, key.get_db_prep_value(pk, connection)])
         return cursor.rowcount

@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import time
+from decimal import Decimal
 
 import pytest
 from channels.exceptions import ChannelFull
 
 import agent.runs.eventlog as eventlog
 from agent.core.events import from_dict
-from agent.models import Conversation, Event, User
+from agent.models import Conversation, Event, UsageDay, User
 from agent.server.layers import LocalChannelLayer
 from tests.conftest import REPO
 
@@ -101,6 +102,32 @@ def test_a_conversation_with_two_batches_in_a_group_keeps_their_order(conversati
     ])  # fmt: skip
     # the complete text replaced the partial row, as it does when stored on its own
     assert [(e.seq, e.type) for e in Event.objects.filter(conversation=c)] == [(3, "text")]
+
+
+def _usage(seq: int, tokens: int, cost: float, context: int = 0) -> dict:
+    return {"type": "usage", "seq": seq, "timestamp": 1_764_000_000_000, "input_tokens": tokens,
+            "output_tokens": 2 * tokens, "cache_read_input_tokens": 3,
+            "cache_creation_input_tokens": 0, "cost_usd": cost, "context_tokens": context,
+            "context_window": 200_000 if context else 0}  # fmt: skip
+
+
+def test_usage_totals_add_up_in_the_row_and_the_owners_day_and_come_back_for_the_meter(
+    conversations,
+):
+    c = conversations[0]
+    Conversation.objects.filter(id=c.id).update(input_tokens=100, cost_usd=Decimal("1.5"))
+    (meter,) = eventlog._store_all([
+        eventlog.Batch(c.id, [_usage(1, 10, 0.000125), _usage(2, 5, 0.25, context=900)],
+                       done=None),
+    ])  # fmt: skip
+    # both usage events of the batch count (the row adds, it is not overwritten)
+    assert (meter.input_tokens, meter.output_tokens, meter.cache_read_input_tokens) == (115, 30, 6)
+    assert meter.cost_usd == Decimal("1.750125")
+    assert (meter.context_tokens, meter.context_window, meter.last_seq) == (900, 200_000, 2)
+    assert "history" in meter.get_deferred_fields()  # the meter never reads the history
+    day = UsageDay.objects.get(user=c.owner)
+    assert (day.input_tokens, day.output_tokens, day.cost_usd) == (15 + 6, 30, Decimal("0.250125"))
+    assert eventlog._store_all([eventlog.Batch(c.id, [_delta(3)], done=None)]) == [None]
 
 
 @pytest.mark.django_db(transaction=True)
