@@ -4,6 +4,7 @@ it, the lease that tells other processes this one is alive, and the final save."
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -26,7 +27,10 @@ from agent.models import Conversation, Membership, User
 from agent.runs import attachments, rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
+from agent.server import grouping
 from agent.server.prepared import Prepared, PreparedUpdate
+
+log = logging.getLogger(__name__)
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -190,60 +194,108 @@ _CLAIM = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime)
 _CLAIM_TITLED = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime, str)
 
 
-@partial(database_sync_to_async, thread_sensitive=False)
-def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
-          branch_from: tuple[str, int] | None = None,
-          images: list[attachments.Snapshot] = ()) -> Setup:  # fmt: skip
+@dataclass(frozen=True)
+class _Claim:
+    conversation_id: Any
+    user_id: int | None
+    prompt: str | None
+    remember: bool = False
+    branch_from: tuple[str, int] | None = None
+    images: tuple[attachments.Snapshot, ...] = ()
+
+
+async def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
+                branch_from: tuple[str, int] | None = None,
+                images: list[attachments.Snapshot] = ()) -> Setup:  # fmt: skip
     """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
     in the page also joins the sender's prompt history. ``user_id``: who sends it, the
-    owner or a collaborator (quotas and budget are the owner's). One transaction, few
-    queries: a prompt's start is the largest fixed cost of a run (the benchmark's profile).
-    ``branch_from``: (``edit`` or ``regenerate``, a prompt's seq): the run starts a new
-    branch there (interfaces §11), in the same transaction: a refused prompt leaves the
-    tree as it was. ``images``: snapshots of the attached images, kept in it too."""
-    with transaction.atomic():
-        conversation, author = driven_by(conversation_id, user_id)
-        owner = conversation.owner
-        owner_id = owner.pk
-        if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
-            raise RunRefused("prompt_running", ALREADY_RUNNING)
-        config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
-        config = config.replace(approval=conversation.approval or config.approval)
-        if not config.offline:  # (the demo costs nothing)
-            _check_budget(owner)
-        # The per-minute limit protects spend: the offline demo model costs nothing.
-        _check_quotas(owner, conversation.owner_running, per_minute=not config.offline)
-        changes = {
-            "state": Conversation.State.RUNNING,
-            "lease_owner": PROCESS_ID,
-            "lease_until": _lease_deadline(),
-        }
-        titled = not conversation.title and prompt is not None  # (None: a compaction)
-        if titled:
-            changes["title"] = title_from_prompt(prompt)
-        # (the branch read above: one switched meanwhile would get another's history)
-        claimed = (
-            _CLAIM_TITLED(conversation.id, conversation.active_branch, PROCESS_ID,
-                          changes["lease_until"], changes["title"])
-            if titled
-            else _CLAIM(conversation.id, conversation.active_branch, PROCESS_ID,
-                        changes["lease_until"])
-        )  # fmt: skip
-        if not claimed:  # running, here or in another process
-            raise RunRefused("prompt_running", ALREADY_RUNNING)
-        for name, value in changes.items():
-            setattr(conversation, name, value)
-        fork_seq = 0
-        if branch_from is not None:
-            from agent.runs.branches import branch_off  # (it raises this module's refusal)
+    owner or a collaborator (quotas and budget are the owner's). ``branch_from``:
+    (``edit`` or ``regenerate``, a prompt's seq): the run starts a new branch there
+    (interfaces §11), with the claim: a refused prompt leaves the tree as it was.
+    ``images``: snapshots of the attached images, kept with it too.
 
-            fork_seq = branch_off(conversation, *branch_from)
-        if images:
-            _keep_images(conversation_id, owner_id, images)
-        if remember and prompt is not None:
-            sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
-            sender.remember_prompt(prompt)
-            User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
+    A prompt's start is the largest fixed cost of a run (the benchmark's profile): the
+    claims that arrive together are made together, in one transaction on the claims' own
+    thread (agent/server/grouping.py), each in a savepoint of its own."""
+    group = grouping.for_loop("harness-claims", _claim_all)
+    request = _Claim(conversation_id, user_id, prompt, remember, branch_from, tuple(images))
+    return await group.submit(request)
+
+
+def _claim_all(requests: list[_Claim]) -> list[Setup | BaseException]:
+    """The group's claims in one transaction; a refusal undoes only its own savepoint. If
+    the transaction fails (a database error, not a refusal), each claim is tried alone, so
+    one claim's failure never refuses another."""
+    try:
+        with transaction.atomic():
+            return [_attempt(request) for request in requests]
+    except Exception:
+        if len(requests) == 1:
+            raise
+        log.warning("a group of %d claims failed; claiming them one by one", len(requests))
+    results: list[Setup | BaseException] = []
+    for request in requests:
+        try:
+            with transaction.atomic():
+                results.append(_attempt(request))
+        except Exception as exc:  # noqa: BLE001 - handed to the claim's own caller
+            results.append(exc)
+    return results
+
+
+def _attempt(request: _Claim) -> Setup | RunRefused:
+    try:
+        with transaction.atomic():  # (in the group's transaction: a savepoint)
+            return _claim(request)
+    except RunRefused as refused:
+        return refused
+
+
+def _claim(request: _Claim) -> Setup:
+    conversation_id, user_id, prompt = request.conversation_id, request.user_id, request.prompt
+    branch_from, images = request.branch_from, request.images
+    conversation, author = driven_by(conversation_id, user_id)
+    owner = conversation.owner
+    owner_id = owner.pk
+    if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
+        raise RunRefused("prompt_running", ALREADY_RUNNING)
+    config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
+    config = config.replace(approval=conversation.approval or config.approval)
+    if not config.offline:  # (the demo costs nothing)
+        _check_budget(owner)
+    # The per-minute limit protects spend: the offline demo model costs nothing.
+    _check_quotas(owner, conversation.owner_running, per_minute=not config.offline)
+    changes = {
+        "state": Conversation.State.RUNNING,
+        "lease_owner": PROCESS_ID,
+        "lease_until": _lease_deadline(),
+    }
+    titled = not conversation.title and prompt is not None  # (None: a compaction)
+    if titled:
+        changes["title"] = title_from_prompt(prompt)
+    # (the branch read above: one switched meanwhile would get another's history)
+    claimed = (
+        _CLAIM_TITLED(conversation.id, conversation.active_branch, PROCESS_ID,
+                      changes["lease_until"], changes["title"])
+        if titled
+        else _CLAIM(conversation.id, conversation.active_branch, PROCESS_ID,
+                    changes["lease_until"])
+    )  # fmt: skip
+    if not claimed:  # running, here or in another process
+        raise RunRefused("prompt_running", ALREADY_RUNNING)
+    for name, value in changes.items():
+        setattr(conversation, name, value)
+    fork_seq = 0
+    if branch_from is not None:
+        from agent.runs.branches import branch_off  # (it raises this module's refusal)
+
+        fork_seq = branch_off(conversation, *branch_from)
+    if images:
+        _keep_images(conversation_id, owner_id, images)
+    if request.remember and prompt is not None:
+        sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
+        sender.remember_prompt(prompt)
+        User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
     refs = tuple(snapshot.ref for snapshot in images)
     return Setup(conversation, config, titled, bash_mode, author, branch_from is not None,

@@ -1,7 +1,8 @@
 """The event log's writer: batches of every run in the process, stored by group commit.
 
-Each run hands its batches here and awaits them; one database call at a time stores all
-that are pending, in one transaction. At 250 streaming sessions that is a few
+Each run hands its batches here and awaits them; one database call at a time, on the event
+log's own thread (agent/server/grouping.py), stores all that are pending, in one
+transaction. At 250 streaming sessions that is a few
 transactions a second instead of hundreds, each paying one BEGIN/COMMIT and one trip to a
 worker thread (the profile of the one-transaction-per-batch version showed the database
 calls, not the streaming, taking most of the server's CPU). A batch that fails is retried
@@ -10,18 +11,14 @@ alone, so one conversation's bad batch never loses another's.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
-import time
 import uuid
-import weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.db import connections, transaction
 
 from agent.core.events import (
@@ -39,7 +36,7 @@ from agent.core.events import (
 from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
 from agent.runs import search, usage
-from agent.server import metrics
+from agent.server import grouping, metrics
 from agent.server.prepared import Prepared, insert_rows, update_row
 
 log = logging.getLogger(__name__)
@@ -119,7 +116,6 @@ class Batch:
     conversation_id: Any
     events: list[dict[str, Any]]
     history: list[dict[str, Any]] | None = None  # the run's messages, when they changed
-    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 def _insert_events(rows: list[tuple[Any, dict[str, Any]]]) -> None:
@@ -250,47 +246,6 @@ def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException
     return results
 
 
-class GroupCommitter:
-    """Per event loop: batches wait while one database call stores the previous group."""
-
-    def __init__(self) -> None:
-        self._pending: list[Batch] = []
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._commit_forever())
-
-    async def store(self, batch: Batch) -> Conversation | None:
-        self._pending.append(batch)
-        self._wake.set()
-        return await batch.done
-
-    async def _commit_forever(self) -> None:
-        store_all = database_sync_to_async(_store_all, thread_sensitive=False)
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batches, self._pending = self._pending, []
-            if not batches:
-                continue
-            started = time.perf_counter()
-            try:
-                results = await store_all(batches)
-            except Exception as exc:  # noqa: BLE001 - every batch of the group learns it
-                results = [exc] * len(batches)
-            metrics.EVENT_LOG_WRITES.observe(time.perf_counter() - started)
-            for batch, result in zip(batches, results, strict=True):
-                if batch.done.done():
-                    continue  # its run was cancelled while waiting
-                if isinstance(result, BaseException):
-                    batch.done.set_exception(result)
-                else:
-                    batch.done.set_result(result)
-
-
-_committers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommitter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def wire(events: list[CoreEvent], branch: int = 0) -> list[dict[str, Any]]:
     """The events' JSON; on a branch other than the first, each carries ``branch``
     (interfaces §11)."""
@@ -307,8 +262,5 @@ async def store(
 ) -> Conversation | None:
     """Store a batch (with the group pending in this process) and return when committed.
     The events become their wire JSON here: the event log stores exactly that."""
-    loop = asyncio.get_running_loop()
-    committer = _committers.get(loop)
-    if committer is None or committer._task.done():
-        committer = _committers[loop] = GroupCommitter()
-    return await committer.store(Batch(conversation_id, wire(events, branch), history))
+    group = grouping.for_loop("harness-eventlog", _store_all, metrics.EVENT_LOG_WRITES.observe)
+    return await group.submit(Batch(conversation_id, wire(events, branch), history))

@@ -60,7 +60,7 @@ def test_postgres_stores_a_group_of_partial_texts(pg_database):
         "u = User.objects.create_user('pg-writer', password='x')\n"
         "cs = [Conversation.objects.create(owner=u, model='m') for _ in range(3)]\n"
         "d = lambda seq: {'type': 'text_delta', 'seq': seq, 'timestamp': 1, 'content': 'z'}\n"
-        "print(eventlog._store_all([eventlog.Batch(c.id, [d(1), d(2)], done=None) for c in cs]))\n"
+        "print(eventlog._store_all([eventlog.Batch(c.id, [d(1), d(2)]) for c in cs]))\n"
         "print(sorted(Conversation.objects.values_list('last_seq', flat=True)),\n"
         "      Event.objects.filter(seq=2, payload__content='zz').count())\n"
     )

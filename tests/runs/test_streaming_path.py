@@ -64,9 +64,7 @@ def test_partial_text_of_many_conversations_is_stored_in_one_insert_and_one_upda
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    batches = [
-        eventlog.Batch(c.id, [_delta(5, "a"), _delta(6, "b")], done=None) for c in conversations
-    ]
+    batches = [eventlog.Batch(c.id, [_delta(5, "a"), _delta(6, "b")]) for c in conversations]
     with CaptureQueriesContext(connection) as queries:
         assert eventlog._store_all(batches) == [None] * len(conversations)
     # executemany is captured once ("12 times: UPDATE ..."), whatever the number of rows
@@ -84,7 +82,7 @@ def test_partial_text_of_many_conversations_is_stored_in_one_insert_and_one_upda
 def test_partial_text_never_moves_last_seq_back(conversations):
     ahead = conversations[0]
     Conversation.objects.filter(id=ahead.id).update(last_seq=10_005)  # e.g. after recovery
-    batches = [eventlog.Batch(c.id, [_delta(7)], done=None) for c in conversations[:3]]
+    batches = [eventlog.Batch(c.id, [_delta(7)]) for c in conversations[:3]]
     eventlog._store_all(batches)
     ahead.refresh_from_db()
     assert ahead.last_seq == 10_005
@@ -97,8 +95,8 @@ def test_a_conversation_with_two_batches_in_a_group_keeps_their_order(conversati
     c = conversations[0]
     text = {"type": "text", "seq": 3, "timestamp": 1, "content": "xy"}
     eventlog._store_all([
-        eventlog.Batch(c.id, [_delta(1, "x"), _delta(2, "y")], done=None),
-        eventlog.Batch(c.id, [text], done=None),
+        eventlog.Batch(c.id, [_delta(1, "x"), _delta(2, "y")]),
+        eventlog.Batch(c.id, [text]),
     ])  # fmt: skip
     # the complete text replaced the partial row, as it does when stored on its own
     assert [(e.seq, e.type) for e in Event.objects.filter(conversation=c)] == [(3, "text")]
@@ -117,8 +115,7 @@ def test_usage_totals_add_up_in_the_row_and_the_owners_day_and_come_back_for_the
     c = conversations[0]
     Conversation.objects.filter(id=c.id).update(input_tokens=100, cost_usd=Decimal("1.5"))
     (meter,) = eventlog._store_all([
-        eventlog.Batch(c.id, [_usage(1, 10, 0.000125), _usage(2, 5, 0.25, context=900)],
-                       done=None),
+        eventlog.Batch(c.id, [_usage(1, 10, 0.000125), _usage(2, 5, 0.25, context=900)]),
     ])  # fmt: skip
     # both usage events of the batch count (the row adds, it is not overwritten)
     assert (meter.input_tokens, meter.output_tokens, meter.cache_read_input_tokens) == (115, 30, 6)
@@ -127,7 +124,7 @@ def test_usage_totals_add_up_in_the_row_and_the_owners_day_and_come_back_for_the
     assert "history" in meter.get_deferred_fields()  # the meter never reads the history
     day = UsageDay.objects.get(user=c.owner)
     assert (day.input_tokens, day.output_tokens, day.cost_usd) == (15 + 6, 30, Decimal("0.250125"))
-    assert eventlog._store_all([eventlog.Batch(c.id, [_delta(3)], done=None)]) == [None]
+    assert eventlog._store_all([eventlog.Batch(c.id, [_delta(3)])]) == [None]
 
 
 @pytest.mark.django_db(transaction=True)
