@@ -8,13 +8,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
 from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit, cap_server_bodies  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
+from agent.server.socket_session import socket_auth_stack  # noqa: E402
 from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
@@ -43,7 +43,7 @@ application = ProtocolTypeRouter(
         "http": BodyLimit(StaticFilesApp(django_asgi_app), body_limit),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from agent.core.events import (
     ApprovalDecisionEvent,
@@ -32,14 +33,14 @@ from agent.ui.transcript import Part, StatusView, Transcript, is_queue_event
 
 def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
     """First element of every batch: the seq range it carries. The page applies a batch
-    only when it continues exactly where the page is, and asks for a sync otherwise."""
-    template = (
-        '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" data-sync="1" hidden>'
-        "</div>"
-        if reply
-        else '<div id="sync-state" hx-swap-oob="true" data-from="{}" data-to="{}" hidden></div>'
+    only when it continues exactly where the page is, and asks for a sync otherwise.
+    (Whole numbers only, so nothing to escape: ``format_html`` was 6% of the event loop at
+    100 streaming sessions, for one of these per frame.)"""
+    sync = ' data-sync="1"' if reply else ""
+    return mark_safe(  # noqa: S308 - two integers
+        f'<div id="sync-state" hx-swap-oob="true" data-from="{int(seq_from)}" '
+        f'data-to="{int(seq_to)}"{sync} hidden></div>'
     )
-    return format_html(template, seq_from, seq_to)
 
 
 def ws_error(message: str, code: str = "bad_frame") -> str:

@@ -150,13 +150,32 @@ def render_markdown(text: str) -> str:
     return html
 
 
+# Text holding none of markdown's inline marks, no autolink's start, no control character
+# and nothing the sanitizer writes as an entity renders as itself: the streaming line is
+# rendered on every frame and is mostly such prose (at 100 streaming sessions markdown-it's
+# inline pass was a quarter of the server's event loop). tests/ui/test_plain_text.py checks
+# the shortcut against the whole pass.
+_MARKED = re.compile(r"[\\`*_~\[\]!<>&@\x00-\x1f\x7f-\xa0\u2028\u2029]|://|www\.", re.I)
+# A line that could open a block other than a paragraph: indented (code), a list item, a
+# heading, a quote, a thematic break or setext underline, a table row.
+_BLOCK_START = re.compile(r"\s|[-+*#>=|]|\d{1,9}[.)]")
+
+
+def _plain(text: str) -> bool:
+    return not _MARKED.search(text)
+
+
 def render_uncached(text: str) -> str:
     """The markdown and sanitizer pass itself (also what the render worker runs)."""
+    if "\n" not in text and _plain(text) and not _BLOCK_START.match(text) and text.strip():
+        return f"<p>{text.strip()}</p>"  # one paragraph of plain text
     return sanitize(gfm.render(text)).strip()
 
 
 def render_inline(text: str) -> str:
     """Sanitized HTML for a piece of one paragraph's text (the streaming block's line)."""
+    if _plain(text):
+        return text
     return sanitize(gfm.render_inline(text))
 
 

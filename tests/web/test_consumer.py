@@ -521,3 +521,29 @@ async def test_the_first_delta_goes_out_at_once_not_paced_by_the_status_frame_be
     await runs.wait(conversation.id)
     assert "x" in html
     await ws.disconnect()
+
+
+async def test_a_sockets_frames_go_out_without_passing_the_session_wrapper(
+    alice, model_server, monkeypatch
+):
+    """Channels' session wrapper read the session on every frame a socket sent, for a save
+    that only an HTTP response makes (agent/server/socket_session.py)."""
+    from channels.sessions import InstanceSessionWrapper
+
+    wrapped: list[str] = []
+    send = InstanceSessionWrapper.send
+
+    async def counted(self, message):
+        wrapped.append(message["type"])
+        return await send(self, message)
+
+    monkeypatch.setattr(InstanceSessionWrapper, "send", counted)
+    user, conversation = alice
+    model_server.enqueue(text_reply("Hello there", delay=0.01))
+    ws = await connected(conversation, user)  # (signed in: the session was read)
+    await ws.send_to(text_data=json.dumps({"content": "say hi"}))
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert "Hello there" in html
+    assert wrapped == []
+    await ws.disconnect()
