@@ -21,6 +21,7 @@ import uuid
 from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
 from agent.models import Conversation, Membership, User
+from agent.server.prepared import Prepared
 
 # Roles, and the access levels an action needs (a role allows its level and those below).
 OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
@@ -83,6 +84,17 @@ def _key(conversation_id) -> uuid.UUID | None:
         return None
 
 
+# Every page, frame and socket asks for one conversation: compiled once per database
+# connection (agent/server/prepared.py), the same queryset run with new values.
+_READABLE_ONE = Prepared(lambda user_id, key: readable_by(user_id).filter(id=key)[:1],
+                         int, uuid.UUID)  # fmt: skip
+
+
+def _readable_one(user_id, key: uuid.UUID) -> Conversation | None:
+    found = _READABLE_ONE.objects(user_id, key)
+    return found[0] if found else None
+
+
 def conversation_for(user, conversation_id) -> Conversation | None:
     """The conversation if ``user`` (signed in) may read it, with its ``role``; else None
     (shown as 404: a conversation one cannot read is not found, never forbidden). Whether
@@ -92,7 +104,7 @@ def conversation_for(user, conversation_id) -> Conversation | None:
     key = _key(conversation_id)
     if key is None:
         return None
-    return readable_by(user.pk).filter(id=key).first()
+    return _readable_one(user.pk, key)
 
 
 def readable(user, conversation_id) -> Conversation | None:

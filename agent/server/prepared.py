@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import datetime
 import operator
+import threading
 import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,8 +93,10 @@ class _Plan:
     queryset: QuerySet
 
 
-# Plans per connection: a connection belongs to one thread, and so does its compiler.
-_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Plans per thread, as Django's connections are: a plan's compiler holds its connection,
+# so the plans go with the thread (a module-wide table would keep every dead request
+# thread's connection open: PostgreSQL ran out of connections).
+_local = threading.local()
 
 
 class Prepared:
@@ -105,9 +107,9 @@ class Prepared:
         self.build, self.kinds, self.using = build, kinds, using
 
     def _plan(self, connection) -> _Plan:
-        plans = _plans.setdefault(connection, {})
+        plans = _local.__dict__.setdefault("plans", {})
         plan = plans.get(self)
-        if plan is None:
+        if plan is None or plan.compiler.connection is not connection:
             plan = plans[self] = self._compile(connection)
         return plan
 

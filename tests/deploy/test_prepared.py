@@ -4,7 +4,10 @@ their querysets for every caller, on SQLite here and on PostgreSQL in a live dat
 from __future__ import annotations
 
 import datetime
+import gc
+import threading
 import uuid
+import weakref
 from unittest import mock
 
 import pytest
@@ -170,3 +173,26 @@ def test_prepared_queries_and_hand_built_writes_behave_the_same_on_postgresql(tm
         code = ("from tests.deploy.test_prepared import check_against_querysets, check_writes\n"
                 "print(check_against_querysets(), check_writes())")  # fmt: skip
         assert server.manage("shell", "-c", code).strip().splitlines()[-1] == "30 written"
+
+
+def test_a_finished_threads_connection_is_not_kept_alive_by_its_plans():
+    """Plans hold their compiler, which holds its connection: kept in a table of the
+    module's they kept every dead request thread's connection open, until PostgreSQL
+    refused new clients."""
+    user = User.objects.create_user("ada", password="pw-ada-12345")
+    conversation = Conversation.objects.create(owner=user, model="m")
+    seen = []
+
+    def in_a_thread():
+        from django.db import connections
+
+        assert _DRIVABLE.objects(user.pk, conversation.id)[0].role == "owner"
+        seen.append(weakref.ref(connections["default"]))
+        connections["default"].close()
+
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join()
+    del worker
+    gc.collect()
+    assert len(seen) == 1 and seen[0]() is None
