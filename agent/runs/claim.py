@@ -4,6 +4,7 @@ it, the lease that tells other processes this one is alive, and the final save."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -23,10 +24,13 @@ from django.utils import timezone
 from agent.access import DRIVE, allows, owned_by, readable_by
 from agent.core.config import Config
 from agent.core.images import ImageRef
-from agent.models import Conversation, Membership, User
+from agent.core.system_prompt import build_system_prompt
+from agent.core.tools import Workspace
+from agent.models import Conversation, DeploymentInstructions, Membership, User
 from agent.runs import attachments, rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
+from agent.runs.workspaces import workspace_for
 from agent.server import grouping
 from agent.server.prepared import Prepared, PreparedUpdate
 
@@ -62,6 +66,11 @@ class Setup:
     branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
     fork_seq: int = 0  # … after this seq
     images: tuple[ImageRef, ...] = ()  # attached to the prompt (interfaces §13)
+    # The owner's workspace and the system prompt, made on the claims' thread once the
+    # claim is committed; or why they could not be (the run is then not started).
+    workspace: Workspace | None = None
+    system: str = ""
+    unprepared: BaseException | None = None
 
 
 def title_from_prompt(prompt: str) -> str:
@@ -217,12 +226,47 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
     A prompt's start is the largest fixed cost of a run (the benchmark's profile): the
     claims that arrive together are made together, in one transaction on the claims' own
     thread (agent/server/grouping.py), each in a savepoint of its own."""
-    group = grouping.for_loop("harness-claims", _claim_all)
+    group = grouping.for_loop("harness-claims", _claim_all, abandoned=_give_back,
+                              workers=CLAIM_WORKERS)  # fmt: skip
     request = _Claim(conversation_id, user_id, prompt, remember, branch_from, tuple(images))
     return await group.submit(request)
 
 
+# Groups of claims handled at once: a slow claim (a large image, a row lock held
+# elsewhere, a workspace mounted on first use) holds up only the claims grouped with it.
+CLAIM_WORKERS = 2
+_giving_back: set[asyncio.Task] = set()
+
+
+def _give_back(request: _Claim, setup: Setup) -> None:
+    """A claim made for a caller that was cancelled meanwhile (a client gone): released,
+    or the conversation would stay running, with no run, until its lease lapsed."""
+    task = asyncio.ensure_future(release(setup.conversation.id))
+    _giving_back.add(task)
+    task.add_done_callback(_giving_back.discard)
+
+
 def _claim_all(requests: list[_Claim]) -> list[Setup | BaseException]:
+    """The group's claims, then, once they are committed, each claimed run's workspace and
+    system prompt (one trip to the thread for both; the deployment's instructions read
+    once for the group)."""
+    results = _claim_together(requests)
+    deployment = None
+    for result in results:
+        if not isinstance(result, Setup):
+            continue
+        try:
+            if deployment is None:
+                deployment = DeploymentInstructions.current()
+            result.workspace = workspace_for(result.conversation.owner_id)
+            result.system = build_system_prompt(result.workspace, result.config.system_prompt,
+                                                deployment=deployment)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the manager releases the claim
+            result.unprepared = exc
+    return results
+
+
+def _claim_together(requests: list[_Claim]) -> list[Setup | BaseException]:
     """The group's claims in one transaction; a refusal undoes only its own savepoint. If
     the transaction fails (a database error, not a refusal), each claim is tried alone, so
     one claim's failure never refuses another."""

@@ -262,5 +262,6 @@ async def store(
 ) -> Conversation | None:
     """Store a batch (with the group pending in this process) and return when committed.
     The events become their wire JSON here: the event log stores exactly that."""
-    group = grouping.for_loop("harness-eventlog", _store_all, metrics.EVENT_LOG_WRITES.observe)
+    group = grouping.for_loop("harness-eventlog", _store_all,
+                              observe=metrics.EVENT_LOG_WRITES.observe)  # fmt: skip
     return await group.submit(Batch(conversation_id, wire(events, branch), history))

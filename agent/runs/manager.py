@@ -22,9 +22,6 @@ from django.conf import settings
 
 from agent.core.images import ImageRef
 from agent.core.loop import NotRunning, QueueFull
-from agent.core.system_prompt import build_system_prompt
-from agent.core.tools import Workspace
-from agent.models import DeploymentInstructions
 from agent.runs import eventlog
 from agent.runs.attachments import Snapshot
 from agent.runs.broadcast import announce_branch, announce_interrupted
@@ -40,20 +37,10 @@ from agent.runs.claim import (
 from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
-from agent.runs.workspaces import workspace_for
 from agent.server import logs, metrics
 from agent.server.storage import StorageError
 
 log = logging.getLogger(__name__)
-
-
-def _prepare(owner_id: int, identity: str | None) -> tuple[Workspace, str]:
-    """The owner's workspace (made, and on a quota deployment mounted, on first use) and
-    the system prompt with the deployment's instructions and the workspace's AGENTS.md.
-    Blocking file system and database work: run it in a thread."""
-    workspace = workspace_for(owner_id)
-    deployment = DeploymentInstructions.current()
-    return workspace, build_system_prompt(workspace, identity, deployment=deployment)
 
 
 def _cancel_message(conversation_id) -> dict:
@@ -187,11 +174,10 @@ class RunManager:
                 raise RunRefused("storage_full", STORAGE_REFUSED) from exc
             raise
         try:
-            workspace, system = await asyncio.to_thread(
-                _prepare, setup.conversation.owner_id, setup.config.system_prompt
-            )
+            if setup.unprepared is not None:  # (the workspace, made on the claims' thread)
+                raise setup.unprepared
             again = branch_from is not None and branch_from[0] == "regenerate"
-            run = Run(setup, content, workspace, system, again=again)
+            run = Run(setup, content, setup.workspace, setup.system, again=again)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await release(conversation_id)

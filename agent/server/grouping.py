@@ -1,4 +1,4 @@
-"""Database work done in groups, on a thread of its own: the event log's batches, the
+"""Database work done in groups, on threads of its own: the event log's batches, the
 claims of prompts.
 
 Items handed in while a group is being handled wait, and go together as the next group:
@@ -6,33 +6,41 @@ one trip to the thread and, in the handler, one transaction for all of them. Und
 of 100 prompts a claim each in the shared thread pool meant 100 transactions contending
 for the database's write lock (SQLite's waiting writers sleep in growing steps) and, in
 the pool's first-come order, every run's first event-log write queued behind all the
-other prompts' claims. A group's thread is its own: its work never waits behind another
-kind, and a slow group only delays its own kind.
+other prompts' claims. A kind's threads are its own: its work never waits behind another
+kind's. With ``workers`` above one, a group may start while another is still handled (a
+slow claim then holds up only the claims grouped with it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
+
+log = logging.getLogger(__name__)
 
 
 def _in_thread(handle: Callable[[list], list], items: list) -> list:
     """As ``database_sync_to_async`` does: connections past their age or broken are closed
-    before and after, so a long-lived thread never works on a dead one."""
+    before and after, so a long-lived thread never works on a dead one. An exception that
+    asyncio cannot hand to a future (``StopIteration``) comes back as a ``RuntimeError``."""
     close_old_connections()
     try:
-        return handle(items)
+        results = handle(items)
+    except StopIteration as exc:
+        raise RuntimeError(f"{handle.__qualname__} raised StopIteration") from exc
     finally:
         close_old_connections()
+    return [RuntimeError("StopIteration") if isinstance(result, StopIteration) else result
+            for result in results]  # fmt: skip
 
 
 @dataclass
@@ -44,18 +52,23 @@ class _Waiting:
 class Grouped:
     """``handle(items) -> results`` (one result per item, an exception for an item that
     failed alone) called in a thread of its own, for groups of the items ``submit`` gets
-    while the previous group is handled. One per event loop (``for_loop``).
-    ``observe``: told each group's duration in seconds (a metric)."""
+    while earlier groups are handled. One per event loop (``for_loop``).
+    ``observe``: told each group's duration in seconds (a metric). ``abandoned``: given
+    (item, result) for an item whose caller was cancelled after its group had started
+    (a claim then gives the conversation back). ``workers``: groups handled at once."""
 
-    def __init__(self, name: str, handle: Callable[[list], list],
-                 observe: Callable[[float], None] | None = None):  # fmt: skip
-        self.name, self.handle, self.observe = name, handle, observe
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+    def __init__(self, name: str, handle: Callable[[list], list], *,
+                 observe: Callable[[float], None] | None = None,
+                 abandoned: Callable[[Any, Any], None] | None = None,
+                 workers: int = 1):  # fmt: skip
+        self.name, self.handle, self.observe, self.abandoned = name, handle, observe, abandoned
+        self.loop = asyncio.get_running_loop()
+        self.workers = workers
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix=name)
+        self._slots = asyncio.Semaphore(workers)
         self._pending: list[_Waiting] = []
         self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(
-            self._forever(), context=contextvars.Context()
-        )
+        self._task = self.loop.create_task(self._forever(), context=contextvars.Context())
 
     async def submit(self, item) -> Any:
         """The item's result once its group is handled (its exception raised)."""
@@ -65,53 +78,86 @@ class Grouped:
         return await waiting.done
 
     async def _forever(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
-            group, self._pending = self._pending, []
+            await self._slots.acquire()
+            # A caller cancelled before its group started is left out: its item is not done.
+            group = [waiting for waiting in self._pending if not waiting.done.done()]
+            self._pending = []
             if not group:
+                self._slots.release()
                 continue
-            started = time.perf_counter()
+            self.loop.create_task(self._handle(group), context=contextvars.Context())
+
+    async def _handle(self, group: list[_Waiting]) -> None:
+        started = time.perf_counter()
+        try:
             items = [waiting.item for waiting in group]
             try:
-                results = await loop.run_in_executor(self._executor, _in_thread, self.handle, items)
+                results = await self.loop.run_in_executor(
+                    self._executor, _in_thread, self.handle, items
+                )
+                if len(results) != len(group):
+                    raise RuntimeError(f"{self.name}: {len(results)} results for {len(group)}")
             except Exception as exc:  # noqa: BLE001 - every item of the group learns it
                 results = [exc] * len(group)
+            for waiting, result in zip(group, results, strict=True):
+                self._resolve(waiting, result)
             if self.observe is not None:
                 self.observe(time.perf_counter() - started)
-            for waiting, result in zip(group, results, strict=True):
-                if waiting.done.done():
-                    continue  # its caller was cancelled while it waited
-                if isinstance(result, BaseException):
-                    waiting.done.set_exception(result)
-                else:
-                    waiting.done.set_result(result)
+        except BaseException as exc:
+            # Never leave a caller waiting for good, whatever went wrong here.
+            for waiting in group:
+                if not waiting.done.done():
+                    waiting.done.set_exception(RuntimeError(f"{self.name} failed: {exc!r}"))
+            if not isinstance(exc, Exception):
+                raise
+            log.exception("%s: a group's results could not be handed back", self.name)
+        finally:
+            self._slots.release()
+
+    def _resolve(self, waiting: _Waiting, result) -> None:
+        if waiting.done.done():  # its caller was cancelled while the group was handled
+            if self.abandoned is not None and not isinstance(result, BaseException):
+                self.abandoned(waiting.item, result)
+        elif isinstance(result, BaseException):
+            waiting.done.set_exception(result)
+        else:
+            waiting.done.set_result(result)
 
     def alive(self) -> bool:
         return not self._task.done()
 
     def close(self) -> None:
-        self._task.cancel()
+        """Stop taking groups; the threads close their connections and end."""
+        if not self.loop.is_closed():
+            self._task.cancel()
+        for _ in range(self.workers):
+            self._executor.submit(connections.close_all)
         self._executor.shutdown(wait=False)
 
 
-_groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Grouped]] = (
-    weakref.WeakKeyDictionary()
-)
+# Strong references, pruned of closed loops whenever a group is made: a task keeps its
+# loop alive, so a weak table would never let go of one (a thread and a database
+# connection per loop: tests and ``async_to_sync`` make many loops, a server one).
+_groups: dict[asyncio.AbstractEventLoop, dict[str, Grouped]] = {}
 _lock = threading.Lock()
 
 
-def for_loop(name: str, handle: Callable[[list], list],
-             observe: Callable[[float], None] | None = None) -> Grouped:  # fmt: skip
+def for_loop(name: str, handle: Callable[[list], list], **options) -> Grouped:
     """The running event loop's ``Grouped`` of this name, made on first use (again if its
-    task ended: a test's loop closed, say)."""
+    task ended); ``options`` as ``Grouped`` takes them."""
     loop = asyncio.get_running_loop()
     with _lock:
-        groups = _groups.setdefault(loop, {})
-        grouped = groups.get(name)
-        if grouped is None or not grouped.alive():
-            if grouped is not None:
-                grouped.close()
-            grouped = groups[name] = Grouped(name, handle, observe)
+        groups = _groups.get(loop)
+        grouped = groups.get(name) if groups is not None else None
+        if grouped is not None and grouped.alive():
+            return grouped
+        for closed in [other for other in _groups if other.is_closed()]:
+            for old in _groups.pop(closed).values():
+                old.close()
+        if grouped is not None:
+            grouped.close()
+        grouped = _groups.setdefault(loop, {})[name] = Grouped(name, handle, **options)
     return grouped

@@ -155,7 +155,9 @@ def render_markdown(text: str) -> str:
 # rendered on every frame and is mostly such prose (at 100 streaming sessions markdown-it's
 # inline pass was a quarter of the server's event loop). tests/ui/test_plain_text.py checks
 # the shortcut against the whole pass.
-_MARKED = re.compile(r"[\\`*_~\[\]!<>&@\x00-\x1f\x7f-\xa0\u2028\u2029]|://|www\.", re.I)
+_MARKED = re.compile(
+    r"[\\`*_~\[\]!<>&@\x00-\x1f\x7f-\xa0\u2028\u2029\ufeff\ud800-\udfff]|://|www\.", re.I
+)
 # A line that could open a block other than a paragraph: indented (code), a list item, a
 # heading, a quote, a thematic break or setext underline, a table row.
 _BLOCK_START = re.compile(r"\s|[-+*#>=|]|\d{1,9}[.)]")

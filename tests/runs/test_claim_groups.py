@@ -5,13 +5,17 @@ in a savepoint, so a refusal or a failure stays its own."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import OperationalError
 
 from agent.models import Conversation, User
 from agent.runs import claim as claims
 from agent.runs.claim import RunRefused, Setup
+from agent.server import grouping
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +91,138 @@ def test_a_claim_failing_in_the_database_fails_alone_and_the_others_are_made(gro
     assert isinstance(results[0], Setup) and isinstance(results[2], Setup)
     states = [Conversation.objects.get(id=c.id).state for c in conversations]
     assert states == ["running", "idle", "running"]
+
+
+def test_a_workspace_that_cannot_be_made_refuses_its_prompt_and_leaves_it_idle(
+    monkeypatch, settings, tmp_path
+):
+    """The workspace and system prompt are made on the claims' thread after the commit: a
+    failure there is the run's start failing (storage_full), and the claim is given back."""
+    from agent.runs.manager import runs
+    from agent.server.storage import StorageError
+
+    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
+    (conversation,) = _conversations(1)
+
+    def full(owner_id):
+        raise StorageError("the workspace's disk is full")
+
+    monkeypatch.setattr(claims, "workspace_for", full)
+
+    async def start() -> str:
+        with pytest.raises(RunRefused) as refused:
+            await runs.start(conversation.id, conversation.owner_id, "go")
+        return refused.value.code
+
+    assert asyncio.run(start()) == "storage_full"
+    conversation.refresh_from_db()
+    assert (conversation.state, conversation.lease_owner) == ("idle", "")
+
+
+def _two_owners() -> list[Conversation]:
+    found = []
+    for name in ("ann", "bob"):
+        owner = User.objects.create_user(name, password=f"pw-{name}-12345")
+        found.append(Conversation.objects.create(owner=owner, model="m"))
+    return found
+
+
+def _slowed(monkeypatch, seconds: float, only=None) -> None:
+    claim_one = claims._claim
+
+    def slow(request):
+        if only is None or request.conversation_id == only:
+            time.sleep(seconds)
+        return claim_one(request)
+
+    monkeypatch.setattr(claims, "_claim", slow)
+
+
+def test_a_claim_whose_caller_went_away_is_given_back_or_never_made(monkeypatch):
+    """A client gone mid-prompt cancels the view: a claim still queued is not made, one
+    being made is released, so the conversation is not left running with no run."""
+    first, second = _two_owners()
+    _slowed(monkeypatch, 0.3, only=first.id)
+    monkeypatch.setattr(claims, "CLAIM_WORKERS", 1)
+
+    async def go():
+        making = asyncio.create_task(claims.claim(first.id, first.owner_id, "go"))
+        await asyncio.sleep(0.1)  # its group is in the thread
+        queued = asyncio.create_task(claims.claim(second.id, second.owner_id, "go"))
+        await asyncio.sleep(0.05)  # behind it, waiting for the next group
+        making.cancel()
+        queued.cancel()
+        await asyncio.gather(making, queued, return_exceptions=True)
+        for _ in range(100):  # the release, in the background
+            if not claims._giving_back and await sync_to_async(_idle)(first.id):
+                return
+            await asyncio.sleep(0.02)
+
+    asyncio.run(go())
+    states = [Conversation.objects.get(id=c.id) for c in (first, second)]
+    assert [(c.state, c.lease_owner) for c in states] == [("idle", ""), ("idle", "")]
+    assert states[1].title == ""  # never claimed at all
+
+
+def _idle(conversation_id) -> bool:
+    return Conversation.objects.get(id=conversation_id).state == "idle"
+
+
+def test_a_slow_start_does_not_hold_up_another_users_claim(monkeypatch, settings, tmp_path):
+    """A workspace mounted on first use takes a while: the other worker takes the next
+    group meanwhile. (Within the transaction, SQLite's one writer serialises claims anyway.)"""
+    settings.HARNESS_WORKSPACES = tmp_path / "workspaces"
+    first, second = _two_owners()
+    made = claims.workspace_for
+
+    def slow_for_the_first(owner_id):
+        if owner_id == first.owner_id:
+            time.sleep(1.0)
+        return made(owner_id)
+
+    monkeypatch.setattr(claims, "workspace_for", slow_for_the_first)
+
+    async def go() -> float:
+        slow = asyncio.create_task(claims.claim(first.id, first.owner_id, "go"))
+        await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        await claims.claim(second.id, second.owner_id, "go")
+        waited = time.perf_counter() - started
+        await slow
+        return waited
+
+    assert asyncio.run(go()) < 0.8
+
+
+def test_a_claim_raising_what_asyncio_cannot_carry_fails_alone_and_claims_go_on(monkeypatch):
+    first, second = _two_owners()
+    claim_one = claims._claim
+
+    def odd(request):
+        if request.conversation_id == first.id:
+            raise StopIteration  # asyncio cannot put this into a future
+        return claim_one(request)
+
+    monkeypatch.setattr(claims, "_claim", odd)
+
+    async def go():
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(claims.claim(first.id, first.owner_id, "go"), 5)
+        return await asyncio.wait_for(claims.claim(second.id, second.owner_id, "go"), 5)
+
+    assert isinstance(asyncio.run(go()), Setup)
+
+
+def test_event_loops_that_closed_leave_no_claims_threads_behind():
+    (conversation,) = _conversations(1)
+
+    def threads() -> int:
+        return sum(t.name.startswith("harness-claims") for t in threading.enumerate())
+
+    for _ in range(6):
+        assert isinstance(asyncio.run(claims.claim(conversation.id, conversation.owner_id,
+                                                   "go")), Setup)  # fmt: skip
+        Conversation.objects.filter(id=conversation.id).update(state="idle")
+    time.sleep(0.2)  # the closed loops' threads end
+    assert threads() <= claims.CLAIM_WORKERS
+    assert sum(not loop.is_closed() for loop in grouping._groups) <= 1
