@@ -5,7 +5,6 @@ it, the lease that tells other processes this one is alive, and the final save."
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import uuid
@@ -33,8 +32,6 @@ from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 from agent.runs.workspaces import workspace_for
 from agent.server import grouping
 from agent.server.prepared import Prepared, PreparedUpdate
-
-log = logging.getLogger(__name__)
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -270,21 +267,9 @@ def _claim_together(requests: list[_Claim]) -> list[Setup | BaseException]:
     """The group's claims in one transaction; a refusal undoes only its own savepoint. If
     the transaction fails (a database error, not a refusal), each claim is tried alone, so
     one claim's failure never refuses another."""
-    try:
-        with transaction.atomic():
-            return [_attempt(request) for request in requests]
-    except Exception:
-        if len(requests) == 1:
-            raise
-        log.warning("a group of %d claims failed; claiming them one by one", len(requests))
-    results: list[Setup | BaseException] = []
-    for request in requests:
-        try:
-            with transaction.atomic():
-                results.append(_attempt(request))
-        except Exception as exc:  # noqa: BLE001 - handed to the claim's own caller
-            results.append(exc)
-    return results
+    return grouping.together_or_alone(
+        requests, lambda group: [_attempt(request) for request in group], _attempt, "claims"
+    )
 
 
 def _attempt(request: _Claim) -> Setup | RunRefused:

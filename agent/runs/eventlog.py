@@ -12,14 +12,13 @@ alone, so one conversation's bad batch never loses another's.
 from __future__ import annotations
 
 import errno
-import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from agent.core.events import (
     USAGE_FIELDS,
@@ -38,8 +37,6 @@ from agent.models import Conversation, Event
 from agent.runs import search, usage
 from agent.server import grouping, metrics
 from agent.server.prepared import Prepared, insert_rows, update_row
-
-log = logging.getLogger(__name__)
 
 STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "waiting_input": "running",
                     "idle": "idle",
@@ -229,21 +226,7 @@ def _apply_group(batches: list[Batch]) -> list[Conversation | None]:
 
 def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException]:
     """One transaction for all; if it fails, each batch alone (a failure is its own)."""
-    try:
-        with transaction.atomic():
-            return _apply_group(batches)
-    except Exception:
-        if len(batches) == 1:
-            raise
-        log.warning("a group commit of %d batches failed; storing them one by one", len(batches))
-    results: list[Conversation | None | BaseException] = []
-    for batch in batches:
-        try:
-            with transaction.atomic():
-                results.append(_apply(batch))
-        except Exception as exc:  # noqa: BLE001 - handed to the batch's own run
-            results.append(exc)
-    return results
+    return grouping.together_or_alone(batches, _apply_group, _apply, "event-log batches")
 
 
 def wire(events: list[CoreEvent], branch: int = 0) -> list[dict[str, Any]]:

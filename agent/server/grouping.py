@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, transaction
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,28 @@ def _in_thread(handle: Callable[[list], list], items: list) -> list:
         close_old_connections()
     return [RuntimeError("StopIteration") if isinstance(result, StopIteration) else result
             for result in results]  # fmt: skip
+
+
+def together_or_alone(items: list, together: Callable[[list], list],
+                      alone: Callable[[Any], Any], what: str) -> list:  # fmt: skip
+    """A handler's usual shape: ``together(items)`` in one transaction; if that fails, each
+    item alone in a transaction of its own (``alone(item)``), so one item's failure is its
+    own (its exception is its result)."""
+    try:
+        with transaction.atomic():
+            return together(items)
+    except Exception:
+        if len(items) == 1:
+            raise
+        log.warning("a group of %d %s failed; handling them one by one", len(items), what)
+    results = []
+    for item in items:
+        try:
+            with transaction.atomic():
+                results.append(alone(item))
+        except Exception as exc:  # noqa: BLE001 - handed to the item's own caller
+            results.append(exc)
+    return results
 
 
 @dataclass
