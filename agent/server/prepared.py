@@ -19,7 +19,6 @@ reached the parameters, and the tests compare each prepared query with its query
 from __future__ import annotations
 
 import datetime
-import operator
 import threading
 import uuid
 from collections.abc import Callable
@@ -90,7 +89,6 @@ class _Plan:
     # Per parameter: (argument, its form) or (None, a constant).
     slots: tuple[tuple[int, Callable] | tuple[None, Any], ...]
     compiler: Any  # the compiler that made the SQL: it reads the rows
-    queryset: QuerySet
 
 
 # Plans per thread, as Django's connections are: a plan's compiler holds its connection,
@@ -115,7 +113,7 @@ class Prepared:
 
     def _compile(self, connection) -> _Plan:
         markers = [_marker(kind, i) for i, kind in enumerate(self.kinds)]
-        queryset, compiler = self._compiler(markers)
+        compiler = self._compiler(markers)
         sql, params = compiler.as_sql()
         candidates = [
             (i, form, form(marker))
@@ -145,11 +143,10 @@ class Prepared:
                 f"{self.build.__qualname__}: arguments {sorted(unused)} are not parameters of "
                 f"its SQL{' (written into it)' if inlined else ''}; it cannot be prepared"
             )
-        return _Plan(sql, tuple(slots), compiler, queryset)
+        return _Plan(sql, tuple(slots), compiler)
 
-    def _compiler(self, markers: list) -> tuple[QuerySet, Any]:
-        queryset = self.build(*markers)
-        return queryset, queryset.query.get_compiler(using=self.using)
+    def _compiler(self, markers: list) -> Any:
+        return self.build(*markers).query.get_compiler(using=self.using)
 
     def _run(self, arguments, read) -> tuple[_Plan, Any]:
         if len(arguments) != len(self.kinds):
@@ -166,15 +163,9 @@ class Prepared:
         return plan, list(plan.compiler.results_iter([rows]))
 
     def values(self, *arguments) -> list[tuple]:
-        """The rows of a ``values_list`` queryset, as it gives them."""
+        """The rows of a ``values_list`` queryset, as it gives them (the compiler selects
+        its columns in the order asked for)."""
         plan, rows = self._execute(arguments)
-        query, fields = plan.queryset.query, plan.queryset._fields
-        names = [*query.extra_select, *query.values_select, *query.annotation_select]
-        wanted = [*fields, *(name for name in query.annotation_select if name not in fields)]
-        if fields and wanted != names:  # (as ValuesListIterable reorders them)
-            index = {name: i for i, name in enumerate(names)}
-            pick = operator.itemgetter(*(index[name] for name in wanted))
-            rows = [pick(row) if len(wanted) > 1 else (pick(row),) for row in rows]
         return [tuple(row) for row in rows]
 
     def objects(self, *arguments) -> list:
@@ -203,7 +194,7 @@ class PreparedUpdate(Prepared):
     compiled once per connection. A field's value may be an argument, a constant or an
     expression of them (``Case``, ``F``), never a value computed from an argument."""
 
-    def _compiler(self, markers: list) -> tuple[QuerySet, Any]:
+    def _compiler(self, markers: list) -> Any:
         from django.db.models.sql import UpdateQuery
 
         queryset, values = self.build(*markers)
@@ -211,7 +202,7 @@ class PreparedUpdate(Prepared):
         query.add_update_values(values)
         if query.related_updates:
             raise ValueError(f"{self.build.__qualname__}: updates another table")
-        return queryset, query.get_compiler(using=self.using)
+        return query.get_compiler(using=self.using)
 
     def __call__(self, *arguments) -> int:
         """Run it: the number of rows it changed."""

@@ -127,6 +127,11 @@ def test_a_prepared_query_is_compiled_once_per_connection_then_only_run():
             assert lookup.values(user.pk, conversation.id) == [(conversation.id, "owner")]
         assert lookup.values(user.pk + 1, conversation.id) == []
     assert len(queries) == 4  # one statement each, nothing compiled
+    # An annotation named before a field: the columns come back in the order asked for.
+    swapped = Prepared(lambda user_id, cid: readable_by(user_id).filter(id=cid).values_list(
+        "role", "id"), int, uuid.UUID)  # fmt: skip
+    expected = list(readable_by(user.pk).filter(id=conversation.id).values_list("role", "id"))
+    assert swapped.values(user.pk, conversation.id) == expected == [("owner", conversation.id)]
 
 
 def test_an_argument_missing_from_the_sql_or_computed_from_is_refused():
