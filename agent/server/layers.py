@@ -9,24 +9,67 @@ recipient and starts a task per recipient. With hundreds of open sockets that ma
 streamed frame cost O(sockets): the benchmark's profile showed the sweep alone as the
 largest single item. This layer keeps the same semantics (capacity, expiry, groups) with
 the sweep done at most once a second and group sends as direct queue puts.
+
+Both layers hand a group's message straight to a socket of this process that attached a
+sink (``attach``, the browser's consumer: agent/web/consumers.py), when the socket is idle
+and nothing waits in its queue: the frame is written to the socket in the sender's task,
+with no queue, no wake-up of the socket's task, no serialisation. A busy socket, or one with
+messages queued, gets the message queued as before, so every socket still sees its messages
+in the order they were sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer
 from channels_redis.utils import _wrap_close
 
+log = logging.getLogger(__name__)
+
 SWEEP_INTERVAL = 1.0
 
+# A socket's sink: takes a message now (True) or declines it (False: it is queued instead).
+Sink = Callable[[dict], Awaitable[bool]]
 
-class LocalChannelLayer(InMemoryChannelLayer):
+
+class DirectSinks:
+    """The sockets of this process that take messages directly (a mixin for both layers)."""
+
+    _sinks: dict[str, Sink] | None = None  # channel -> sink (made by the first attach)
+
+    def attach(self, channel: str, sink: Sink) -> None:
+        if self._sinks is None:
+            self._sinks = {}
+        self._sinks[channel] = sink
+
+    def detach(self, channel: str) -> None:
+        if self._sinks is not None:
+            self._sinks.pop(channel, None)
+
+    async def _hand_over(self, channel: str, message: dict) -> bool:
+        """True when the channel's socket took the message itself."""
+        sink = self._sinks.get(channel) if self._sinks else None
+        if sink is None:
+            return False
+        queue = self.channels.get(channel)
+        if queue is not None and not queue.empty():
+            return False  # older messages first
+        try:
+            return await sink(message)
+        except Exception:  # one socket's failure must not keep the frame from the others
+            log.exception("a socket could not take a frame")
+            return True
+
+
+class LocalChannelLayer(DirectSinks, InMemoryChannelLayer):
     _swept = 0.0
 
     def _clean_expired(self) -> None:
@@ -56,6 +99,8 @@ class LocalChannelLayer(InMemoryChannelLayer):
         self.require_valid_group_name(group)
         self._clean_expired()
         for channel in list(self.groups.get(group, ())):
+            if await self._hand_over(channel, message):
+                continue
             with contextlib.suppress(asyncio.QueueFull):  # a full channel drops, as upstream
                 self._put(channel, message)
 
@@ -101,8 +146,14 @@ class RedisLayer(RedisPubSubChannelLayer):
         """Forget a channel this process made for a one-off use (the health check)."""
         await self._get_layer().release(channel)
 
+    def attach(self, channel: str, sink: Sink) -> None:
+        self._get_layer().attach(channel, sink)
 
-class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
+    def detach(self, channel: str) -> None:
+        self._get_layer().detach(channel)
+
+
+class _LocalFirstLoopLayer(DirectSinks, RedisPubSubLoopLayer):
     # Reads the shard's Redis client and subscription set (channels-redis 4.3 internals,
     # pinned in pyproject.toml and checked at start-up by ``missing_internals``;
     # tests/deploy/test_services.py exercises them against Redis).
@@ -190,13 +241,18 @@ class _LocalFirstLoopLayer(RedisPubSubLoopLayer):
 
     async def group_send(self, group: str, message: dict) -> None:
         group_channel = self._get_group_channel_name(group)
-        data = self.channel_layer.serialize(message)
         if await self._others_listen(group_channel):
+            data = self.channel_layer.serialize(message)
             await self._get_shard(group_channel).publish(group_channel, data)
             return  # Redis hands it to this process's members too
-        for channel in self.groups.get(group_channel, ()):
+        data = None  # serialised once, for the first socket that queues it
+        for channel in list(self.groups.get(group_channel, ())):
+            if await self._hand_over(channel, message):
+                continue
             queue = self.channels.get(channel)
             if queue is not None:
+                if data is None:
+                    data = self.channel_layer.serialize(message)
                 queue.put_nowait(data)
 
     async def release(self, channel: str) -> None:

@@ -99,17 +99,60 @@ def _reset(conversation_id, user) -> str | None:
 _redraw = database_sync_to_async(_reset, thread_sensitive=False)
 
 
+# Messages a socket may take straight from the sender's task (agent/server/layers.py): they
+# only write a frame. Anything else (a branch redraw, a re-check) goes through the queue.
+DIRECT = frozenset({"conversation.batch", "conversation.terminal"})
+
+
 class ConversationConsumer(AsyncWebsocketConsumer):
+    # The layer's messages this socket took off its queue and has not dispatched yet, and
+    # the handlers running: while either is non-zero a frame offered directly could
+    # overtake an earlier message, so it is declined and queued behind them.
+    _in_hand = 0
+    _dispatching = 0
+
+    @property
+    def channel_receive(self):
+        return self._receive_counted
+
+    @channel_receive.setter
+    def channel_receive(self, receive) -> None:
+        # Channels' __call__ sets this to the layer's receive for the socket's channel.
+        async def counted() -> dict:
+            message = await receive()
+            self._in_hand += 1
+            return message
+
+        self._receive_counted = counted
+
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch first closes stale database connections through a hop to the
         one thread-sensitive worker thread, for every message: every streamed frame of
         every socket queued on that thread (the benchmark's worst bottleneck). This
         consumer touches the database only through ``database_sync_to_async``, which does
         that cleanup in its own thread, so the hop is skipped."""
+        if not message["type"].startswith("websocket."):
+            self._in_hand -= 1
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
+        self._dispatching += 1
+        try:
+            await handler(message)
+        finally:
+            self._dispatching -= 1
+
+    async def take_directly(self, message: dict) -> bool:
+        """The layer offers a message in the sender's task: taken (written to the socket
+        now) only when nothing sent before it is still waiting here."""
+        if self._in_hand or self._dispatching or message["type"] not in DIRECT:
+            return False
+        self._dispatching += 1
+        try:
+            await getattr(self, get_handler_name(message))(message)
+        finally:
+            self._dispatching -= 1
+        return True
 
     async def connect(self) -> None:
         self.conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
@@ -135,8 +178,12 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.counted = True
         metrics.SOCKETS.inc()
+        if hasattr(self.channel_layer, "attach"):  # frames written in the run's task
+            self.channel_layer.attach(self.channel_name, self.take_directly)
 
     async def disconnect(self, code: int) -> None:
+        if hasattr(self.channel_layer, "detach"):
+            self.channel_layer.detach(self.channel_name)
         if getattr(self, "counted", False):
             self.counted = False
             metrics.SOCKETS.dec()

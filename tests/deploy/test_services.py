@@ -231,3 +231,37 @@ def test_redis_layer_from_settings_receives_after_a_quiet_spell():
     )
     proc = _django(code, REDIS_URL=REDIS_URL)
     assert proc.returncode == 0 and proc.stdout.strip() == "late", proc.stderr[-2000:]
+
+
+async def test_redis_layer_hands_a_local_frame_to_an_idle_sink_and_queues_behind_older_ones():
+    require_redis()
+    layer = _redis_layer()
+    try:
+        direct, queued = await layer.new_channel(), await layer.new_channel()
+        group = f"sink-{uuid.uuid4().hex[:8]}"
+        await layer.group_add(group, direct)
+        await layer.group_add(group, queued)
+        taken, accept = [], [True]
+
+        async def sink(message):
+            if accept[0]:
+                taken.append(message["n"])
+            return accept[0]
+
+        layer.attach(direct, sink)
+        await layer.group_send(group, {"type": "frame", "n": 0})
+        assert taken == [0]  # not serialised, not queued: taken in the sender's task
+        assert await _nothing_more(layer, direct)
+        accept[0] = False  # the socket is busy: queued
+        await layer.group_send(group, {"type": "frame", "n": 1})
+        accept[0] = True  # idle again, but frame 1 still waits in its queue: 2 queues behind
+        await layer.group_send(group, {"type": "frame", "n": 2})
+        assert taken == [0]
+        assert [(await _receive(layer, direct))["n"] for _ in range(2)] == [1, 2]
+        # the socket without a sink got all three through its queue
+        assert [(await _receive(layer, queued))["n"] for _ in range(3)] == [0, 1, 2]
+        layer.detach(direct)
+        await layer.group_send(group, {"type": "frame", "n": 3})
+        assert taken == [0] and (await _receive(layer, direct))["n"] == 3
+    finally:
+        await layer.flush()

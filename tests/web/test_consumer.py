@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 import agent.runs.run as runs_module
 from agent.models import Conversation, Event
+from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.pacing import MIN_INTERVAL, loop_lag
+from agent.server.layers import LocalChannelLayer
 from harness_site.asgi import application
 from testkit.model_server import text_reply, tool_reply
 
@@ -546,4 +550,70 @@ async def test_a_sockets_frames_go_out_without_passing_the_session_wrapper(
     await runs.wait(conversation.id)
     assert "Hello there" in html
     assert wrapped == []
+    await ws.disconnect()
+
+
+# -- frames handed straight to this process's idle sockets (agent/server/layers.py, attach) --
+async def test_a_streamed_frame_reaches_an_idle_socket_without_its_queue(
+    alice, model_server, monkeypatch
+):
+    queued: list[str] = []
+    put = LocalChannelLayer._put
+
+    def counted(self, channel, message):
+        queued.append(message["type"])
+        return put(self, channel, message)
+
+    monkeypatch.setattr(LocalChannelLayer, "_put", counted)
+    user, conversation = alice
+    model_server.enqueue(text_reply("straight " * 30, chunk=3, delay=0.002))
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps({"content": "go"}))
+    html = await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    assert html.count("straight") >= 30
+    assert "conversation.batch" not in queued
+    await ws.disconnect()
+
+
+async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alice, monkeypatch):
+    """A race: frames sent while the socket redraws (a slow handler) or has just taken a
+    message off its queue must queue behind it. The redraws take random time; the sender
+    yields at random; the page must see every message in the order it was sent."""
+    user, conversation = alice
+    redraws = iter(range(10_000))
+
+    async def slow_redraw(conversation_id, user):
+        await asyncio.sleep(random.choice((0, 0, 0.0005, 0.002)))
+        return f"<redraw {next(redraws)}>"
+
+    monkeypatch.setattr("agent.web.consumers._redraw", slow_redraw)
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    random.seed(18)
+    expected, redrawn = [], 0
+    for n in range(400):
+        if n % 5 == 0:
+            await layer.group_send(group, {"type": "conversation.branch", "active": 0,
+                                           "fork_seq": 0, "events": []})  # fmt: skip
+            expected.append(f"<redraw {redrawn}>")
+            redrawn += 1
+        else:
+            frame = {"type": "conversation.batch", "html": f"<frame {n}>", "events": []}
+            await layer.group_send(group, {**frame, "seq_from": n, "seq_to": n})
+            expected.append(f"<frame {n}>")
+        pause = random.choice((0, 0, 1, 2, 3, 0.0002, 0.001, 0.003))
+        if isinstance(pause, float):
+            await asyncio.sleep(pause)  # the socket catches up: the next frame may go direct
+        for _ in range(pause if isinstance(pause, int) else 0):
+            await asyncio.sleep(0)  # a few turns of the loop: a message may be in hand
+        while any(queue.qsize() > 50 for queue in layer.channels.values()):
+            await asyncio.sleep(0.001)  # (a queue of 100 drops what comes on top)
+    received = []
+    for _ in expected:
+        try:
+            received.append(await ws.receive_from(timeout=5))
+        except TimeoutError:
+            break
+    assert received == expected
     await ws.disconnect()
