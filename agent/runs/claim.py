@@ -31,7 +31,7 @@ from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 from agent.runs.workspaces import workspace_for
 from agent.server import grouping
-from agent.server.prepared import Prepared, PreparedUpdate
+from agent.server.prepared import Prepared, PreparedUpdate, update_row
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -324,7 +324,7 @@ def _claim(request: _Claim) -> Setup:
     if request.remember and prompt is not None:
         sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
         sender.remember_prompt(prompt)
-        User.objects.filter(id=user_id).update(prompt_history=sender.prompt_history)
+        update_row(User, user_id, {"prompt_history": sender.prompt_history})
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
     refs = tuple(snapshot.ref for snapshot in images)
     return Setup(conversation, config, titled, bash_mode, author, branch_from is not None,
