@@ -85,6 +85,15 @@ async def _nothing_more(layer, channel) -> bool:
     return layer._get_layer().channels[channel].empty()
 
 
+async def _two_members(layer, prefix: str) -> tuple[str, str, str]:
+    """Two new channels of this process in a new group: (first, second, group)."""
+    first, second = await layer.new_channel(), await layer.new_channel()
+    group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    await layer.group_add(group, first)
+    await layer.group_add(group, second)
+    return first, second, group
+
+
 def _count_publishes(layer) -> list:
     shard = layer._get_layer()._shards[0]
     published, real = [], shard.publish
@@ -121,10 +130,7 @@ async def test_redis_layer_group_send_within_one_process_makes_no_redis_call():
     require_redis()
     layer = _redis_layer()
     try:
-        a, b = await layer.new_channel(), await layer.new_channel()
-        group = f"local-{uuid.uuid4().hex[:8]}"
-        await layer.group_add(group, a)
-        await layer.group_add(group, b)
+        a, b, group = await _two_members(layer, "local")
         published = _count_publishes(layer)
         for n in range(3):
             await layer.group_send(group, {"type": "frame", "n": n})
@@ -237,10 +243,7 @@ async def test_redis_layer_hands_a_local_frame_to_an_idle_sink_and_queues_behind
     require_redis()
     layer = _redis_layer()
     try:
-        direct, queued = await layer.new_channel(), await layer.new_channel()
-        group = f"sink-{uuid.uuid4().hex[:8]}"
-        await layer.group_add(group, direct)
-        await layer.group_add(group, queued)
+        direct, queued, group = await _two_members(layer, "sink")
         taken, accept = [], [True]
 
         async def sink(message):
