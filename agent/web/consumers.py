@@ -125,6 +125,17 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
         self._receive_counted = counted
 
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however the socket's task ends (a handler's exception too)
+            layer, channel = (
+                getattr(self, "channel_layer", None),
+                getattr(self, "channel_name", None),
+            )
+            if channel is not None and hasattr(layer, "detach"):
+                layer.detach(channel)
+
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch first closes stale database connections through a hop to the
         one thread-sensitive worker thread, for every message: every streamed frame of

@@ -617,3 +617,15 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
             break
     assert received == expected
     await ws.disconnect()
+
+
+async def test_a_socket_whose_task_ends_in_an_error_leaves_no_sink_behind(alice):
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    (channel,) = layer.groups[group]
+    assert channel in layer._sinks
+    await layer.group_send(group, {"type": "no.such.handler"})
+    with pytest.raises(ValueError, match="No handler"):
+        await ws.receive_output(timeout=5)
+    assert channel not in layer._sinks
