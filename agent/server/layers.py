@@ -55,18 +55,23 @@ class DirectSinks:
             self._sinks.pop(channel, None)
 
     async def _hand_over(self, channel: str, message: dict) -> bool:
-        """True when the channel's socket took the message itself."""
+        """True when the channel's socket took the message itself. A sink must not pause
+        (Daphne's send does not): the sender waits for it, and a message sent meanwhile
+        could reach another socket of the group first."""
         sink = self._sinks.get(channel) if self._sinks else None
         if sink is None:
             return False
         queue = self.channels.get(channel)
-        if queue is not None and not queue.empty():
-            return False  # older messages first
+        if queue is None or not queue.empty():
+            # Older messages first. No queue: nobody is receiving on the channel (its
+            # socket is between two receives, or its task ended): queued, the message
+            # expires like any other for a channel no one reads.
+            return False
         try:
             return await sink(message)
-        except Exception:  # one socket's failure must not keep the frame from the others
-            log.exception("a socket could not take a frame")
-            return True
+        except Exception:  # queued instead: the socket's own task meets the error, as before
+            log.exception("a socket could not take a frame directly")
+            return False
 
 
 class LocalChannelLayer(DirectSinks, InMemoryChannelLayer):

@@ -155,7 +155,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     async def take_directly(self, message: dict) -> bool:
         """The layer offers a message in the sender's task: taken (written to the socket
-        now) only when nothing sent before it is still waiting here."""
+        now) only when nothing sent before it is still waiting here. It never pauses
+        (Daphne's send writes to the transport and returns): a pause would hold up the run
+        and let a later message reach another socket first (a test checks it)."""
         if self._in_hand or self._dispatching or message["type"] not in DIRECT:
             return False
         self._dispatching += 1

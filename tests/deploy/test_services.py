@@ -268,3 +268,31 @@ async def test_redis_layer_hands_a_local_frame_to_an_idle_sink_and_queues_behind
         assert taken == [0] and (await _receive(layer, direct))["n"] == 3
     finally:
         await layer.flush()
+
+
+async def test_redis_layer_queues_for_a_sink_that_fails_or_whose_receive_ended():
+    require_redis()
+    layer = _redis_layer()
+    try:
+        failing, gone, group = await _two_members(layer, "sink-end")
+        calls = []
+
+        async def broken(message):
+            raise OSError("the socket is closing")
+
+        async def sink(message):
+            calls.append(message["n"])
+            return True
+
+        layer.attach(failing, broken)
+        layer.attach(gone, sink)
+        receiving = asyncio.ensure_future(layer.receive(gone))
+        await asyncio.sleep(0.05)
+        receiving.cancel()  # the socket's task ended without disconnect()
+        await asyncio.sleep(0.05)
+        await layer.group_send(group, {"type": "frame", "n": 0})
+        assert calls == []  # nobody receives on that channel: not handed to its sink
+        # the failing sink's frame is queued: the socket's own task meets it
+        assert (await _receive(layer, failing))["n"] == 0
+    finally:
+        await layer.flush()

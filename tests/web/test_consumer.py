@@ -629,3 +629,54 @@ async def test_a_socket_whose_task_ends_in_an_error_leaves_no_sink_behind(alice)
     with pytest.raises(ValueError, match="No handler"):
         await ws.receive_output(timeout=5)
     assert channel not in layer._sinks
+
+
+async def test_a_socket_cancelled_by_the_server_leaves_no_sink_and_its_channel_expires(
+    alice, monkeypatch
+):
+    """Daphne cancels a socket's task that outlives its client (a slow handler): no
+    disconnect() runs. Its sink goes, and frames for its channel queue, expire, and take
+    it out of its groups, as for any channel no one reads."""
+    from agent.web import consumers
+
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    (channel,) = layer.groups[group]
+
+    async def slow(*args):
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(consumers, "_access", slow)
+    await ws.send_to(text_data=json.dumps({"action": "sync", "after": 0}))
+    await asyncio.sleep(0.1)
+    ws.future.cancel()  # what Daphne's application checker does
+    await asyncio.sleep(0.1)
+    assert channel not in layer._sinks
+    monkeypatch.setattr(layer, "expiry", 0.05)
+    monkeypatch.setattr("agent.server.layers.SWEEP_INTERVAL", 0.0)
+    for n in range(5):
+        frame = {"type": "conversation.batch", "html": f"<frame {n}>", "events": []}
+        await layer.group_send(group, {**frame, "seq_from": n, "seq_to": n})
+        await asyncio.sleep(0.1)
+    assert channel not in layer.groups.get(group, {})
+
+
+async def test_a_frame_taken_directly_is_written_without_the_socket_pausing():
+    """The layer awaits a sink in the run's task: a pause there would hold up the run
+    and let a later message reach another socket first. Stepped once, it must finish."""
+    from agent.web.consumers import ConversationConsumer
+
+    written = []
+
+    async def send(message):  # as Daphne's: writes to the transport, returns
+        written.append(message["text"])
+
+    consumer = ConversationConsumer()
+    consumer.base_send = send
+    consumer.refused, consumer.rechecking, consumer.checked_at = False, None, time.monotonic()
+    frame = {"type": "conversation.batch", "html": "<frame>", "events": []}
+    step = consumer.take_directly({**frame, "seq_from": 1, "seq_to": 1})
+    with pytest.raises(StopIteration) as finished:
+        step.send(None)
+    assert finished.value.value is True and written == ["<frame>"]
