@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError
 
-from agent.models import Conversation, User
+from agent.models import Conversation, Event, User
 from agent.runs import claim as claims
 from agent.runs.claim import RunRefused, Setup
 from agent.server import grouping
@@ -226,3 +226,30 @@ def test_event_loops_that_closed_leave_no_claims_threads_behind():
     time.sleep(0.2)  # the closed loops' threads end
     assert threads() <= claims.CLAIM_WORKERS
     assert sum(not loop.is_closed() for loop in grouping._groups) <= 1
+
+
+def test_on_sqlite_claims_and_the_event_log_take_turns_through_one_writers_lock():
+    """SQLite has one writer: a waiting BEGIN IMMEDIATE sleeps in growing steps. The
+    grouped writers wait on a lock instead, which the last one's commit hands on at once."""
+    from django.db import connection
+
+    from agent.core.events import StatusEvent
+    from agent.runs import eventlog
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the lock is SQLite's only")
+    first, second = _conversations(2)
+    writes = {
+        "claim": lambda: claims.claim(first.id, first.owner_id, "go"),
+        "event log": lambda: eventlog.store(second.id, [StatusEvent(seq=1, state="thinking")]),
+    }
+    for what, write in writes.items():
+        done = threading.Event()
+        worker = threading.Thread(target=lambda w=write, d=done: (asyncio.run(w()), d.set()))
+        with grouping._sqlite_writer:  # another writer's turn
+            worker.start()
+            assert not done.wait(0.3), f"the {what} wrote while another writer had its turn"
+        assert done.wait(10), f"the {what} never got its turn"
+        worker.join()
+    assert Conversation.objects.get(id=first.id).state == "running"
+    assert Event.objects.filter(conversation=second).count() == 1

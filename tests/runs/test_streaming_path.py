@@ -12,6 +12,7 @@ from decimal import Decimal
 
 import pytest
 from channels.exceptions import ChannelFull
+from channels.layers import InMemoryChannelLayer
 
 import agent.runs.eventlog as eventlog
 from agent.core.events import from_dict
@@ -162,8 +163,8 @@ async def test_group_send_reaches_every_member_without_sweeping_each_time(monkey
     for channel in channels:
         await layer.group_add("conv.x", channel)
     sweeps = []
-    real = LocalChannelLayer.__mro__[1]._clean_expired
-    monkeypatch.setattr(LocalChannelLayer.__mro__[1], "_clean_expired",
+    real = InMemoryChannelLayer._clean_expired
+    monkeypatch.setattr(InMemoryChannelLayer, "_clean_expired",
                         lambda self: (sweeps.append(1), real(self)))  # fmt: skip
     for n in range(50):
         await layer.group_send("conv.x", {"type": "conversation.batch", "n": n})
