@@ -128,13 +128,10 @@ class ConversationConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
-        finally:  # however the socket's task ends (a handler's exception too)
-            layer, channel = (
-                getattr(self, "channel_layer", None),
-                getattr(self, "channel_name", None),
-            )
-            if channel is not None and hasattr(layer, "detach"):
-                layer.detach(channel)
+        finally:  # however the socket's task ends: a disconnect, an error, a cancel
+            layer = getattr(self, "channel_layer", None)
+            if hasattr(layer, "detach") and hasattr(self, "channel_name"):
+                layer.detach(self.channel_name)
 
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch first closes stale database connections through a hop to the
@@ -195,8 +192,6 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             self.channel_layer.attach(self.channel_name, self.take_directly)
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self.channel_layer, "detach"):
-            self.channel_layer.detach(self.channel_name)
         if getattr(self, "counted", False):
             self.counted = False
             metrics.SOCKETS.dec()
