@@ -558,6 +558,12 @@ async def test_a_sockets_frames_go_out_without_passing_the_session_wrapper(
 
 
 # -- frames handed straight to this process's idle sockets (agent/server/layers.py, attach) --
+def _batch(n: int) -> dict:
+    """A broadcast batch as agent/runs/broadcast.py sends it, its html naming its seq."""
+    return {"type": "conversation.batch", "seq_from": n, "seq_to": n,
+            "html": f"<frame {n}>", "events": []}  # fmt: skip
+
+
 async def test_a_streamed_frame_reaches_an_idle_socket_without_its_queue(
     alice, model_server, monkeypatch
 ):
@@ -603,8 +609,7 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
             expected.append(f"<redraw {redrawn}>")
             redrawn += 1
         else:
-            frame = {"type": "conversation.batch", "html": f"<frame {n}>", "events": []}
-            await layer.group_send(group, {**frame, "seq_from": n, "seq_to": n})
+            await layer.group_send(group, _batch(n))
             expected.append(f"<frame {n}>")
         pause = random.choice((0, 0, 1, 2, 3, 0.0002, 0.001, 0.003))
         if isinstance(pause, float):
@@ -660,8 +665,7 @@ async def test_a_socket_cancelled_by_the_server_leaves_no_sink_and_its_channel_e
     monkeypatch.setattr(layer, "expiry", 0.05)
     monkeypatch.setattr("agent.server.layers.SWEEP_INTERVAL", 0.0)
     for n in range(5):
-        frame = {"type": "conversation.batch", "html": f"<frame {n}>", "events": []}
-        await layer.group_send(group, {**frame, "seq_from": n, "seq_to": n})
+        await layer.group_send(group, _batch(n))
         await asyncio.sleep(0.1)
     assert channel not in layer.groups.get(group, {})
 
@@ -679,8 +683,7 @@ async def test_a_frame_taken_directly_is_written_without_the_socket_pausing():
     consumer = ConversationConsumer()
     consumer.base_send = send
     consumer.refused, consumer.rechecking, consumer.checked_at = False, None, time.monotonic()
-    frame = {"type": "conversation.batch", "html": "<frame>", "events": []}
-    step = consumer.take_directly({**frame, "seq_from": 1, "seq_to": 1})
+    step = consumer.take_directly(_batch(1))
     with pytest.raises(StopIteration) as finished:
         step.send(None)
-    assert finished.value.value is True and written == ["<frame>"]
+    assert finished.value.value is True and written == ["<frame 1>"]
