@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from agent.server import metrics
+
 MIN_INTERVAL = 0.015  # seconds: an idle process; under one delta's spacing at 50 deltas/s
 MAX_INTERVAL = 0.25  # a process far behind still shows text four times a second
 LAG_FACTOR = 3.0  # interval = MIN_INTERVAL + LAG_FACTOR × smoothed lag
@@ -26,17 +28,24 @@ RISE, FALL = 0.5, 0.05  # smoothing weights of a sample above / below the curren
 
 
 class LoopLag:
-    """The event loop's smoothed lag (seconds), sampled while anything streams."""
+    """The event loop's smoothed lag (seconds), sampled while anything streams; ``gauge``
+    (the process's: ``/metrics``) shows it too, so an operator sees text being coalesced."""
 
-    def __init__(self) -> None:
+    def __init__(self, gauge: metrics.Gauge | None = None) -> None:
         self.lag = 0.0
+        self.gauge = gauge
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
 
     def observe(self, sample: float) -> None:
         weight = RISE if sample > self.lag else FALL
-        self.lag += weight * (sample - self.lag)
+        self._set(self.lag + weight * (sample - self.lag))
+
+    def _set(self, lag: float) -> None:
+        self.lag = lag
+        if self.gauge is not None:
+            self.gauge.set(lag)
 
     def interval(self) -> float:
         return min(MAX_INTERVAL, MIN_INTERVAL + LAG_FACTOR * self.lag)
@@ -46,7 +55,8 @@ class LoopLag:
         not wake 50 times a second for nothing)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # (a new loop: tests run one per test)
-            self._loop, self._task, self._users, self.lag = loop, None, 0, 0.0
+            self._loop, self._task, self._users = loop, None, 0
+            self._set(0.0)
         self._users += 1
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._sample())
@@ -56,7 +66,7 @@ class LoopLag:
         if self._users == 0 and self._task is not None:
             self._task.cancel()
             self._task = None
-            self.lag = 0.0
+            self._set(0.0)
 
     async def _sample(self) -> None:
         while True:
@@ -65,4 +75,4 @@ class LoopLag:
             self.observe(max(0.0, time.monotonic() - started - TICK))
 
 
-loop_lag = LoopLag()
+loop_lag = LoopLag(metrics.LOOP_LAG)

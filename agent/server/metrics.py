@@ -44,6 +44,9 @@ class Gauge(Counter):
     def dec(self, amount: float = 1.0) -> None:
         self.values[None] -= amount
 
+    def set(self, value: float) -> None:
+        self.values[None] = value
+
 
 class Histogram:
     kind = "histogram"
@@ -89,8 +92,13 @@ EVENT_LOG_WRITES = Histogram(
     "Time of one group commit of the event log (all runs' pending batches together).",
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+LOOP_LAG = Gauge(
+    "harness_event_loop_lag_seconds",
+    "The event loop's smoothed lag while any run streams (0 when none does): the interval "
+    "between frames of text grows with it (agent/runs/pacing.py).",
+)
 METRICS = (RUNS_STARTED, RUNS_FINISHED, RUNS_FAILED, RUN_ERRORS, SOCKETS, FRAMES,
-           EVENT_LOG_WRITES)  # fmt: skip
+           EVENT_LOG_WRITES, LOOP_LAG)  # fmt: skip
 
 
 def render() -> str:

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from agent.runs.pacing import MAX_INTERVAL, MIN_INTERVAL, TICK, LoopLag
+from agent.server.metrics import Gauge
 
 
 def test_an_unloaded_loop_paces_frames_at_the_shortest_interval():
@@ -46,3 +47,17 @@ async def test_a_blocked_event_loop_widens_the_interval_and_the_last_release_res
     assert lag.lag > 0  # another run still streams
     lag.release()
     assert lag.lag == 0 and lag.interval() == MIN_INTERVAL
+
+
+async def test_the_smoothed_lag_is_published_on_the_gauge_and_cleared_when_nothing_streams():
+    gauge = Gauge("lag_seconds", "test")
+    lag = LoopLag(gauge)
+    lag.acquire()
+    await asyncio.sleep(TICK * 2)
+    for _ in range(3):
+        time.sleep(0.06)  # the loop is busy: the sampler wakes late
+        await asyncio.sleep(0)
+        await asyncio.sleep(TICK)
+    assert gauge.values[None] == lag.lag > 0.01
+    lag.release()
+    assert gauge.values[None] == 0.0

@@ -59,6 +59,7 @@ def test_metrics_need_the_token_and_never_show_without_it(live):
     samples = _samples(live)
     assert samples["harness_runs_started_total"] == 0
     assert samples["harness_websockets_open"] == 0
+    assert samples["harness_event_loop_lag_seconds"] == 0  # nothing streams
 
 
 async def test_metrics_count_runs_failures_sockets_frames_and_event_log_writes(live, model):
@@ -90,4 +91,5 @@ async def test_metrics_count_runs_failures_sockets_frames_and_event_log_writes(l
         == (samples["harness_event_log_write_seconds_count"])
     )
     assert samples["process_cpu_seconds_total"] > 0
+    assert samples["harness_event_loop_lag_seconds"] == 0  # back to 0 once the runs ended
     await asyncio.to_thread(_wait, live, "harness_websockets_open", 0)
