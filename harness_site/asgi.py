@@ -8,6 +8,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 django_asgi_app = get_asgi_application()
 
+# Started as root: the broker keeps root, this process becomes the service user before it
+# serves (or starts a thread).
+from agent.sandbox import drop  # noqa: E402
+
+drop.start()
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
 from django.conf import settings  # noqa: E402
 

@@ -227,6 +227,10 @@ HARNESS_BASH = env_choice("HARNESS_BASH", BASH_MODES, "sandbox")
 # kernel's per-uid limits and permissions keep users apart). Pick a range no host account
 # or container uses.
 HARNESS_SANDBOX_UID_BASE = env_int("HARNESS_SANDBOX_UID_BASE", 200_000, minimum=1000)
+# Privilege separation (agent/sandbox/): a server started as root starts a root broker and
+# becomes this user before it serves; users' files and processes are reached only through
+# the broker, as each user's own uid.
+HARNESS_SERVICE_USER = env_str("HARNESS_SERVICE_USER", "harness")
 # External CLI agents (interfaces §14, agent/runs/cli_sessions.py): where each CLI is
 # (else PATH), how long an unused tmux session lives, and the tmux server's socket.
 HARNESS_AGENT_COMMANDS = {

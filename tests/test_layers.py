@@ -27,8 +27,11 @@ PROJECT = ("agent", "harness_site", "tests", "testkit", "bench", "scripts")
 ALLOWED = {
     "core": (),
     "server": ("agent.core",),
+    # the broker, the per-user hosts and the server's client of them
+    "sandbox": ("agent.core", "agent.server"),
     "ui": ("agent.core", "agent.server"),
-    "runs": ("agent.core", "agent.server", "agent.ui", "agent.models", "agent.access"),
+    "runs": ("agent.core", "agent.server", "agent.sandbox", "agent.ui", "agent.models",
+             "agent.access"),
 }
 
 

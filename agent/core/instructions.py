@@ -86,17 +86,18 @@ class DirectoryInstructions:
         if not new:
             return None
         self.looked.update(new)
-        found = await workers.run(self.workspace, self._read, new)
+        found = await workers.run(self.workspace, read_directories, self.workspace, new)
         return "\n\n".join(found) or None
 
-    def _read(self, directories: list[str]) -> list[str]:
-        """Blocking, in a file worker: each directory's file, if it has one."""
-        found = []
-        for directory in directories:
-            text = read_agents_file(self.workspace, directory, MARKER)
-            if text:
-                # The file's own lines must not pass for a marker: a later prompt would
-                # take that directory's instructions as given and never give them.
-                marker, newline, body = text.partition("\n")
-                found.append(marker + newline + _MARKED.sub(r" \g<0>", body))
-        return found
+
+def read_directories(workspace: Workspace, directories: list[str]) -> list[str]:
+    """Blocking, in a file worker: each directory's file, if it has one."""
+    found = []
+    for directory in directories:
+        text = read_agents_file(workspace, directory, MARKER)
+        if text:
+            # The file's own lines must not pass for a marker: a later prompt would
+            # take that directory's instructions as given and never give them.
+            marker, newline, body = text.partition("\n")
+            found.append(marker + newline + _MARKED.sub(r" \g<0>", body))
+    return found

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.runs.llm_gateway import open_gateway
 from agent.runs.workspaces import sandbox_ids, workspace_for
+from agent.sandbox import drop
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +117,15 @@ class CliSessions:
         spec = SessionSpec(
             conversation_id=key, provider=provider, executable=executable,
             workspace=str(workspace.root),
-            # The CLI's HOME: the user's own area (its config, its sessions), not ours.
-            home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / str(int(owner_id))),
+            # The CLI's HOME: one per conversation (never shared across conversations);
+            # under a broker, inside the user's own workspace storage, made by the user.
+            home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / key),
             state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
             wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
             resume=resume or None, prefix=PREFIX,
-            approval=approval, model=model,
+            approval=approval, model=model, sandbox=workspace.sandbox,
+            attach=[sys.executable, "-m", "agent.sandbox.attach", str(drop.attach_socket())],
+            gateway_socket=gateway.socket_path, app_dir=str(settings.BASE_DIR),
         )  # fmt: skip
         session = CliSession(self.tmux(), spec)
         try:

@@ -37,6 +37,7 @@ from agent.core.events import UsageEvent
 from agent.core.pricing import cost_usd
 from agent.runs.llm_metering import Meter
 from agent.runs.workspaces import sandbox_ids
+from agent.sandbox import drop
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class Gateway:
             "ANTHROPIC_API_KEY": self.credential,
         }
 
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self._directory, "s")
+
     def bwrap_args(self) -> list[str]:
         return ["--perms", "0755", "--dir", DIR_IN_SANDBOX,
                 "--ro-bind", self._directory, f"{DIR_IN_SANDBOX}/socket",
@@ -127,7 +132,11 @@ class Gateway:
         if ids is not None:  # the sandbox's user connects to it; nobody else can
             os.chown(self._directory, *ids)
             os.chown(path, *ids)
-        os.chmod(path, 0o600)
+            os.chmod(path, 0o600)
+        else:
+            # Under a broker the socket itself goes into the user's sandbox (bound by
+            # descriptor); its directory stays closed to everyone else.
+            os.chmod(path, 0o666 if drop.broker() is not None else 0o600)
         _by_credential[self.credential] = self
 
     async def close(self) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 
 from django.conf import settings
 
 from agent.core.tools import Workspace
-from agent.server import storage
+from agent.sandbox import drop
+from agent.sandbox.workspaces import prepare
 
 
 def workspace_path(user_id: int) -> Path:
@@ -39,40 +39,25 @@ def sandbox_ids(user_id: int) -> tuple[int, int] | None:
 
 def workspace_for(user_id: int) -> Workspace:
     """The user's workspace, created on first use. Blocking: call it from a thread."""
+    client = drop.broker()
+    if client is not None:
+        # The server has dropped root: the broker makes it, and everything in it goes
+        # through the user's own sandbox.
+        reply, _ = client.request("workspace", user=int(user_id))
+        workspace = Workspace(workspace_path(user_id))
+        workspace.quota_mb = reply.get("quota_mb")
+        workspace.sandbox = client.sandbox(int(user_id))
+        workspace.sandbox.ensure_host()  # it hides the CLI homes before any sandbox runs
+        return workspace
     path = workspace_path(user_id)
     ids = sandbox_ids(user_id)
-    parent = path.parent
-    if not parent.is_dir():
-        parent.mkdir(parents=True, exist_ok=True)
-        # Users' sandboxes may pass through but not list their neighbours.
-        os.chmod(parent, 0o711)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    quota_mb = None
     if ids is not None:
-        _own(path, *ids)
-        # Before the Workspace opens its root: it must hold the mounted, size-limited file
-        # system (agent/server/storage.py), not the directory beneath it.
-        quota_mb = storage.prepare(user_id, path, ids)
+        quota_mb = prepare(Path(settings.HARNESS_WORKSPACES), user_id, ids)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+        quota_mb = None
     workspace = Workspace(path)
     workspace.quota_mb = quota_mb  # the bash tool names it when a command fills the disk
     return workspace
-
-
-def _own(path: Path, uid: int, gid: int) -> None:
-    """Give the workspace to the user's uid. A workspace made by an older release (owned
-    by ``nobody``, shared by every user) is re-owned entry by entry, walking descriptors
-    and never following a symlink, so a link planted in it cannot redirect the chown."""
-    st = os.stat(path, follow_symlinks=False)
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"workspace {path} is not a directory")
-    if (st.st_uid, st.st_gid) == (uid, gid):
-        return
-    for _, dirnames, filenames, dirfd in os.fwalk(path, follow_symlinks=False):
-        for name in dirnames + filenames:
-            try:
-                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-    os.chown(path, uid, gid, follow_symlinks=False)
-    os.chmod(path, 0o700)

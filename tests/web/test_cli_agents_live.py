@@ -151,7 +151,8 @@ def _descendants(pid: int) -> list[int]:
 def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
     """The deployment's API key is in no environment of the CLI's processes, nor in any
     file of its HOME or the workspace (interfaces §14: the CLI never sees it)."""
-    processes = _descendants(int(pane_pid))
+    # A root server's broker starts the CLI's sandbox (as the user's uid) for the pane.
+    processes = _descendants(int(pane_pid)) + _owned_by(_sandbox_uid(live))
     assert len(processes) >= 3  # bwrap, the shell's pipe, the CLI
     for pid in processes:
         with contextlib.suppress(OSError):
@@ -162,6 +163,20 @@ def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
         for path in folder.rglob("*"):
             if path.is_file():
                 assert b"the-deployments-real-key" not in path.read_bytes(), path
+
+
+def _sandbox_uid(live) -> int:
+    code = "from agent.models import User; print(User.objects.get(username='alice').pk)"
+    return 200_000 + int(live.manage("shell", "-c", code).split()[-1])
+
+
+def _owned_by(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append(int(entry.name))
+    return found
 
 
 def _wait_for(condition, timeout: float = 60.0) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -313,14 +314,17 @@ async def detect(provider: Provider, environ: dict[str, str] | None = None) -> A
     if executable is None:
         reason = f"not installed (not on PATH, {provider.command_env_name()} unset)"
         return AgentInfo(provider.name, False, None, reason)
+    # A HOME of its own, thrown away after: some CLIs write their state there even for
+    # --version (and fail when they cannot), and none may write in the server's.
     try:
-        process = await asyncio.create_subprocess_exec(
-            executable, "--version", stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
-                 "PI_OFFLINE": "1"},
-        )  # fmt: skip
-        out, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT)
+        with tempfile.TemporaryDirectory(prefix="harness-version-") as home:
+            process = await asyncio.create_subprocess_exec(
+                executable, "--version", stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+                     "PI_OFFLINE": "1"},
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         return AgentInfo(provider.name, False, None, f"could not run --version: {exc}")
     try:

@@ -41,6 +41,7 @@ CLI_IN_SANDBOX = "/opt/cli/node_modules"
 READY = "harness-cli-ready"
 PRELUDE = f"stty -icanon -echo min 1 time 0; echo {READY}; IFS= read -r _go; cat | "
 START_TIMEOUT = 30.0
+CAPPED = '{"type":"harness_output_capped"}'  # agent/sandbox/attach.py's line past its cap
 
 
 class CliExited(Exception):
@@ -63,6 +64,12 @@ class SessionSpec:
     extra_bwrap: list[str] = field(default_factory=list)  # the gateway's bind mounts
     wrap: Callable[[list[str]], list[str]] | None = None  # the gateway's in-sandbox forwarder
     run_as: tuple[int, int] | None = None  # a root server's per-user uid/gid
+    # A server that dropped root: the user's sandbox (agent/sandbox/client.py) makes the
+    # home and gives the pane a ticket; ``attach`` is the pane's command before the ticket.
+    sandbox: object | None = None
+    attach: list[str] = field(default_factory=list)
+    gateway_socket: str | None = None
+    app_dir: str = "/"
     resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
     approval: str = "auto"  # the conversation's tool approval when the session started
@@ -81,12 +88,9 @@ def _install_root(executable: str) -> str | None:
     return str(Path(real).parent)
 
 
-def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
-    """The bash tool's sandbox around the CLI, with the workspace bound by path (tmux, not
-    the server, starts it: no descriptor to pass), the CLI's files read-only, its HOME."""
-    bwrap = bwrap_path()
-    if bwrap is None:
-        raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
+def cli_program(spec: SessionSpec) -> tuple[str, str | None]:
+    """The shell command the sandbox runs (the prelude, then the CLI through the gateway's
+    forwarder) and the CLI's install directory to mount read-only (None: under /usr)."""
     executable = spec.executable
     root = _install_root(executable)
     if root is not None:
@@ -98,7 +102,21 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
                                model=spec.model)  # fmt: skip
     if spec.wrap is not None:
         inner = spec.wrap(inner)
-    argv = sandbox_argv(bwrap, 0, PRELUDE + shlex.join(inner), spec.run_as)
+    return PRELUDE + shlex.join(inner), root
+
+
+def cli_env(spec: SessionSpec) -> dict[str, str]:
+    return {**spec.provider.env(), **spec.env}
+
+
+def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
+    """The bash tool's sandbox around the CLI, with the workspace bound by path (tmux, not
+    the server, starts it: no descriptor to pass), the CLI's files read-only, its HOME."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
+    program, root = cli_program(spec)
+    argv = sandbox_argv(bwrap, 0, program, spec.run_as)
     # A root server's bwrap makes the parents of its binds (/etc) closed to the sandbox's
     # user; a CLI looks for its settings there (and hangs on EACCES).
     argv[1:1] = ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
@@ -111,11 +129,15 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
         extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
                   "--ro-bind", root, CLI_IN_SANDBOX]  # fmt: skip
     extra += spec.extra_bwrap
-    env = {**spec.provider.env(), **spec.env, "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
+    env = {**cli_env(spec), "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
     for name, value in env.items():
         extra += ["--setenv", name, value]
     separator = argv.index("--")
     return argv[:separator] + extra + argv[separator:]
+
+
+def _config_files(spec: SessionSpec) -> dict[str, str]:
+    return spec.provider.config_files(spec.env.get("ANTHROPIC_BASE_URL", ""))
 
 
 class CliSession:
@@ -135,9 +157,14 @@ class CliSession:
     async def start(self) -> None:
         await asyncio.to_thread(self._prepare_files)
         await self.tmux.kill_session(self.name)  # a leftover of an earlier process
-        await self.tmux.new_session(self.name, self.window, self.spec.workspace,
-                                    cli_sandbox_argv(self.spec))  # fmt: skip
-        await self.tmux.pipe_pane(self.target, self.log_path)
+        if self.spec.sandbox is not None:
+            ticket = await asyncio.to_thread(self._ticket)
+            await self.tmux.new_session(self.name, self.window, self.spec.app_dir,
+                                        [*self.spec.attach, ticket, self.log_path])  # fmt: skip
+        else:
+            await self.tmux.new_session(self.name, self.window, self.spec.workspace,
+                                        cli_sandbox_argv(self.spec))  # fmt: skip
+            await self.tmux.pipe_pane(self.target, self.log_path)
         deadline = time.monotonic() + START_TIMEOUT
         while READY not in await self.tmux.capture(self.target, lines=50):
             if time.monotonic() > deadline or await self.tmux.pane_dead(self.target):
@@ -149,14 +176,25 @@ class CliSession:
             await asyncio.sleep(0.05)
         await self.tmux.send_keys(self.target, "go", "Enter")
 
+    def _ticket(self) -> str:
+        program, root = cli_program(self.spec)
+        return self.spec.sandbox.cli_ticket(self.spec.conversation_id, program,
+                                            cli_env(self.spec), root,
+                                            self.spec.gateway_socket)  # fmt: skip
+
     def _prepare_files(self) -> None:
         os.makedirs(self.spec.state_dir, mode=0o700, exist_ok=True)
-        os.makedirs(self.spec.home, mode=0o700, exist_ok=True)
         # The log starts empty: only this session's output is read.
         with open(self.log_path, "wb"):
             pass
-        for relative, text in self.spec.provider.config_files(self.spec.env.get(
-                "ANTHROPIC_BASE_URL", "")).items():  # fmt: skip
+        if self.spec.sandbox is not None:
+            # Written by the user's own file host, as the user: a link planted in the home
+            # reaches nothing the user could not write anyway.
+            home = self.spec.conversation_id.replace("-", "")
+            self.spec.sandbox.cli_home(home, _config_files(self.spec))
+            return
+        os.makedirs(self.spec.home, mode=0o700, exist_ok=True)
+        for relative, text in _config_files(self.spec).items():
             path = os.path.join(self.spec.home, relative)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
@@ -189,6 +227,13 @@ class CliSession:
         await self.tmux.kill_session(self.name)
 
     def _read_new(self) -> list[str]:
+        lines = self._read_chunk()
+        if CAPPED in lines:
+            raise CliExited(f"{self.spec.provider.name}'s output passed its cap; the rest "
+                            "was dropped")  # fmt: skip
+        return lines
+
+    def _read_chunk(self) -> list[str]:
         with open(self.log_path, "rb") as f:
             f.seek(self._offset)
             chunk = f.read(READ_CHUNK)

@@ -69,12 +69,18 @@ SETPRIV = "/usr/bin/setpriv"
 
 
 def sandbox_argv(
-    bwrap: str, workspace_fd: int, command: str, run_as: tuple[int, int] | None = None
+    bwrap: str,
+    workspace_fd: int,
+    command: str,
+    run_as: tuple[int, int] | None = None,
+    program: list[str] | None = None,
 ) -> list[str]:
     """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
     (no user namespace, so it can mount what root can reach) and the command drops to this
     uid/gid first thing, with no_new_privs; its real uid is then unprivileged, which is what
-    makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user."""
+    makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user.
+    ``program``: what runs instead of ``bash -c command``."""
+    program = program or ["/bin/bash", "-c", command]
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         target = os.path.realpath(f"/{name}")
@@ -94,7 +100,7 @@ def sandbox_argv(
     ]  # fmt: skip
     if run_as is None:
         argv += ["--unshare-all"]  # user, ipc, pid, net, uts, cgroup: no network
-        inner = ["/bin/bash", "-c", command]
+        inner = program
     else:
         uid, gid = run_as
         argv += [
@@ -109,7 +115,7 @@ def sandbox_argv(
             "CAP_SETGID",
         ]
         inner = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                 "--no-new-privs", "--", "/bin/bash", "-c", command]  # fmt: skip
+                 "--no-new-privs", "--", *program]  # fmt: skip
     argv += [
         "--hostname", "sandbox",
         "--die-with-parent",
@@ -224,6 +230,14 @@ class BashTool:
         except ParamError as exc:
             return fail(str(exc))
         root = str(self.workspace.root)
+        stats = None
+        if self.mode == "sandbox" and self.workspace.sandbox is not None:
+            # The server dropped root: its broker runs the command as the user.
+            try:
+                result, stats = await self.workspace.sandbox.bash(command, self.timeout, OUTPUT_CAP)
+            except RuntimeError as exc:
+                return fail(f"bash is unavailable: {exc}")
+            return await self._outcome(result, stats, root)
         if self.mode == "sandbox":
             bwrap = bwrap_path()
             if bwrap is None:
@@ -260,7 +274,6 @@ class BashTool:
         else:
             argv, preexec, pass_fds, cgroup = ["/bin/bash", "-c", command], None, [], None
             env = {"PATH": SANDBOX_PATH, "HOME": root, "LANG": "C.UTF-8", "TERM": "dumb"}
-        stats = None
         try:
             result = await run_process(
                 argv, env=env, timeout=self.timeout, output_cap=OUTPUT_CAP, cwd=root,
@@ -274,6 +287,9 @@ class BashTool:
             if cgroup is not None:
                 assert self.cgroups is not None
                 stats = await _release(self.cgroups, cgroup)
+        return await self._outcome(result, stats, root)
+
+    async def _outcome(self, result, stats: RunStats | None, root: str) -> ToolResult:
         display = {
             "kind": "bash",
             "exit_code": result.returncode,

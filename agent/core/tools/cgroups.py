@@ -35,6 +35,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -511,6 +512,20 @@ class SandboxCgroups:
             waited += delay
             delay = min(delay * 2, 0.1)
             done = await asyncio.to_thread(self._kill_and_remove, run)
+        return stats
+
+    def release_sync(self, run: RunCgroup) -> RunStats:
+        """``release`` for a caller with no event loop (the broker's threads)."""
+        run.close_fds()
+        stats, done = self._finish(run)
+        delay, waited = 0.005, 0.0
+        while not done and waited < RELEASE_SECONDS:
+            time.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 0.1)
+            done = self._kill_and_remove(run)
+        if not done:
+            log.warning("bash sandbox: cgroup %s did not empty; left in place", run.dirs)
         return stats
 
     def _finish(self, run: RunCgroup) -> tuple[RunStats, bool]:

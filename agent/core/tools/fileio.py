@@ -7,6 +7,9 @@ may hold only a few of its threads at once, and every call has a deadline; a cal
 waits past it gets an error while the stuck thread stays counted against that workspace
 alone, so one user's stuck I/O can never starve another user's runs or the server.
 
+A workspace whose server has dropped root (``Workspace.sandbox`` set) is not touched here
+at all: the call goes, by name, to that user's own file host (agent/sandbox/host.py).
+
 Each thread drops its supplementary groups once, and takes on the workspace owner's
 filesystem identity (``setfsuid``/``setfsgid``, which Linux keeps per thread) for the
 length of one call: a root server's file work is then checked by the kernel as the
@@ -101,6 +104,8 @@ class FileWorkers:
     def submit(
         self, workspace: Workspace, fn: Callable[..., T], *args
     ) -> concurrent.futures.Future[T]:
+        if workspace.sandbox is not None:  # the user's own file host does it, as the user
+            return workspace.sandbox.submit(fn, args)
         key = str(workspace.root)
         self._admit(key)
 

@@ -15,7 +15,7 @@ from agent.core.tools.base import (
     optional_int,
     require_str,
 )
-from agent.core.tools.fileio import workers
+from agent.core.tools.fileio import TIMEOUT, workers
 from agent.core.tools.workspace import PathError, Workspace, os_error_message
 
 READ_CAP = 1_000_000  # bytes a read returns at most (seed 002)
@@ -33,6 +33,8 @@ class FileTool:
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         try:
+            if self.workspace.sandbox is not None:
+                return await self.workspace.sandbox.tool(self.name, params, TIMEOUT)
             return await workers.run(self.workspace, self._execute, params)
         except PathError as exc:  # no worker free for this workspace, or a stuck call
             return fail(str(exc))
@@ -197,6 +199,8 @@ class EditTool(FileTool):
         """The diff this edit would make, read only (nothing is written): what an approval
         card shows (interfaces §9). None when the edit would fail."""
         try:
+            if self.workspace.sandbox is not None:
+                return await self.workspace.sandbox.preview(self.name, params, TIMEOUT)
             return await workers.run(self.workspace, self._preview, params)
         except PathError:
             return None

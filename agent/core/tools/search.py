@@ -57,6 +57,14 @@ async def _run_as_owner(workspace: Workspace, argv: list[str], **kwargs):
     )  # fmt: skip
 
 
+async def _in_sandbox(tool, params: dict[str, Any]) -> ToolResult:
+    """The whole call in the user's file host (the server has dropped root)."""
+    try:
+        return await tool.workspace.sandbox.tool(tool.name, params, TIMEOUT + 5)
+    except PathError as exc:
+        return fail(str(exc))
+
+
 class ListDirTool:
     name = "list_dir"
     description = (
@@ -73,6 +81,8 @@ class ListDirTool:
         self.workspace = workspace
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
+        if self.workspace.sandbox is not None:
+            return await _in_sandbox(self, params)
         try:
             path = require_str(params, "path")
             fd = (await _open(self.workspace, path, True)).fd
@@ -109,6 +119,8 @@ class GrepTool:
         self.workspace = workspace
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
+        if self.workspace.sandbox is not None:
+            return await _in_sandbox(self, params)
         try:
             pattern = require_str(params, "pattern")
             path = require_str(params, "path")

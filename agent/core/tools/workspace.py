@@ -134,6 +134,10 @@ class _Walk:
 
 class Workspace:
     quota_mb: int | None = None  # the size limit the deployment enforces, when it has one
+    # A server that dropped root reaches the workspace only through its user's sandbox
+    # (agent/sandbox/client.py): file work, tools and bash all go there.
+    sandbox = None
+    hidden: tuple[str, ...] = ()  # names in the root no path may enter (the CLI homes)
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))
@@ -212,6 +216,8 @@ class Workspace:
                 if name == "..":
                     walk.up()
                     continue
+                if name in self.hidden and not walk.names:
+                    raise PathError(f"{name} is reserved for the workbench")
                 try:
                     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=walk.fd)
                 except FileNotFoundError:

@@ -1,0 +1,301 @@
+"""The broker: the one process that keeps root once the server has dropped it.
+
+It is started by the root launcher (``drop``) as ``python -m agent.sandbox.broker FD`` with
+its configuration on standard input, and serves the server over the SOCK_SEQPACKET socket
+FD. Its requests are few and validated: make a user's workspace (``workspace``), start that
+user's file host (``host``), run a bash command (``bash``), and hand a CLI agent's pane to a
+sandbox (``cli`` then ``attach``). A request names a user by number and a kind; every path,
+uid, limit and mount comes from the broker's own configuration, so no request can make it
+open a path inside a user-writable tree. When the server's socket closes, every process the
+broker started is killed and it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agent.core.tools.bash import bwrap_path, sandbox_argv
+from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
+from agent.sandbox import cli_spawn
+from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
+from agent.sandbox.wire import WireError, recv_packet, send_packet
+
+log = logging.getLogger("harness.broker")
+
+MAX_COMMAND = 131072  # the kernel's limit on one argument (MAX_ARG_STRLEN)
+MAX_USER = 1 << 24
+TICKET_SECONDS = 60.0  # a pane presents its ticket within a second; an unused one expires
+
+
+class Refused(Exception):
+    """A request outside the protocol; its message goes back to the server."""
+
+
+def _user(message: dict) -> int:
+    user = message.get("user")
+    if type(user) is not int or not 0 < user < MAX_USER:
+        raise Refused("user must be a positive integer")
+    return user
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.bwrap = bwrap_path()
+        self.cgroups = sandbox_cgroups(SandboxLimits(
+            pids=config.pids, memory_mb=config.memory_mb, cgroups=config.cgroups,
+            cgroup_path=config.cgroup_path,
+        ))  # fmt: skip
+        self.children: set[subprocess.Popen] = set()
+        self.tickets: dict[str, tuple[float, dict]] = {}
+        self.lock = threading.Lock()
+        self.send_lock = threading.Lock()
+        self.workspaces = Path(config.workspaces)
+
+    # -- the server's socket ----------------------------------------------------------
+
+    def serve(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                message, fds = recv_packet(sock)
+            except WireError as exc:
+                if str(exc) == "closed":
+                    return
+                log.warning("broker: bad request dropped (%s)", exc)
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(sock, message, fds), daemon=True).start()
+
+    def _answer(self, sock: socket.socket, message: dict, fds: list[int]) -> None:
+        reply, out_fds = {"id": message.get("id")}, []
+        try:
+            if message.get("op") == "cli":
+                result, out_fds = self.cli(message, fds)
+                fds = []  # the gateway's socket is kept with the ticket
+            else:
+                handler = {"workspace": self.workspace, "host": self.host,
+                           "bash": self.bash}.get(message.get("op"))  # fmt: skip
+                if handler is None:
+                    raise Refused("unknown request")
+                result, out_fds = handler(message)
+            reply.update(ok=True, **result)
+        except (Refused, cli_spawn.Refused) as exc:
+            reply.update(ok=False, error=str(exc))
+        except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
+            log.exception("broker: %s failed", message.get("op"))
+            reply.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+        finally:
+            for fd in fds:  # the server sends none; any that came are not kept
+                os.close(fd)
+        try:
+            with self.send_lock:
+                send_packet(sock, reply, out_fds)
+        except OSError:
+            pass
+        finally:
+            for fd in out_fds:
+                os.close(fd)
+
+    # -- requests ---------------------------------------------------------------------
+
+    def workspace(self, message: dict):
+        from agent.sandbox.workspaces import prepare
+
+        user = _user(message)
+        return {"quota_mb": prepare(self.workspaces, user, self.config.ids(user))}, []
+
+    def _workspace_fd(self, user: int) -> int:
+        root = os.open(self.workspaces, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(str(user), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=root)  # fmt: skip
+        except FileNotFoundError:
+            raise Refused("the workspace is not prepared") from None
+        finally:
+            os.close(root)
+        st = os.fstat(fd)
+        if (st.st_uid, st.st_gid) != self.config.ids(user):
+            os.close(fd)
+            raise Refused("the workspace does not belong to its user")
+        return fd
+
+    def _need_bwrap(self) -> str:
+        if self.bwrap is None:
+            raise Refused("bubblewrap (bwrap) is not installed")
+        return self.bwrap
+
+    def host(self, message: dict):
+        user = _user(message)
+        bwrap = self._need_bwrap()
+        workspace = self._workspace_fd(user)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            argv = host_argv(bwrap, self.config, workspace, theirs.fileno(), self.config.ids(user))
+            self._start(argv, [workspace, theirs.fileno()], limits(None, None, HOST_NOFILE),
+                        stdout=subprocess.DEVNULL)  # fmt: skip
+        finally:
+            os.close(workspace)
+            theirs.close()
+        return {}, [mine.detach()]
+
+    def bash(self, message: dict):
+        user = _user(message)
+        command = message.get("command")
+        if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
+            raise Refused("command must be a string of at most 128 KB")
+        bwrap = self._need_bwrap()
+        workspace = self._workspace_fd(user)
+        cgroup = None
+        try:
+            cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
+            pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
+            argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
+            if _has_homes(workspace):
+                at = argv.index("--")
+                argv[at:at] = cli_spawn.hidden_homes()
+            read, write = os.pipe2(os.O_CLOEXEC)
+            try:
+                child = self._start(argv, [workspace],
+                                    limits(cgroup, None if pids_by_cgroup else self.config.pids),
+                                    stdout=write)  # fmt: skip
+            finally:
+                os.close(write)
+        except BaseException:
+            if cgroup is not None:
+                self.cgroups.release_sync(cgroup)
+            raise
+        finally:
+            os.close(workspace)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        threading.Thread(target=self._watch, args=(child, mine, cgroup), daemon=True).start()
+        return {}, [read, theirs.detach()]
+
+    def cli(self, message: dict, fds: list[int]):
+        """A CLI agent's sandbox, to be started by the pane that presents the ticket."""
+        user = _user(message)
+        spec = cli_spawn.validate(message, fds)  # refused: the caller closes the fds
+        spec.update(user=user, gateway_fd=fds[0] if fds else None)
+        ticket = secrets.token_urlsafe(24)
+        with self.lock:
+            now = time.monotonic()
+            for key, (expires, old) in list(self.tickets.items()):
+                if expires < now:
+                    del self.tickets[key]
+                    if old.get("gateway_fd") is not None:
+                        os.close(old["gateway_fd"])
+            self.tickets[ticket] = (now + TICKET_SECONDS, spec)
+        return {"ticket": ticket}, []
+
+    def take_ticket(self, ticket) -> dict | None:
+        with self.lock:
+            found = self.tickets.pop(ticket, None) if isinstance(ticket, str) else None
+        return found[1] if found and found[0] >= time.monotonic() else None
+
+    def start_cli(self, spec: dict, stdio: list[int]):
+        return cli_spawn.start(self, spec, stdio)
+
+    # -- processes --------------------------------------------------------------------
+
+    def _start(self, argv, pass_fds, preexec, stdout, stdin=subprocess.DEVNULL, stderr=None):
+        child = subprocess.Popen(
+            argv, stdin=stdin, stdout=stdout,
+            stderr=subprocess.STDOUT if stderr is None else stderr,
+            env=dict(SPAWN_ENV), pass_fds=pass_fds, preexec_fn=preexec,
+            start_new_session=True, cwd="/",
+        )  # fmt: skip
+        with self.lock:
+            self.children.add(child)
+        return child
+
+    def _forget(self, child: subprocess.Popen) -> None:
+        with self.lock:
+            self.children.discard(child)
+
+    def _watch(self, child: subprocess.Popen, control: socket.socket, cgroup) -> None:
+        """One bash call: ends when it exits, or when the server says kill (a timeout, a
+        cancel) or goes away; then its processes are killed and its cgroup removed, and the
+        exit status and what the kernel counted go back."""
+        stop = threading.Event()
+
+        def listen() -> None:
+            with contextlib.suppress(OSError, WireError):
+                recv_packet(control)  # a "kill", or EOF
+            if not stop.is_set():
+                _kill(child)
+
+        threading.Thread(target=listen, daemon=True).start()
+        code = child.wait()
+        stop.set()
+        _kill(child)
+        stats = self.cgroups.release_sync(cgroup) if cgroup is not None else None
+        self._forget(child)
+        reply = {"exit": code, "oom_kills": stats.oom_kills if stats else 0,
+                 "pids_hits": stats.pids_limit_hits if stats else 0}  # fmt: skip
+        with contextlib.suppress(OSError):
+            send_packet(control, reply)
+        control.close()
+
+    def shutdown(self) -> None:
+        with self.lock:
+            children = list(self.children)
+        for child in children:
+            _kill(child)
+
+
+def _has_homes(workspace_fd: int) -> bool:
+    try:
+        fd = os.open(cli_spawn.HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=workspace_fd)  # fmt: skip
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _kill(child: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s broker %(levelname)s %(message)s")
+    control = socket.socket(fileno=int(sys.argv[1]))
+    config = BrokerConfig(**json.load(sys.stdin))
+    _configure_django(config)
+    broker = Broker(config)
+    if config.attach_socket:
+        threading.Thread(target=cli_spawn.serve_attach, args=(broker,), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        broker.serve(control)
+    finally:
+        broker.shutdown()
+
+
+def _configure_django(config: BrokerConfig) -> None:
+    # storage.py reads these through django.conf.settings; the broker loads nothing else.
+    from django.conf import settings
+
+    settings.configure(
+        HARNESS_WORKSPACES=Path(config.workspaces),
+        HARNESS_WORKSPACE_STORAGE=config.storage,
+        HARNESS_WORKSPACE_QUOTA_MB=config.quota_mb,
+        VAR_DIR=Path(config.var_dir or config.workspaces),
+        DATABASES={"default": {"ENGINE": "", "NAME": ""}},
+    )
+
+
+if __name__ == "__main__":
+    main()

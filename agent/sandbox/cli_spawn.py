@@ -1,0 +1,224 @@
+"""CLI agents through the broker: the server asks for a ticket (``cli``); the tmux pane's
+first process (``attach``) presents it with the pane's terminal, and the broker starts the
+CLI's sandbox as the user, in their cgroup, on that terminal.
+
+What the server may name is checked here: the conversation (its home's name), the program
+(a shell command run as the user, in the sandbox), the environment, and the CLI's install
+directory, which must be root's and closed to everyone else all the way up (it is bound
+read-only into a user's sandbox). The CLI's home is opened from the workspace's descriptor
+one component at a time, never through a link, and the other conversations' homes are
+hidden under an empty tmpfs. The model gateway's socket comes as a descriptor the server
+opened itself: it can hand over nothing it could not open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import stat
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+from agent.core.tools.bash import sandbox_argv
+from agent.sandbox.spawn import CLI_ADDRESS_SPACE, limits
+from agent.sandbox.wire import WireError, recv_packet, send_packet
+
+HOMES = ".harness-cli"  # in the workspace's root, hidden from every sandbox but its own
+HOME_IN_SANDBOX = "/home/agent"
+CLI_IN_SANDBOX = "/opt/cli/node_modules"
+GATEWAY_IN_SANDBOX = "/harness-llm"
+CONVERSATION = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+MAX_PROGRAM = 131072
+
+
+class Refused(Exception):
+    pass
+
+
+def validate(message: dict, fds: list[int]) -> dict:
+    conversation = message.get("conversation")
+    if not isinstance(conversation, str) or not CONVERSATION.match(conversation):
+        raise Refused("conversation must be a UUID")
+    program = message.get("program")
+    if not isinstance(program, str) or len(program.encode()) > MAX_PROGRAM:
+        raise Refused("program must be a string of at most 128 KB")
+    env = message.get("env") or {}
+    if (not isinstance(env, dict) or len(env) > 64
+            or not all(isinstance(k, str) and ENV_NAME.match(k) and isinstance(v, str)
+                       and len(v) < 4096 for k, v in env.items())):  # fmt: skip
+        raise Refused("env must map up to 64 NAMEs to short strings")
+    root = message.get("cli_root")
+    if root is not None:
+        root = closed_to_others(root)
+    if len(fds) > 1:
+        raise Refused("at most one descriptor: the gateway's socket")
+    if fds and not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+        raise Refused("the descriptor is not a socket")
+    return {"conversation": conversation.replace("-", ""), "program": program, "env": env,
+            "cli_root": root}  # fmt: skip
+
+
+def closed_to_others(path: str) -> str:
+    """``path`` resolved, when it and every directory above it are root's and nobody else
+    may change them (a sticky directory's own entries excepted): then what is bound is
+    what root installed."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise Refused("the CLI's directory must be an absolute path")
+    real = Path(os.path.realpath(path))
+    if not real.is_dir():
+        raise Refused("the CLI's directory does not exist")
+    for directory in [real, *real.parents]:
+        st = os.stat(directory)
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if st.st_uid != 0 or (writable and not (st.st_mode & stat.S_ISVTX and directory != real)):
+            raise Refused(f"the CLI's directory {real} is not closed to all but root")
+    return str(real)
+
+
+def open_home(workspace_fd: int, conversation: str) -> int:
+    """The conversation's CLI home, as made by the user's file host: real directories all
+    the way, on the workspace's own file system."""
+    device = os.fstat(workspace_fd).st_dev
+    fd = workspace_fd
+    opened = []
+    try:
+        for name in (HOMES, conversation):
+            try:
+                fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=fd)  # fmt: skip
+            except OSError:
+                raise Refused("the CLI's home is missing or not a directory") from None
+            opened.append(fd)
+            if os.fstat(fd).st_dev != device:
+                raise Refused("the CLI's home is not on the workspace's file system")
+        return opened.pop()
+    finally:
+        for other in opened:
+            os.close(other)
+
+
+def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
+         ids: tuple[int, int], forwarder: str) -> list[str]:  # fmt: skip
+    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
+    # A root bwrap makes the parents of its binds closed to the sandbox's user; a CLI
+    # looks for its settings under /etc (and hangs on EACCES).
+    base[1:1] = ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
+    tmp = base.index("--tmpfs")
+    base[tmp:tmp] = ["--perms", "01777"]  # writable by the sandbox's user
+    extra = hidden_homes() + [
+        "--perms", "0755", "--dir", "/home",
+        "--bind-fd", str(home_fd), HOME_IN_SANDBOX,
+    ]  # fmt: skip
+    if spec["cli_root"]:
+        extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
+                  "--ro-bind", spec["cli_root"], CLI_IN_SANDBOX]  # fmt: skip
+    if gateway_fd is not None:
+        extra += ["--perms", "0755", "--dir", GATEWAY_IN_SANDBOX,
+                  "--perms", "0755", "--dir", f"{GATEWAY_IN_SANDBOX}/socket",
+                  "--ro-bind-fd", str(gateway_fd), f"{GATEWAY_IN_SANDBOX}/socket/s",
+                  "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
+    env = {**spec["env"], "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
+    for name, value in env.items():
+        extra += ["--setenv", name, value]
+    separator = base.index("--")
+    return base[:separator] + extra + base[separator:]
+
+
+def hidden_homes() -> list[str]:
+    """Every sandbox sees an empty, unchangeable HOMES: one conversation's code cannot read
+    or plant files in another conversation's CLI home."""
+    return ["--tmpfs", f"/workspace/{HOMES}", "--remount-ro", f"/workspace/{HOMES}"]
+
+
+# -- the panes' side ------------------------------------------------------------------
+
+
+def serve_attach(broker) -> None:
+    path = broker.config.attach_socket
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    os.chown(path, 0, broker.config.service_gid)
+    os.chmod(path, 0o660)
+    listener.listen(64)
+    while True:
+        conn, _ = listener.accept()
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        if uid not in (0, broker.config.service_uid):
+            conn.close()
+            continue
+        threading.Thread(target=attach, args=(broker, conn), daemon=True).start()
+
+
+def attach(broker, conn: socket.socket) -> None:
+    """One pane: its ticket, its terminal; the CLI runs until it exits or the pane goes."""
+    fds: list[int] = []
+    try:
+        message, fds = recv_packet(conn)
+        spec = broker.take_ticket(message.get("ticket"))
+        if spec is None or len(fds) != 3:
+            send_packet(conn, {"ok": False, "error": "no such ticket"})
+            return
+        child, cgroup = broker.start_cli(spec, fds)
+    except Exception as exc:  # noqa: BLE001 - told to the pane, which shows it
+        with contextlib.suppress(OSError, WireError):
+            send_packet(conn, {"ok": False, "error": str(exc)[:500]})
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if "spec" in locals() and spec is not None and spec.get("gateway_fd") is not None:
+            os.close(spec["gateway_fd"])
+    send_packet(conn, {"ok": True})
+
+    def listen() -> None:
+        with contextlib.suppress(OSError, WireError):
+            recv_packet(conn)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, 9)
+
+    threading.Thread(target=listen, daemon=True).start()
+    code = child.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, 9)
+    if cgroup is not None:
+        broker.cgroups.release_sync(cgroup)
+    broker._forget(child)
+    with contextlib.suppress(OSError):
+        send_packet(conn, {"exit": code})
+    conn.close()
+
+
+def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, object]:
+    user = spec["user"]
+    workspace = broker._workspace_fd(user)
+    home = None
+    cgroup = None
+    try:
+        home = open_home(workspace, spec["conversation"])
+        cgroup = broker.cgroups.open_run(f"{broker.workspaces}/{user}")
+        pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
+        forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
+        command = argv(broker._need_bwrap(), spec, workspace, home, spec.get("gateway_fd"),
+                       broker.config.ids(user), forwarder)  # fmt: skip
+        passed = [workspace, home] + ([spec["gateway_fd"]] if spec.get("gateway_fd") else [])
+        nproc = None if pids_by_cgroup else broker.config.pids
+        child = broker._start(command, passed,
+                              limits(cgroup, nproc, address_space=CLI_ADDRESS_SPACE),
+                              stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])  # fmt: skip
+    except BaseException:
+        if cgroup is not None:
+            broker.cgroups.release_sync(cgroup)
+        raise
+    finally:
+        os.close(workspace)
+        if home is not None:
+            os.close(home)
+    return child, cgroup

@@ -1,0 +1,271 @@
+"""The unprivileged server's side of the broker: its requests, each user's file host, and
+bash commands run in a user's sandbox.
+
+Replies come back on reader threads of their own (never the event loop's default
+executor, which the database shares), matched to their requests by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import itertools
+import os
+import socket
+import threading
+from typing import Any
+
+from agent.core.tools.cgroups import RunStats
+from agent.core.tools.process import HeadTailBuffer, ProcessResult
+from agent.core.tools.workspace import PathError
+from agent.sandbox import ops
+from agent.sandbox.wire import WireError, read_frame, recv_packet, send_packet, write_frame
+
+REQUEST_TIMEOUT = 600.0  # a workspace's first mount may migrate an old one (a copy)
+KILL_GRACE = 10.0
+
+
+class BrokerError(RuntimeError):
+    """The broker refused a request, or is gone."""
+
+
+def _thread(fn, *args) -> asyncio.Future:
+    """``fn(*args)`` on a thread of its own, awaited from the event loop."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def target() -> None:
+        try:
+            value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            error = exc
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_exception(error))
+        else:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
+
+    threading.Thread(target=target, daemon=True).start()
+    return future
+
+
+class Broker:
+    """The server's connection to its broker (one per server process)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self._sandboxes: dict[int, UserSandbox] = {}
+        threading.Thread(target=self._read, name="broker-replies", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message, fds = recv_packet(self.sock)
+            except (WireError, OSError) as exc:
+                with self._lock:
+                    waiting, self._waiting = self._waiting, {}
+                for future in waiting.values():
+                    future.set_exception(BrokerError(f"the broker is gone ({exc})"))
+                return
+            with self._lock:
+                future = self._waiting.pop(message.get("id"), None)
+            if future is None:
+                for fd in fds:
+                    os.close(fd)
+            else:
+                future.set_result((message, fds))
+
+    def request(self, op: str, fds: list[int] = (), **fields: Any) -> tuple[dict, list[int]]:
+        """Blocking: the broker's answer and the descriptors it sent (``fds`` go with the
+        request; they stay the caller's to close)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            request_id = next(self._ids)
+            self._waiting[request_id] = future
+        try:
+            send_packet(self.sock, {"op": op, "id": request_id, **fields}, fds)
+            message, fds = future.result(REQUEST_TIMEOUT)
+        except (OSError, concurrent.futures.TimeoutError) as exc:
+            with self._lock:
+                self._waiting.pop(request_id, None)
+            raise BrokerError(f"the broker did not answer ({exc})") from exc
+        if not message.get("ok"):
+            for fd in fds:
+                os.close(fd)
+            raise BrokerError(str(message.get("error", "refused")))
+        return message, fds
+
+    def sandbox(self, user_id: int) -> UserSandbox:
+        with self._lock:
+            if user_id not in self._sandboxes:
+                self._sandboxes[user_id] = UserSandbox(self, user_id)
+            return self._sandboxes[user_id]
+
+
+class UserSandbox:
+    """One user's side of the broker: their file host (started on first use, again after
+    it died) and their bash commands. What ``Workspace.sandbox`` holds."""
+
+    def __init__(self, broker: Broker, user_id: int):
+        self.broker = broker
+        self.user_id = user_id
+        self._host: HostConnection | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> HostConnection:
+        with self._lock:
+            if self._host is None or self._host.closed:
+                _, fds = self.broker.request("host", user=self.user_id)
+                self._host = HostConnection(socket.socket(fileno=fds[0]))
+            return self._host
+
+    def submit(self, fn, args: tuple) -> concurrent.futures.Future:
+        name, json_args, blob = ops.request_of(fn, args)
+        return self._connection().submit(name, json_args, blob, decode=name)
+
+    def cli_home(self, conversation: str, files: dict[str, str]) -> None:
+        """Blocking: the conversation's CLI home and its files, made by the user's host."""
+        future = self._connection().submit("cli_home", [conversation, files], b"", None)
+        future.result(REQUEST_TIMEOUT)
+
+    def ensure_host(self) -> None:
+        """Blocking: the host runs (it makes the hidden homes before any sandbox can)."""
+        self._connection()
+
+    def cli_ticket(self, conversation: str, program: str, env: dict[str, str],
+                   cli_root: str | None, gateway_socket: str | None) -> str:  # fmt: skip
+        """Blocking: a ticket for a pane to start this CLI's sandbox with."""
+        fds = []
+        try:
+            if gateway_socket:
+                fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
+            reply, _ = self.broker.request(
+                "cli", fds, user=self.user_id, conversation=conversation, program=program,
+                env=env, cli_root=cli_root,
+            )  # fmt: skip
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return str(reply["ticket"])
+
+    def tool_future(self, name: str, params: dict, op: str = "tool") -> concurrent.futures.Future:
+        return self._connection().submit(op, [name, params], b"", decode=None)
+
+    async def tool(self, name: str, params: dict, timeout: float):
+        from agent.core.tools.base import ToolResult
+
+        result = await self._await(self.tool_future(name, params), timeout)
+        try:
+            return ToolResult(str(result["content"]), bool(result["is_error"]),
+                              result["display"] if isinstance(result["display"], dict)
+                              else None)  # fmt: skip
+        except (TypeError, KeyError):
+            raise PathError("the workspace's file host answered out of shape") from None
+
+    async def preview(self, name: str, params: dict, timeout: float) -> dict | None:
+        result = await self._await(self.tool_future(name, params, "preview"), timeout)
+        return result if isinstance(result, dict) else None
+
+    @staticmethod
+    async def _await(future: concurrent.futures.Future, timeout: float):
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            raise PathError(f"the file operation did not finish within {timeout:g} s") from None
+
+    async def bash(self, command: str, timeout: float, output_cap: int):
+        """The command in the user's sandbox: (ProcessResult, RunStats)."""
+        request = functools.partial(self.broker.request, "bash", user=self.user_id, command=command)
+        _, fds = await _thread(request)
+        read_fd, control = fds[0], socket.socket(fileno=fds[1])
+        out = HeadTailBuffer(output_cap)
+        drained = _thread(_drain, read_fd, out)
+        ended = _thread(recv_packet, control)
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout):
+                message, _ = await asyncio.shield(ended)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if not ended.done():
+                with contextlib.suppress(OSError):
+                    send_packet(control, {"kill": True})
+            try:
+                message, _ = await asyncio.wait_for(asyncio.shield(ended), KILL_GRACE)
+                await asyncio.wait_for(asyncio.shield(drained), KILL_GRACE)
+            except (TimeoutError, WireError, OSError):
+                message = {}
+            finally:
+                control.close()
+        code = message.get("exit")
+        result = ProcessResult(
+            output=out.text(), stderr="", returncode=None if timed_out else code,
+            timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
+        )  # fmt: skip
+        stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))
+        return result, stats
+
+
+def _drain(fd: int, buffer: HeadTailBuffer) -> None:
+    try:
+        while chunk := os.read(fd, 65536):
+            buffer.feed(chunk)
+    finally:
+        os.close(fd)
+
+
+class HostConnection:
+    """The socket to one file host; requests may overlap, replies come by id."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.closed = False
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[concurrent.futures.Future, str | None]] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, name="file-host", daemon=True).start()
+
+    def submit(self, op: str, args: list, blob: bytes, decode: str | None):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            request_id = next(self._ids)
+            self._waiting[request_id] = (future, decode)
+            try:
+                write_frame(self.sock, {"id": request_id, "op": op, "args": args}, blob)
+            except OSError:
+                self._waiting.pop(request_id, None)
+                self.closed = True
+                raise PathError("the workspace's file host is gone; try again") from None
+        return future
+
+    def _read(self) -> None:
+        while True:
+            try:
+                header, blob = read_frame(self.sock)
+            except (WireError, OSError):
+                break
+            with self._lock:
+                future, decode = self._waiting.pop(header.get("id"), (None, None))
+            if future is None or future.cancelled():
+                continue
+            if not header.get("ok"):
+                future.set_exception(ops.error_of(header))
+            elif decode is None:
+                future.set_result(header.get("result"))
+            else:
+                try:
+                    future.set_result(ops.result_of(decode, header.get("result"), blob))
+                except PathError as exc:
+                    future.set_exception(exc)
+        self.closed = True
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for future, _ in waiting.values():
+            if not future.done():
+                future.set_exception(PathError("the workspace's file host stopped; try again"))
+        with contextlib.suppress(OSError):
+            self.sock.close()

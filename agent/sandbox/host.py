@@ -1,0 +1,54 @@
+"""A user's file host: the file tools and the Files panel's reads and writes, run as the
+user inside their sandbox (the workspace at /workspace, nothing else of theirs writable).
+
+The broker starts it for a server that has dropped root; the server talks to it over one
+socket (``wire`` frames, ``ops`` by name). A symlink, a race or a bug here reaches at most
+what the user could reach anyway: the kernel checks every access as the user's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import threading
+
+from agent.core.tools import build_tools
+from agent.core.tools.workspace import Workspace
+from agent.sandbox import ops
+from agent.sandbox.cli_spawn import HOMES
+from agent.sandbox.wire import WireError, read_frame, write_frame
+
+THREADS = 4
+
+
+def main(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    # The CLI homes live in the workspace's storage (its quota) but out of every tool's
+    # and every other sandbox's reach; made here, as the user, before any sandbox runs.
+    os.makedirs(f"/workspace/{HOMES}", mode=0o700, exist_ok=True)
+    homes = Workspace(f"/workspace/{HOMES}")
+    workspace = Workspace("/workspace")
+    workspace.hidden = (HOMES,)
+    tools = {tool.name: tool for tool in build_tools(workspace, "off")}
+    lock = threading.Lock()
+
+    def answer(header: dict, blob: bytes) -> None:
+        reply = {"id": header.get("id")}
+        out = b""
+        try:
+            result, out = ops.run(workspace, tools, header.get("op"), header.get("args"), blob,
+                                  homes)  # fmt: skip
+            reply.update(ok=True, result=result)
+        except Exception as exc:
+            reply.update(ok=False, **ops.error_header(exc))
+        with lock:
+            write_frame(sock, reply, out)
+
+    with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+        while True:
+            try:
+                header, blob = read_frame(sock)
+            except (WireError, OSError):
+                return  # the server went away: so does the host
+            pool.submit(answer, header, blob)
