@@ -253,6 +253,9 @@ if HARNESS_CGROUP and not HARNESS_CGROUP.startswith("/"):
         f"HARNESS_CGROUP must be a cgroup path starting with '/', not {HARNESS_CGROUP!r}"
     )
 HARNESS_SSE_HEARTBEAT = env_int("HARNESS_SSE_HEARTBEAT", 30, minimum=1)
+# Live connections one user (signed in, or by API token) may hold at once in one server
+# process: page WebSockets and API event streams together (agent/server/user_connections.py).
+HARNESS_SOCKETS_PER_USER = env_int("HARNESS_SOCKETS_PER_USER", 32, minimum=1)
 # Per-user quotas: prompt size, prompts started per minute, prompts running at once.
 HARNESS_MAX_PROMPT_CHARS = env_int("HARNESS_MAX_PROMPT_CHARS", 100_000, minimum=1)
 HARNESS_RUNS_PER_MINUTE = env_int("HARNESS_RUNS_PER_MINUTE", 10, minimum=1)

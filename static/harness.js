@@ -123,6 +123,7 @@
       reconnecting.hidden = true;
       wasOpen = true;
       clearComposerAlert("disconnected");
+      clearComposerAlert("too_many_connections"); // a later try was let in
       seqSync.connected(event.detail.socketWrapper);
     }
     function lost() {

@@ -87,6 +87,12 @@ RUN_ERRORS = Counter(
 )
 SOCKETS = Gauge("harness_websockets_open", "Page WebSockets open in this process.")
 FRAMES = Counter("harness_frames_sent_total", "Live frames sent to page WebSockets.")
+CONNECTIONS_REFUSED = Counter(
+    "harness_connections_refused_total",
+    "Page WebSockets and API event streams refused because their user held "
+    "HARNESS_SOCKETS_PER_USER already, by kind (websocket, event_stream).",
+    label="kind",
+)
 EVENT_LOG_WRITES = Histogram(
     "harness_event_log_write_seconds",
     "Time of one group commit of the event log (all runs' pending batches together).",
@@ -98,7 +104,7 @@ LOOP_LAG = Gauge(
     "between frames of text grows with it (agent/runs/pacing.py).",
 )
 METRICS = (RUNS_STARTED, RUNS_FINISHED, RUNS_FAILED, RUN_ERRORS, SOCKETS, FRAMES,
-           EVENT_LOG_WRITES, LOOP_LAG)  # fmt: skip
+           CONNECTIONS_REFUSED, EVENT_LOG_WRITES, LOOP_LAG)  # fmt: skip
 
 
 def render() -> str:

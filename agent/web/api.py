@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from functools import partial, wraps
 from typing import Any
 
@@ -38,6 +39,8 @@ from agent.runs.cli_sessions import agents, check_available
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
+from agent.server import metrics
+from agent.server.user_connections import Slot, connections, refused_message
 from agent.web.api_tokens import token_for_header, token_still_valid
 from agent.web.prompts import (
     accept_prompt,
@@ -467,6 +470,37 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
         if branch not in {b["id"] for b in known}:
             return api_error(404, "not_found", "This conversation has no such branch.")
     user, token_id = request.api_user, request.api_token_id
+    # One live connection more for the user (agent/server/user_connections.py), shared
+    # with their page sockets; their open streams are not touched by a refusal.
+    slot = connections.take(user.pk)
+    if slot is None:
+        metrics.CONNECTIONS_REFUSED.inc(label="event_stream")
+        return api_error(429, "too_many_connections", refused_message())
+    try:
+        return await _event_stream(conversation, user, token_id, since, branch, slot)
+    except BaseException:  # an error or a cancel before the response exists
+        slot.release()
+        raise
+
+
+class EventStream(StreamingHttpResponse):
+    """An event stream's response, holding its user's connection slot. The stream gives
+    it back when it ends; Django's ``close()`` when the stream never started (the client
+    left before the first byte); and, should the response be dropped unclosed, its
+    finalizer. ``Slot.release`` counts once."""
+
+    def __init__(self, content, slot: Slot, **kwargs):
+        super().__init__(content, **kwargs)
+        self.slot = slot
+        weakref.finalize(self, slot.release)
+
+    def close(self) -> None:
+        self.slot.release()
+        super().close()
+
+
+async def _event_stream(conversation: Conversation, user, token_id: int, since: int,
+                        branch: int | None, slot: Slot) -> HttpResponse:  # fmt: skip
     await runs.start_background()  # this process's cancel listener and run reaper
     layer = get_channel_layer()
     channel = await layer.new_channel()
@@ -567,13 +601,14 @@ async def events(request: HttpRequest, conversation: Conversation) -> HttpRespon
                         yield _frame(event)
                         sent = event["seq"]
         finally:
+            slot.release()
             for pending in (receiving, checking):
                 if pending is not None:
                     pending.cancel()
             for group in groups:
                 await layer.group_discard(group, channel)
 
-    response = StreamingHttpResponse(stream(), content_type="text/event-stream")
+    response = EventStream(stream(), slot, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
     return response

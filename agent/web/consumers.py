@@ -12,6 +12,14 @@ Its credential (the session, signed in with the user's current password) is chec
 on every frame it receives and at most once a second while it sends, besides the
 revocation messages (agent/web/revocation.py). A socket closed for good says why in its
 code: 4404, the conversation is gone (deleted, or no longer the user's); 4401, signed out.
+
+Before the consumer, ``Admission`` (agent/web/routing.py puts it there): a handshake of no
+signed-in user is refused (4401, before accepting: the client sees HTTP 403) with nothing
+kept for it, no channel, group or count; a user who holds ``HARNESS_SOCKETS_PER_USER``
+live connections already (their sockets and API event streams in this process,
+agent/server/user_connections.py) gets the new socket accepted, the reason in
+``#composer-alert`` (code ``too_many_connections``) and a close with code 4429 (reason
+"too many connections"); their open sockets go on. The page tries again later by itself.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.server import logs, metrics
+from agent.server.user_connections import connections, refused_message
 from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
 from agent.web.prompts import (
     accept_prompt,
@@ -50,6 +59,8 @@ log = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
+CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
+TOO_MANY_REASON = "too many connections"
 # While frames stream out, the credential is re-checked at most this often (seconds): a
 # query per frame would be one per 50 ms per socket.
 RECHECK_INTERVAL = 1.0
@@ -102,6 +113,40 @@ _redraw = database_sync_to_async(_reset, thread_sensitive=False)
 # Messages a socket may take straight from the sender's task (agent/server/layers.py): they
 # only write a frame. Anything else (a branch redraw, a re-check) goes through the queue.
 DIRECT = frozenset({"conversation.batch", "conversation.terminal"})
+
+
+class Admission:
+    """ASGI, in front of the consumer: only a signed-in user's socket reaches it, and only
+    while the user holds fewer than ``HARNESS_SOCKETS_PER_USER`` connections. The slot an
+    admitted socket takes is given back when the consumer's application ends, however it
+    ends (a disconnect, a close, an error, a cancel)."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send) -> None:
+        user = scope.get("user")
+        if user is None or not user.is_authenticated:
+            # Refused at the handshake, before a channel, a group or a count exists for it.
+            return await _refuse(receive, send, CLOSE_SIGNED_OUT)
+        slot = connections.take(user.pk)
+        if slot is None:
+            metrics.CONNECTIONS_REFUSED.inc(label="websocket")
+            alert = composer_alert(refused_message(), "too_many_connections")
+            return await _refuse(receive, send, CLOSE_TOO_MANY, TOO_MANY_REASON, alert)
+        with slot:
+            await self.application(scope, receive, send)
+
+
+async def _refuse(receive, send, code: int, reason: str = "", notice: str = "") -> None:
+    """Answers the handshake with a close: before accepting it when there is nothing to
+    tell (the client sees HTTP 403), else after, so the code and the notice reach it."""
+    if (await receive())["type"] != "websocket.connect":
+        return  # the client left before its handshake reached the application
+    if notice:
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": notice})
+    await send({"type": "websocket.close", "code": code, "reason": reason})
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):

@@ -1,7 +1,7 @@
 from django.urls import path
 
-from agent.web.consumers import ConversationConsumer
+from agent.web.consumers import Admission, ConversationConsumer
 
 websocket_urlpatterns = [
-    path("ws/c/<uuid:conversation_id>/", ConversationConsumer.as_asgi()),
+    path("ws/c/<uuid:conversation_id>/", Admission(ConversationConsumer.as_asgi())),
 ]

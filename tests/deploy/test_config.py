@@ -79,6 +79,7 @@ def _load_settings(**extra):
         ("HARNESS_THINKING", "500"),
         ("HARNESS_BASH", "docker"),
         ("HARNESS_SSE_HEARTBEAT", "soon"),
+        ("HARNESS_SOCKETS_PER_USER", "0"),
         ("DJANGO_DEBUG", "maybe"),
         ("HARNESS_LOG_LEVEL", "LOUD"),
         ("HARNESS_LOG_FORMAT", "xml"),

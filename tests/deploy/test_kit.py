@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -47,8 +48,8 @@ def _unit(name: str, directory: Path = DEPLOY / "systemd") -> configparser.RawCo
     parser = configparser.RawConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # keys are case-sensitive
     # systemd repeats keys (LoadCredential=, Environment=): keep the last; tests that need
-    # all of them read the text.
-    parser.read_string((directory / name).read_text())
+    # all of them read the text. A line ending in a backslash goes on on the next.
+    parser.read_string(re.sub(r"\\\n\s*", " ", (directory / name).read_text()))
     return parser
 
 
@@ -91,9 +92,35 @@ def test_the_daphne_unit_takes_proxy_headers_and_no_hardening_that_breaks_the_sa
                 and not line.startswith("#")}  # fmt: skip
     assert set_keys.isdisjoint(BREAKS_THE_SANDBOX), set_keys & set(BREAKS_THE_SANDBOX)
     assert service["NoNewPrivileges"] == "yes" and "pids memory" in service["Delegate"]
+    assert int(service["LimitNOFILE"]) >= 65536  # a descriptor per socket: not 1024
     timer = _unit("harness-clearsessions.timer")
     assert timer["Timer"]["OnCalendar"] == "daily"
     assert "clearsessions" in _unit("harness-clearsessions.service")["Service"]["ExecStart"]
+
+
+# Daphne's timeouts in every command line of the kit (docs/DEPLOY.md, "Connections and
+# floods"), as its own argument parser reads them (two of its options are spelt with "_").
+TIMEOUTS = {"http_timeout": 3600, "websocket_timeout": 86400, "websocket_connect_timeout": 10,
+            "application_close_timeout": 10}  # fmt: skip
+
+
+def _daphne_options(command: list[str]) -> dict:
+    from daphne.cli import CommandLineInterface
+
+    start = next(i for i, word in enumerate(command) if word.endswith("daphne")) + 1
+    parsed = CommandLineInterface().parser.parse_args(command[start:])
+    return {name: getattr(parsed, name) for name in TIMEOUTS}
+
+
+def test_every_daphne_command_of_the_kit_sets_its_timeouts():
+    unit = shlex.split(_unit("harness@.service")["Service"]["ExecStart"].replace("%i", "8001"))
+    compose = (DEPLOY / "compose.yaml").read_text()
+    shell = re.search(r"- >-\n((?:\s{8}.*\n)+)", compose)[1]
+    dockerfile = (DEPLOY / "Dockerfile").read_text().replace("\\\n", "")
+    image = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M)[1])
+    for command in (unit, shlex.split(shell.split("&& exec", 1)[1]), image):
+        assert _daphne_options(command) == TIMEOUTS, command
+    assert re.search(r"ulimits:\n\s+nofile: \{soft: 65536, hard: 65536\}", compose)
 
 
 class UnitServer:
@@ -101,7 +128,7 @@ class UnitServer:
     ExecStart=, then harness@PORT's (%i the port, the secrets as *_FILE credentials), in
     production mode. No REDIS_URL or API key: the in-memory layer and the demo model."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, **env: str):
         units = _localised(tmp_path)
         credentials = tmp_path / "etc" / "credentials"
         (credentials / "secret_key").write_text(secrets.token_urlsafe(60) + "\n")
@@ -111,7 +138,7 @@ class UnitServer:
             DJANGO_SECRET_KEY_FILE=str(credentials / "secret_key"),
             DATABASE_URL_FILE=str(credentials / "database_url"),
             HARNESS_WORKSPACES=str(tmp_path / "workspaces"), HARNESS_WORKSPACE_STORAGE="plain",
-            HARNESS_BASH="sandbox" if shutil.which("bwrap") else "off",
+            HARNESS_BASH="sandbox" if shutil.which("bwrap") else "off", **env,
         )  # fmt: skip
         self.port = free_port()
         self.log = tmp_path / "daphne.log"
@@ -192,6 +219,33 @@ def test_nginx_accepts_the_site(tmp_path):
     for header in ("X-Forwarded-For $remote_addr", "X-Forwarded-Proto $scheme",
                    "Upgrade $http_upgrade"):  # fmt: skip
         assert f"proxy_set_header {header};" in site
+
+
+def _seconds(value: str) -> int:
+    return int(value[:-1]) * {"s": 1, "m": 60}[value[-1]] if value[-1] in "sm" else int(value)
+
+
+def test_the_site_bounds_each_address_and_reads_every_body_before_daphne_does(settings):
+    """What docs/DEPLOY.md's "Connections and floods" promises of the site (the live
+    tests in test_kit_proxy.py show it working)."""
+    site = (DEPLOY / "nginx" / "harness.conf").read_text()
+    server = site[site.index("listen 443") :]
+    zone = re.search(r"limit_conn_zone \$binary_remote_addr zone=(\w+):\d+m;", site)[1]
+    limit = re.search(rf"\n    limit_conn {zone} (\d+);", server)  # for the whole server
+    assert limit and 32 <= int(limit[1]) <= 1024, limit
+    assert re.search(r"\n    limit_req zone=\w+ burst=\d+ nodelay;", server)
+    for name, most in (("client_header_timeout", 30), ("client_body_timeout", 30),
+                       ("send_timeout", 60)):  # fmt: skip
+        found = re.search(rf"\n    {name} (\w+);", server)
+        assert found and _seconds(found[1]) <= most, name
+    # No body is streamed to Daphne; uploads take HARNESS_MAX_UPLOAD_MB, buffered by nginx.
+    assert "proxy_request_buffering off" not in site
+    locations = dict(re.findall(r"\n    location ([^{]+?) \{(.*?)\n    \}", site, re.S))
+    for path in ("/api/files/", "/files/upload/"):  # harness_site/asgi.py's UPLOAD_PATHS
+        body = locations[path]
+        assert f"client_max_body_size {settings.HARNESS_MAX_UPLOAD_MB}m;" in body, path
+        assert "proxy_request_buffering on;" in body, path
+    assert "limit_req zone=harness_signin" in locations["~ ^/(accounts|admin)/login/$"]
 
 
 def _compose() -> list[str]:

@@ -1,6 +1,9 @@
 """The kit's nginx site in front of the kit's Daphne unit, live: HTTPS is recognised from
 X-Forwarded-Proto (no redirect loop), the throttles see the client's address rather than
-the proxy's (X-Forwarded-For + --proxy-headers), and the page's WebSocket goes through."""
+the proxy's (X-Forwarded-For + --proxy-headers), and the page's WebSocket goes through.
+Floods: slow unauthenticated uploads are held and cut off by nginx, never by Daphne; one
+address may have only so many requests in progress; a user's socket past
+HARNESS_SOCKETS_PER_USER is closed with 4429 through the real stack."""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ import ssl
 import subprocess
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from testkit.live import free_port
 from tests.deploy.test_kit import DEPLOY, HOST, UnitServer, _nginx_config, _tool
@@ -23,18 +28,25 @@ PROXY_ADDRESS = "127.0.0.2"  # nginx reaches Daphne from here; the client is 127
 
 
 @pytest.fixture
-def proxied(tmp_path):
-    nginx = _tool("nginx")
-    server, process = UnitServer(tmp_path), None
-    try:
+def proxy(tmp_path):
+    """``proxy(edits, **env)`` starts the kit's Daphne unit (with ``env`` added to its
+    settings) and the kit's site in front of it, the site's text changed by ``edits``
+    (pairs of old and new text: shorter timeouts, smaller limits); returns the Daphne
+    server and nginx's port. Both stop after the test."""
+    nginx, running = _tool("nginx"), []
+
+    def start(edits: tuple[tuple[str, str], ...] = (), **env: str) -> tuple[UnitServer, int]:
+        server = UnitServer(tmp_path, **env)
+        running.append(server.stop)
         server.probe()
         server.manage("shell", "-c", "from agent.models import User; "
                       "User.objects.create_user('ann', password='pw-ann-12345')")  # fmt: skip
         port = free_port()
-        config = _nginx_config(tmp_path, _site_for_test(server.port, port))
+        config = _nginx_config(tmp_path, _site_for_test(server.port, port, edits))
         errors = tmp_path / "nginx.stderr"
         process = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(config), "-g",
                                     "daemon off;"], stderr=errors.open("wb"))  # fmt: skip
+        running.append(lambda: (process.terminate(), process.wait(timeout=10)))
         deadline = time.monotonic() + 10
         while True:
             with socket.socket() as probe:
@@ -42,18 +54,28 @@ def proxied(tmp_path):
                     break
             assert process.poll() is None and time.monotonic() < deadline, errors.read_text()
             time.sleep(0.05)
-        yield server, port
+        return server, port
+
+    try:
+        yield start
     finally:
-        if process is not None:
-            process.terminate()
-            process.wait(timeout=10)
-        server.stop()
+        for stop in reversed(running):
+            stop()
 
 
-def _site_for_test(daphne_port: int, port: int) -> str:
+@pytest.fixture
+def proxied(proxy):
+    return proxy()
+
+
+def _site_for_test(daphne_port: int, port: int, edits: tuple[tuple[str, str], ...] = ()) -> str:
     """The kit's site on a test port, in front of one Daphne, without IPv6 listeners, and
-    reaching Daphne from its own address (as a proxy on another host would)."""
+    reaching Daphne from its own address (as a proxy on another host would); then
+    ``edits``, each of which must find its text."""
     site = (DEPLOY / "nginx" / "harness.conf").read_text()
+    for old, new in edits:
+        assert old in site, old
+        site = site.replace(old, new)
     site = re.sub(r"server 127\.0\.0\.1:800\d[^;]*;", f"server 127.0.0.1:{daphne_port};", site)
     site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{port} ssl http2;")
     site = site.replace("listen 80;", f"listen 127.0.0.1:{free_port()};")
@@ -129,3 +151,109 @@ async def test_the_pages_websocket_goes_through_the_site(proxied):
         await ws.send('{"action": "sync", "after": 0}')
         reply = await asyncio.wait_for(ws.recv(), 10)
     assert reply  # the catch-up came back over the upgraded connection
+
+
+# -- Connections and floods (docs/DEPLOY.md) ---------------------------------------------
+
+SLOW_BODY = 2  # seconds: the tests' client_body_timeout (the kit's is 10 s)
+SHORT_BODY_TIMEOUT = ("client_body_timeout 10s;", f"client_body_timeout {SLOW_BODY}s;")
+
+
+def _daphne_connections(port: int) -> int:
+    """TCP connections established to Daphne's port now (the kernel's table)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        count += int(local.rsplit(":", 1)[1], 16) == port and state == "01"
+    return count
+
+
+def _slow_upload(port: int) -> ssl.SSLSocket:
+    """An unauthenticated upload that sends its headers and a little of its body, then
+    stalls: a slowloris on the body."""
+    tls = _tls().wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                             server_hostname=HOST)  # fmt: skip
+    tls.sendall(f"PUT /api/files/flood.bin HTTP/1.1\r\nHost: {HOST}\r\n"
+                "Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n"
+                .encode() + b"x" * 1000)  # fmt: skip
+    return tls
+
+
+def _answer(tls: ssl.SSLSocket, timeout: float) -> bytes:
+    """What the proxy sends before it closes the connection (fails if it stays open)."""
+    tls.settimeout(timeout)
+    received = b""
+    try:
+        while chunk := tls.recv(4096):
+            received += chunk
+    except ssl.SSLError:  # closed without TLS's goodbye: closed all the same
+        pass
+    finally:
+        tls.close()
+    return received
+
+
+def _healthz(port: int) -> tuple[int, float]:
+    """GET /healthz through the site (the proxy's own host may): its status and time."""
+    started = time.monotonic()
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(), timeout=10)
+    connection.request("GET", "/healthz", headers={"Host": HOST})
+    status = connection.getresponse().status
+    connection.close()
+    return status, time.monotonic() - started
+
+
+def test_slow_unauthenticated_uploads_are_cut_off_by_nginx_and_never_hold_daphne(proxy):
+    server, port = proxy((SHORT_BODY_TIMEOUT,))
+    before = _daphne_connections(server.port)
+    started = time.monotonic()
+    flood = [_slow_upload(port) for _ in range(50)]
+    time.sleep(0.5)  # nginx has read every request's headers and waits for the bodies
+    # nginx holds them all: not one reaches Daphne, which answers others at once.
+    assert _daphne_connections(server.port) == before
+    status, took = _healthz(port)
+    assert status == 200 and took < 2, (status, took)
+    # Each is cut off by the body timeout (408, or closed), before any reached Daphne.
+    for tls in flood:
+        answer = _answer(tls, SLOW_BODY + 5)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert time.monotonic() - started < SLOW_BODY + 8
+    assert "/api/files/flood.bin" not in server.log.read_text()
+
+
+def test_one_address_may_have_only_so_many_requests_in_progress(proxy):
+    _, port = proxy((SHORT_BODY_TIMEOUT, ("limit_conn harness_conn 128;",
+                                          "limit_conn harness_conn 5;")))  # fmt: skip
+    held = [_slow_upload(port) for _ in range(5)]
+    time.sleep(0.3)
+    assert _healthz(port)[0] == 429  # the sixth at once, from the same address
+    for tls in held:
+        _answer(tls, SLOW_BODY + 5)
+    assert _healthz(port)[0] == 200  # once they were cut off
+
+
+async def test_past_its_users_bound_a_socket_through_the_site_is_closed_with_4429(proxy):
+    _, port = await asyncio.to_thread(proxy, HARNESS_SOCKETS_PER_USER="2")
+    browser = Browser(port)
+    response, _ = await asyncio.to_thread(browser.sign_in, "pw-ann-12345")
+    assert response.status == 302
+    response, _ = await asyncio.to_thread(browser.request, "GET", "/")
+    conversation = response.getheader("Location").rstrip("/").rsplit("/", 1)[1]
+
+    cookie = {"Cookie": f"sessionid={browser.cookies['sessionid']}"}
+
+    def open_socket():
+        return connect(f"wss://{HOST}:{port}/ws/c/{conversation}/", host="127.0.0.1",
+                       port=port, ssl=_tls(), origin=browser.origin,
+                       additional_headers=cookie)  # fmt: skip
+
+    async with open_socket() as first, open_socket() as second:
+        async with open_socket() as third:
+            told = await asyncio.wait_for(third.recv(), 10)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(third.recv(), 10)
+        assert 'data-code="too_many_connections"' in told
+        assert closed.value.rcvd.code == 4429
+        for ws in (first, second):  # the older ones keep working
+            await ws.send('{"action": "sync", "after": 0}')
+            assert await asyncio.wait_for(ws.recv(), 10)
