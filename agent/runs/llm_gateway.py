@@ -1,32 +1,34 @@
 """The deployment's model endpoint for CLI agents (interfaces §14): ``/llm/anthropic``.
 
 A CLI runs in the user's sandbox with no network and must never see the deployment's key.
-Its session gets a private Unix socket served here, bound read-only into the sandbox, and a
+Its session gets a private Unix socket served here, bound into that sandbox alone, and a
 forwarder inside the sandbox (``llm_forwarder.js``) listening on the sandbox's own
-loopback: the CLI's ``ANTHROPIC_BASE_URL`` is ``http://127.0.0.1:PORT/llm/anthropic`` and
-its key a random credential of this session, accepted only while a run of the
-conversation is going on (between prompts, a process the CLI left behind gets nothing).
+loopback: the CLI's ``ANTHROPIC_BASE_URL`` is ``http://127.0.0.1:PORT/llm/anthropic``.
+
+The socket is the credential: nothing secret is in the CLI's environment, arguments or
+files (its ``ANTHROPIC_API_KEY`` is a placeholder the gateway ignores), so nothing a
+sandboxed process or a collaborator reads can be replayed from elsewhere. A call is
+answered only while a run of the conversation is going on (between prompts, a process the
+CLI left behind gets nothing), and the socket goes with the session.
 
 Each call is forwarded to the deployment's upstream with the deployment's key, the answer
 streamed back unchanged, and its tokens metered from the upstream's own figures (never the
 CLI's report) into the run as ``usage`` events: the conversation's record and its owner's
-budget. The same handler answers ``/llm/anthropic/…`` on the server itself (``views``) for
-this process's credentials.
+budget. The server's own ``/llm/anthropic/…`` (``views``) answers nobody: it says where a
+CLI's calls go.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
-import secrets
 import shutil
 import tempfile
 import weakref
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -56,7 +58,8 @@ RESPONSE_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry
                     "anthropic-ratelimit-requests-remaining")  # fmt: skip
 UPSTREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=30, sock_read=600)
 
-_by_credential: dict[str, Gateway] = {}
+# What a CLI presents as its key: not a secret (the socket it reaches is what counts).
+PLACEHOLDER_KEY = "harness-sandbox"
 
 
 @dataclass
@@ -82,7 +85,6 @@ class Gateway:
 
     conversation_id: str
     owner_id: int
-    credential: str = field(default_factory=lambda: "hgw-" + secrets.token_urlsafe(32))
     meters = True  # usage comes from here, not from the CLI's report
     _directory: str = ""
     _runner: web.AppRunner | None = None
@@ -93,7 +95,7 @@ class Gateway:
     def env(self) -> dict[str, str]:
         return {
             "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{PORT_IN_SANDBOX}{PREFIX}",
-            "ANTHROPIC_API_KEY": self.credential,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
         }
 
     @property
@@ -137,10 +139,8 @@ class Gateway:
             # Under a broker the socket itself goes into the user's sandbox (bound by
             # descriptor); its directory stays closed to everyone else.
             os.chmod(path, 0o666 if drop.broker() is not None else 0o600)
-        _by_credential[self.credential] = self
 
     async def close(self) -> None:
-        _by_credential.pop(self.credential, None)
         self.end_run()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -187,37 +187,14 @@ async def open_gateway(conversation_id: str, owner_id: int) -> Gateway:
     return gateway
 
 
-def gateway_for(credential: str | None) -> Gateway | None:
-    """The gateway whose credential this is (constant-time against each: there are few)."""
-    found = None
-    for known, gateway in list(_by_credential.items()):
-        if credential and hmac.compare_digest(known.encode(), credential.encode()):
-            found = gateway
-    return found
-
-
-def credential_of(headers) -> str | None:
-    key = headers.get("x-api-key")
-    if key:
-        return key
-    auth = headers.get("authorization") or ""
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
-
-
-async def handle(gateway: Gateway | None, method: str, path_qs: str, headers, body: bytes):
-    """One call of a CLI: checked, forwarded upstream, its answer metered as it passes."""
+async def handle(gateway: Gateway, method: str, path_qs: str, headers, body: bytes):
+    """One call of a CLI, over its session's socket: checked, forwarded upstream, its
+    answer metered as it passes."""
     path, _, query = path_qs.partition("?")
     if not path.startswith(PREFIX) or path.removeprefix(PREFIX) not in PATHS:
         return error_reply(404, "not_found_error", "Only /v1/messages is served here.")
     if method != "POST":
         return error_reply(405, "invalid_request_error", "POST only.")
-    presented = credential_of(headers)
-    if (
-        gateway is None
-        or not presented
-        or not hmac.compare_digest(presented.encode(), gateway.credential.encode())
-    ):
-        return error_reply(401, "authentication_error", "Not a credential of this deployment.")
     if not gateway.running:
         return error_reply(403, "permission_error", "No run of this conversation is going on.")
     if len(body) > MAX_BODY:
