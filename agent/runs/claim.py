@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -122,15 +123,17 @@ def _check_budget(owner) -> None:
 def _check_rate(owner: User) -> None:
     """Prompts sent in the last minute: those that started a run and those queued on one
     (each once: a queued prompt's delivery is not counted again); this one is counted when
-    it passes."""
-    recent = rate.sent_last_minute(owner)
-    if recent >= settings.HARNESS_RUNS_PER_MINUTE:
-        raise RunRefused(
-            "quota_rate",
-            f"You have sent {recent} prompts in the last minute (the limit is "
-            f"{settings.HARNESS_RUNS_PER_MINUTE}); wait a moment and send it again.",
-        )
-    rate.count_prompt(owner.pk)
+    it passes. Checked and counted in one UPDATE: prompts sent at once (other processes,
+    other transactions) cannot all pass on the same reading of the count."""
+    now, limit = time.time(), settings.HARNESS_RUNS_PER_MINUTE
+    if rate.count_prompt(owner.pk, now, limit):
+        return
+    owner.refresh_from_db(fields=["rate_window", "rate_count", "rate_previous"])
+    raise RunRefused(
+        "quota_rate",
+        f"You have sent {rate.sent_last_minute(owner, now)} prompts in the last minute (the "
+        f"limit is {limit}); wait a moment and send it again.",
+    )
 
 
 def _drivable(user_id, conversation_id):

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.services
 THREADS = 12
 QUOTA_MB = 1
 IMAGE = 300 * 1024  # three fit in the quota, the fourth does not
+PER_MINUTE = 4
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def postgres(tmp_path_factory):
     from tests.services import fresh_pg_database
 
     with fresh_pg_database() as database_url:
-        server = LiveServer(tmp_path_factory.mktemp("races"), DATABASE_URL=database_url)
+        server = LiveServer(tmp_path_factory.mktemp("races"), DATABASE_URL=database_url,
+                            ANTHROPIC_API_KEY="test-key")  # fmt: skip
         server.manage("migrate", "-v", "0")
         yield server
 
@@ -42,6 +44,13 @@ def test_concurrent_forks_keep_the_forkers_images_within_the_quota(postgres):
     assert outcome["errors"] == []
     assert outcome["kept_bytes"] <= QUOTA_MB * 1024 * 1024, outcome
     assert outcome["forked"] == 3 and outcome["refused"] == THREADS - 3, outcome
+
+
+def test_concurrent_follow_ups_are_held_to_the_prompts_per_minute(postgres):
+    outcome = race(postgres, "follow_up_race")
+    assert outcome["errors"] == []
+    assert outcome["accepted"] == PER_MINUTE and outcome["refused"] == THREADS - PER_MINUTE, outcome
+    assert outcome["counted"] == PER_MINUTE  # a refused one is not counted either
 
 
 # -- run in the shell, on PostgreSQL --------------------------------------------------------
@@ -101,3 +110,22 @@ def fork_race() -> dict:
     kept = Attachment.objects.filter(conversation__owner=forker).aggregate(total=Sum("size"))
     return {"forked": Conversation.objects.filter(owner=forker).count(), "refused": refused,
             "kept_bytes": kept["total"] or 0, "errors": errors}  # fmt: skip
+
+
+def follow_up_race() -> dict:
+    from asgiref.sync import async_to_sync
+    from django.test import override_settings
+
+    from agent.models import Conversation, User
+    from agent.runs import rate
+    from agent.runs.claim import check_queueing
+
+    owner = User.objects.create_user("hasty", password="pw-hasty-1234")
+    running = Conversation.objects.create(owner=owner, model="claude-haiku-4-5", state="running")
+    with override_settings(HARNESS_RUNS_PER_MINUTE=PER_MINUTE):
+        results = at_once(lambda: async_to_sync(check_queueing)(running.id, owner.pk))
+    refused, errors = _refused(results, "quota_rate")
+    owner.refresh_from_db()
+    accepted = sum(1 for r in results if not isinstance(r, Exception))
+    return {"accepted": accepted, "refused": refused, "counted": rate.sent_last_minute(owner),
+            "errors": errors}  # fmt: skip
