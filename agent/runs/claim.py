@@ -108,16 +108,12 @@ def _check_quotas(owner: User, running: int, *, per_minute: bool = True) -> None
 
 
 def _check_budget(owner) -> None:
-    """The owner's spend this month (UTC) against their budget (interfaces §13): a run
-    that would start past it is refused; a running one finishes."""
+    """The owner's spend this month (UTC) against their budget (interfaces §13): a prompt
+    that would start past it is refused (a running one's model calls are each checked as
+    they are made: agent/runs/spend.py)."""
     over = usage.over_budget(owner)
     if over is not None:
-        spent, budget = over
-        raise RunRefused(
-            "budget_exceeded",
-            f"This month's budget of ${budget:.2f} is spent (${spent:.2f} so far); it renews "
-            "on the 1st (UTC), or an administrator can raise it.",
-        )
+        raise RunRefused("budget_exceeded", usage.budget_message(*over))
 
 
 def _check_rate(owner: User) -> None:
@@ -338,12 +334,14 @@ def _claim(request: _Claim) -> Setup:
 def check_queueing(conversation_id, user_id: int,
                    images: list[attachments.Snapshot] = ()) -> str | None:  # fmt: skip
     """A prompt about to be queued on a running one: the conversation drivable by the
-    sender, its owner active, and the owner's per-minute limit, as for a prompt that
-    starts a run (``RunRefused``); its images are kept. Returns the prompt's author (None:
-    not shared)."""
+    sender, its owner active, the owner's budget and per-minute limit, as for a prompt
+    that starts a run (``RunRefused``: refused now, as that prompt would be, rather than
+    when it is delivered); its images are kept. Returns the prompt's author (None: not
+    shared)."""
     with transaction.atomic():
         conversation, author = driven_by(conversation_id, user_id)
         if not agent_config(model=conversation.model).offline:
+            _check_budget(conversation.owner)
             _check_rate(conversation.owner)
         if images:
             _keep_images(conversation_id, conversation.owner_id, images)
