@@ -95,7 +95,7 @@ class Run:
             # An external CLI agent (interfaces §14): its events take the same way.
             self.agent = CliAgent(self.conversation, self._put,
                                   self.conversation.last_seq + 1, self.config.approval,
-                                  self.config.model)  # fmt: skip
+                                  self.config.model, guard=self.guard)  # fmt: skip
             return
         self.agent = AgentLoop(
             client_for(self.config),

@@ -1,23 +1,28 @@
 """The monthly budget checked where it is spent (agent/runs/spend.py), as attacked: a prompt
 under the budget whose run goes on spending past it. Follow-ups queued before the budget
-was spent are refused when delivered, without a model call. Through the run manager, the
-real writer and database, and the test model server."""
+was spent are refused when delivered, without a model call; a CLI agent's prompt that makes
+call after call through the gateway is refused (403, naming the budget) once it is spent.
+Through the run manager, the real writer and database, and the test model server; only the
+CLI itself (tmux, the sandbox) is played by the test."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import threading
 from decimal import Decimal
 
+import aiohttp
 import pytest
 from asgiref.sync import sync_to_async
 
 from agent.core.events import UsageEvent
 from agent.core.loop import CallRefused
 from agent.models import Conversation, Event, UsageDay, User
-from agent.runs import usage
+from agent.runs import cli_run, llm_gateway, usage
 from agent.runs.claim import RunRefused, check_queueing
+from agent.runs.llm_gateway import PREFIX, open_gateway
 from agent.runs.manager import RunManager
 from agent.runs.spend import SpendGuard
 from testkit.model_server import text_reply
@@ -108,3 +113,88 @@ async def test_a_runs_spend_counts_before_it_is_stored_and_once_after(settings):
     with pytest.raises(CallRefused) as refused:
         await guard()
     assert refused.value.code == "budget_exceeded"
+
+
+# -- a CLI agent: its prompt calls the model through the gateway, many times ----------------
+class FakeCli:
+    """The CLI in its session: on a prompt it calls the model through the gateway's socket
+    ``calls`` times, whatever the answers (a runaway agent), then ends its turn."""
+
+    def __init__(self, gateway, calls: int):
+        self.gateway, self.calls = gateway, calls
+        self.answers: list[tuple[int, dict | None]] = []
+        self.last_used = 0.0
+
+    async def send(self, text: str) -> None:
+        pass
+
+    async def capture(self, escapes: bool = True) -> str:
+        return ""
+
+    async def lines(self):
+        socket = f"{self.gateway._directory}/s"
+        body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
+                           "messages": [{"role": "user", "content": "go on"}]})  # fmt: skip
+        headers = {"x-api-key": self.gateway.credential, "anthropic-version": "2023-06-01"}
+        for _ in range(self.calls):
+            async with (
+                aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket)) as client,
+                client.post(f"http://gw{PREFIX}/v1/messages", data=body, headers=headers) as r,
+            ):
+                data = await r.read()
+                self.answers.append((r.status, json.loads(data) if r.status != 200 else None))
+            yield "called"
+        yield "done"
+
+
+class FakeParser:
+    failed = None
+    finished = False
+
+    def feed(self, line: str) -> list:
+        self.finished = line == "done"
+        return []
+
+
+class FakeProvider:
+    def parser(self) -> FakeParser:
+        return FakeParser()
+
+    def prompt_input(self, content: str) -> str:
+        return content
+
+    def session_marker(self, parser) -> None:
+        return None
+
+
+class FakeEntry:
+    def __init__(self, gateway, calls: int):
+        self.gateway, self.session, self.provider = gateway, FakeCli(gateway, calls), FakeProvider()
+
+
+async def test_a_cli_prompt_is_refused_model_calls_once_its_owners_budget_is_spent(
+    paid, settings, monkeypatch
+):
+    settings.HARNESS_MONTHLY_BUDGET_USD = 2 * CALL
+    conversation = await sync_to_async(conversation_of_penny)(agent="pi")
+    gateway = await open_gateway(str(conversation.id), conversation.owner_id)
+    entry = FakeEntry(gateway, calls=6)
+
+    async def session_for(*args, **kwargs):
+        return entry
+
+    monkeypatch.setattr(cli_run.sessions, "session_for", session_for)
+    monkeypatch.setattr(cli_run.sessions, "remember", lambda *args: None)
+    manager = RunManager()
+    try:
+        await manager.start(conversation.id, conversation.owner_id, "do everything")
+        await manager.wait(conversation.id)
+    finally:
+        await gateway.close()
+        await llm_gateway.close_upstream()
+    assert [status for status, _ in entry.session.answers] == [200, 200, 403, 403, 403, 403]
+    error = entry.session.answers[-1][1]["error"]
+    assert error["type"] == "permission_error" and "budget of $0.00 is spent" in error["message"]
+    assert len(paid.requests) == 2  # the refused calls never went upstream
+    spent = await sync_to_async(usage.month_to_date)(conversation.owner_id)
+    assert spent == 2 * CALL
