@@ -17,8 +17,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
@@ -94,17 +93,28 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
-def _check_quotas(owner: User, running: int, *, per_minute: bool = True) -> None:
-    """Prompts running at once (``running``: the owner's conversations running now), then
-    (``per_minute``) prompts sent in the last minute."""
+def _hold_owner(owner_id: int) -> None:
+    """Lock the owner's row until the claim's transaction ends (``no_key``: as the rate's
+    UPDATE does, and the image room's check: attachments.py)."""
+    list(User.objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("pk"))
+
+
+def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
+    """Prompts sent in the last minute (``per_minute``), then prompts running at once,
+    counted once the owner's row is held (by the rate's UPDATE, else a lock): the owner's
+    other claims, in other processes, have committed or wait, so they cannot all pass on
+    one count (on PostgreSQL 11 of 12 prompts sent at once ran against a limit of 2)."""
+    if per_minute:
+        _check_rate(owner)
+    else:
+        _hold_owner(owner.pk)
+    running = owned_by(owner.pk).filter(state=Conversation.State.RUNNING).count()
     if running >= settings.HARNESS_CONCURRENT_RUNS:
         raise RunRefused(
             "quota_concurrent",
             f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
             "one to finish or cancel it.",
         )
-    if per_minute:
-        _check_rate(owner)
 
 
 def _check_budget(owner) -> None:
@@ -134,16 +144,10 @@ def _check_rate(owner: User) -> None:
 
 def _drivable(user_id, conversation_id):
     """The conversation as ``user_id`` may read it (``readable_by``: its ``role``), its
-    owner loaded, whether it is shared with anyone (``shared``), and how many of the
-    owner's conversations run now (``owner_running``, the concurrency quota): one query."""
-    running = (
-        owned_by(OuterRef("owner_id")).filter(state=Conversation.State.RUNNING)
-        .order_by().values("owner_id").annotate(count=Count("pk")).values("count")
-    )  # fmt: skip
+    owner loaded, and whether it is shared with anyone (``shared``): one query."""
     return (
         readable_by(user_id).select_related("owner").filter(id=conversation_id)
-        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))),
-                  owner_running=Coalesce(Subquery(running), 0))[:1]
+        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))))[:1]
     )  # fmt: skip
 
 
@@ -152,10 +156,10 @@ _DRIVABLE = Prepared(_drivable, int, uuid.UUID)
 
 
 def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
-    """The conversation ``user_id`` may drive (its owner loaded, and ``owner_running``) and
-    the author its prompt carries; or ``RunRefused``: ``not_found`` (cannot read it),
-    ``forbidden`` (a viewer, or an inactive owner). The run works in the owner's workspace
-    and spends the owner's budget, whoever drives it (interfaces §12)."""
+    """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
+    carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer,
+    or an inactive owner). The run works in the owner's workspace and spends the owner's
+    budget, whoever drives it (interfaces §12)."""
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
@@ -292,7 +296,7 @@ def _claim(request: _Claim) -> Setup:
     if not config.offline:  # (the demo costs nothing)
         _check_budget(owner)
     # The per-minute limit protects spend: the offline demo model costs nothing.
-    _check_quotas(owner, conversation.owner_running, per_minute=not config.offline)
+    _check_quotas(owner, per_minute=not config.offline)
     changes = {
         "state": Conversation.State.RUNNING,
         "lease_owner": PROCESS_ID,

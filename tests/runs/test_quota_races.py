@@ -1,7 +1,8 @@
 """Quotas under attack on PostgreSQL, which runs transactions at once where SQLite runs
-writers one after the other: many forks, or many follow-ups, sent at the same instant by
-real threads through the real code must not pass the bound together (a read-then-write
-check let 12 forks keep 79 MB of images against 16 MB, and 8 follow-ups in against 4).
+writers one after the other: many forks, follow-ups or prompts, sent at the same instant by
+real threads through the real code, must not pass the bound together (a read-then-write
+check let 12 forks keep 79 MB of images against 16 MB, 8 follow-ups in against 4 a minute,
+and 11 prompts run against 2 at once).
 
 The races run in a ``manage.py shell`` on a fresh PostgreSQL database (the test process's
 own database is SQLite); the functions below are what that shell runs."""
@@ -21,6 +22,7 @@ THREADS = 12
 QUOTA_MB = 1
 IMAGE = 300 * 1024  # three fit in the quota, the fourth does not
 PER_MINUTE = 4
+AT_ONCE = 2
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,12 @@ def test_concurrent_follow_ups_are_held_to_the_prompts_per_minute(postgres):
     assert outcome["errors"] == []
     assert outcome["accepted"] == PER_MINUTE and outcome["refused"] == THREADS - PER_MINUTE, outcome
     assert outcome["counted"] == PER_MINUTE  # a refused one is not counted either
+
+
+def test_concurrent_prompts_are_held_to_the_prompts_running_at_once(postgres):
+    outcome = race(postgres, "claim_race")
+    assert outcome["errors"] == []
+    assert outcome["running"] == AT_ONCE and outcome["refused"] == THREADS - AT_ONCE, outcome
 
 
 # -- run in the shell, on PostgreSQL --------------------------------------------------------
@@ -129,3 +137,22 @@ def follow_up_race() -> dict:
     accepted = sum(1 for r in results if not isinstance(r, Exception))
     return {"accepted": accepted, "refused": refused, "counted": rate.sent_last_minute(owner),
             "errors": errors}  # fmt: skip
+
+
+def claim_race() -> dict:
+    """Prompts in as many conversations of one owner, claimed at once (as many sockets or
+    processes would)."""
+    from asgiref.sync import async_to_sync
+    from django.test import override_settings
+
+    from agent.models import Conversation, User
+    from agent.runs.claim import claim
+
+    owner = User.objects.create_user("eager", password="pw-eager-1234")
+    waiting = [Conversation.objects.create(owner=owner, model="claude-haiku-4-5").id
+               for _ in range(THREADS)]  # fmt: skip
+    with override_settings(HARNESS_CONCURRENT_RUNS=AT_ONCE):
+        results = at_once(lambda: async_to_sync(claim)(waiting.pop(), owner.pk, "go"))
+    refused, errors = _refused(results, "quota_concurrent")
+    running = Conversation.objects.filter(owner=owner, state="running").count()
+    return {"running": running, "refused": refused, "errors": errors}
