@@ -30,8 +30,14 @@ ALLOWED = {
     # the broker, the per-user hosts and the server's client of them
     "sandbox": ("agent.core", "agent.server"),
     "ui": ("agent.core", "agent.server"),
-    "runs": ("agent.core", "agent.server", "agent.sandbox", "agent.ui", "agent.models",
-             "agent.access"),
+    "runs": (
+        "agent.core",
+        "agent.server",
+        "agent.sandbox",
+        "agent.ui",
+        "agent.models",
+        "agent.access",
+    ),
 }
 
 

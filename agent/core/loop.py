@@ -67,6 +67,19 @@ class QueueFull(RuntimeError):
     pass
 
 
+class CallRefused(Exception):  # noqa: N818 - a refusal, raised like one
+    """Raised by a loop's ``guard`` to refuse a model call (the owner's budget is spent):
+    nothing is asked of the model and the run ends with an error of ``code``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# Awaited before each model call that costs (a turn, a compaction); raises CallRefused.
+Guard = Callable[[], Awaitable[None]]
+
+
 MAX_QUEUED = 20  # prompts waiting in one run's queue
 STEERED = "not run: the user sent a steering message before this call ran"
 
@@ -130,8 +143,13 @@ class AgentLoop:
         instructions: DirectoryInstructions | None = None,
         approver: Approver | None = None,
         images: images_mod.Loader | None = None,
+        guard: Guard | None = None,
     ):
         self.client = client
+        # Checked before every call, not once per prompt: follow-ups, steers and
+        # compactions spend within the same run (a budget checked at its start only was
+        # spent many times over).
+        self.guard = guard
         if config.approval == "read_only":  # the tools that change things are not offered
             tools = [tool for tool in tools if tool.name not in GATED_TOOLS]
         self.tools = {tool.name: tool for tool in tools}
@@ -430,6 +448,7 @@ class AgentLoop:
 
     async def _stream_turn(self) -> TurnAccumulator:
         await self._fit_context()
+        await self._may_call()
         messages = compaction.for_request(self._messages)
         chars = compaction.size(messages)
         if shas := images_mod.references(messages):
@@ -476,6 +495,16 @@ class AgentLoop:
                 "incomplete_stream", "The response stream ended before the message was complete."
             )
         return acc
+
+    async def _may_call(self) -> None:
+        """The guard's word before a model call: a refusal ends the run as an error (the
+        prompt that would have been answered is taken back out of the history)."""
+        if self.guard is None:
+            return
+        try:
+            await self.guard()
+        except CallRefused as refused:
+            raise _RunFailed(refused.code, refused.message) from refused
 
     async def _images(self, shas: list[str]) -> dict[str, str]:
         """The attached images' data (base64) by sha256; those the loader no longer has
@@ -553,6 +582,7 @@ class AgentLoop:
         }
         if self.system:
             request["system"] = self.system
+        await self._may_call()
         try:
             response = await self.client.messages.create(**request)
         except asyncio.CancelledError:

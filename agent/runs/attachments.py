@@ -18,14 +18,14 @@ from functools import partial
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from agent.core import images
 from agent.core.images import BadImage, ImageRef
 from agent.core.tools.workspace import PathError
-from agent.models import Attachment, Event
+from agent.models import Attachment, Event, User
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 
@@ -82,12 +82,23 @@ def snapshot(owner_id: int, paths: list[str]) -> list[Snapshot]:
     return taken
 
 
+def _hold_room(owner_id: int) -> None:
+    """Lock the owner's row until the transaction ends, so that the prompts and forks of
+    one owner check and fill the room one after another: PostgreSQL runs them at once, and
+    each saw the room as it was before any of them (SQLite serialises writers anyway).
+    ``no_key``: rows that only point at the owner (a fork's new conversation) neither wait
+    for this lock nor hold it up."""
+    list(User.objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("pk"))
+
+
 def check_room(owner_id: int, adding: int) -> None:
     """The images kept with the owner's conversations (in the database, apart from the
     workspace's files) stay within their workspace quota (``HARNESS_WORKSPACE_QUOTA_MB``)
-    once ``adding`` more bytes are kept: ``ImageRefused`` past it."""
+    once ``adding`` more bytes are kept: ``ImageRefused`` past it. Inside the transaction
+    that keeps them, which holds the owner's row until it ends."""
     if not adding:
         return
+    _hold_room(owner_id)
     limit = settings.HARNESS_WORKSPACE_QUOTA_MB * 1024 * 1024
     used = (
         Attachment.objects.filter(conversation__owner_id=owner_id)
@@ -101,10 +112,11 @@ def check_room(owner_id: int, adding: int) -> None:
         )
 
 
+@transaction.atomic  # (the room checked and filled under one lock)
 def store(conversation_id, owner_id: int, snapshots: list[Snapshot]) -> None:
     """Keep the snapshots with the conversation (the same image twice: once), within the
     owner's room (``ImageRefused``; only what is new counts: an edited prompt's images are
-    kept already). In the caller's transaction."""
+    kept already). In the caller's transaction, if any."""
     kept = set(
         Attachment.objects.filter(conversation_id=conversation_id,
                                   sha256__in=[s.ref.sha256 for s in snapshots])
@@ -141,6 +153,7 @@ def of_prompt(conversation_id, seq: int) -> list[Snapshot]:
     return [Snapshot(ref, bytes(data[ref.sha256])) for ref in refs if ref.sha256 in data]
 
 
+@transaction.atomic  # (the room checked and filled under one lock)
 def copy(from_id, to_id, owner_id: int, shas: list[str]) -> None:
     """A fork's own copies of the images its copied history names, within its owner's
     room (``ImageRefused`` past it), copied inside the database (one ``INSERT … SELECT``:

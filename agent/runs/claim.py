@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,8 +17,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
@@ -93,58 +93,61 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
-def _check_quotas(owner: User, running: int, *, per_minute: bool = True) -> None:
-    """Prompts running at once (``running``: the owner's conversations running now), then
-    (``per_minute``) prompts sent in the last minute."""
+def _hold_owner(owner_id: int) -> None:
+    """Lock the owner's row until the claim's transaction ends (``no_key``: as the rate's
+    UPDATE does, and the image room's check: attachments.py)."""
+    list(User.objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("pk"))
+
+
+def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
+    """Prompts sent in the last minute (``per_minute``), then prompts running at once,
+    counted once the owner's row is held (by the rate's UPDATE, else a lock): the owner's
+    other claims, in other processes, have committed or wait, so they cannot all pass on
+    one count (on PostgreSQL 11 of 12 prompts sent at once ran against a limit of 2)."""
+    if per_minute:
+        _check_rate(owner)
+    else:
+        _hold_owner(owner.pk)
+    running = owned_by(owner.pk).filter(state=Conversation.State.RUNNING).count()
     if running >= settings.HARNESS_CONCURRENT_RUNS:
         raise RunRefused(
             "quota_concurrent",
             f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
             "one to finish or cancel it.",
         )
-    if per_minute:
-        _check_rate(owner)
 
 
 def _check_budget(owner) -> None:
-    """The owner's spend this month (UTC) against their budget (interfaces §13): a run
-    that would start past it is refused; a running one finishes."""
+    """The owner's spend this month (UTC) against their budget (interfaces §13): a prompt
+    that would start past it is refused (a running one's model calls are each checked as
+    they are made: agent/runs/spend.py)."""
     over = usage.over_budget(owner)
     if over is not None:
-        spent, budget = over
-        raise RunRefused(
-            "budget_exceeded",
-            f"This month's budget of ${budget:.2f} is spent (${spent:.2f} so far); it renews "
-            "on the 1st (UTC), or an administrator can raise it.",
-        )
+        raise RunRefused("budget_exceeded", usage.budget_message(*over))
 
 
 def _check_rate(owner: User) -> None:
     """Prompts sent in the last minute: those that started a run and those queued on one
     (each once: a queued prompt's delivery is not counted again); this one is counted when
-    it passes."""
-    recent = rate.sent_last_minute(owner)
-    if recent >= settings.HARNESS_RUNS_PER_MINUTE:
-        raise RunRefused(
-            "quota_rate",
-            f"You have sent {recent} prompts in the last minute (the limit is "
-            f"{settings.HARNESS_RUNS_PER_MINUTE}); wait a moment and send it again.",
-        )
-    rate.count_prompt(owner.pk)
+    it passes. Checked and counted in one UPDATE: prompts sent at once (other processes,
+    other transactions) cannot all pass on the same reading of the count."""
+    now, limit = time.time(), settings.HARNESS_RUNS_PER_MINUTE
+    if rate.count_prompt(owner.pk, now, limit):
+        return
+    owner.refresh_from_db(fields=["rate_window", "rate_count", "rate_previous"])
+    raise RunRefused(
+        "quota_rate",
+        f"You have sent {rate.sent_last_minute(owner, now)} prompts in the last minute (the "
+        f"limit is {limit}); wait a moment and send it again.",
+    )
 
 
 def _drivable(user_id, conversation_id):
     """The conversation as ``user_id`` may read it (``readable_by``: its ``role``), its
-    owner loaded, whether it is shared with anyone (``shared``), and how many of the
-    owner's conversations run now (``owner_running``, the concurrency quota): one query."""
-    running = (
-        owned_by(OuterRef("owner_id")).filter(state=Conversation.State.RUNNING)
-        .order_by().values("owner_id").annotate(count=Count("pk")).values("count")
-    )  # fmt: skip
+    owner loaded, and whether it is shared with anyone (``shared``): one query."""
     return (
         readable_by(user_id).select_related("owner").filter(id=conversation_id)
-        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))),
-                  owner_running=Coalesce(Subquery(running), 0))[:1]
+        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))))[:1]
     )  # fmt: skip
 
 
@@ -153,10 +156,10 @@ _DRIVABLE = Prepared(_drivable, int, uuid.UUID)
 
 
 def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
-    """The conversation ``user_id`` may drive (its owner loaded, and ``owner_running``) and
-    the author its prompt carries; or ``RunRefused``: ``not_found`` (cannot read it),
-    ``forbidden`` (a viewer, or an inactive owner). The run works in the owner's workspace
-    and spends the owner's budget, whoever drives it (interfaces §12)."""
+    """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
+    carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer,
+    or an inactive owner). The run works in the owner's workspace and spends the owner's
+    budget, whoever drives it (interfaces §12)."""
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
@@ -293,7 +296,7 @@ def _claim(request: _Claim) -> Setup:
     if not config.offline:  # (the demo costs nothing)
         _check_budget(owner)
     # The per-minute limit protects spend: the offline demo model costs nothing.
-    _check_quotas(owner, conversation.owner_running, per_minute=not config.offline)
+    _check_quotas(owner, per_minute=not config.offline)
     changes = {
         "state": Conversation.State.RUNNING,
         "lease_owner": PROCESS_ID,
@@ -335,12 +338,14 @@ def _claim(request: _Claim) -> Setup:
 def check_queueing(conversation_id, user_id: int,
                    images: list[attachments.Snapshot] = ()) -> str | None:  # fmt: skip
     """A prompt about to be queued on a running one: the conversation drivable by the
-    sender, its owner active, and the owner's per-minute limit, as for a prompt that
-    starts a run (``RunRefused``); its images are kept. Returns the prompt's author (None:
-    not shared)."""
+    sender, its owner active, the owner's budget and per-minute limit, as for a prompt
+    that starts a run (``RunRefused``: refused now, as that prompt would be, rather than
+    when it is delivered); its images are kept. Returns the prompt's author (None: not
+    shared)."""
     with transaction.atomic():
         conversation, author = driven_by(conversation_id, user_id)
         if not agent_config(model=conversation.model).offline:
+            _check_budget(conversation.owner)
             _check_rate(conversation.owner)
         if images:
             _keep_images(conversation_id, conversation.owner_id, images)

@@ -30,7 +30,7 @@ from agent.core.events import (
     UsageEvent,
     UserEvent,
 )
-from agent.core.loop import NotRunning
+from agent.core.loop import Guard, NotRunning
 from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import sessions
 from agent.runs.groups import group_name
@@ -46,7 +46,8 @@ TERMINAL_INTERVAL = 0.5
 
 class CliAgent:
     def __init__(self, conversation, emit: Callable[[Event], None], next_seq: int,
-                 approval: str = "auto", model: str | None = None):  # fmt: skip
+                 approval: str = "auto", model: str | None = None,
+                 guard: Guard | None = None):  # fmt: skip
         self.conversation = conversation
         self.conversation_id = str(conversation.id)
         self.owner_id = conversation.owner_id
@@ -59,6 +60,7 @@ class CliAgent:
         # request becomes an approval card (read_only asks too: the CLI has no such mode).
         self.approval = "auto" if approval == "auto" else "ask"
         self.model = model
+        self.guard = guard  # the owner's budget, checked by the gateway before each call
         self._entry = None
         self._parser = None
         self._decided: set[str] = set()
@@ -150,7 +152,7 @@ class CliAgent:
         try:
             entry = await sessions.session_for(self.conversation_id, self.owner_id, self.agent,
                                                self.approval, self.model)  # fmt: skip
-            entry.gateway.begin_run(uuid.uuid4().hex, on_usage=self._emit)
+            entry.gateway.begin_run(uuid.uuid4().hex, on_usage=self._emit, guard=self.guard)
             parser = entry.provider.parser()
             self._entry, self._parser = entry, parser
             await entry.session.send(entry.provider.prompt_input(content))

@@ -14,8 +14,9 @@ CLI left behind gets nothing), and the socket goes with the session.
 Each call is forwarded to the deployment's upstream with the deployment's key, the answer
 streamed back unchanged, and its tokens metered from the upstream's own figures (never the
 CLI's report) into the run as ``usage`` events: the conversation's record and its owner's
-budget. The server's own ``/llm/anthropic/…`` (``views``) answers nobody: it says where a
-CLI's calls go.
+budget. A call that costs is forwarded only if the run's guard allows it (the owner's
+budget: agent/runs/spend.py); refused, the CLI gets a 403 naming the budget. The server's
+own ``/llm/anthropic/…`` (``views``) answers nobody: it says where a CLI's calls go.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from aiohttp import web
 from django.conf import settings
 
 from agent.core.events import UsageEvent
+from agent.core.loop import CallRefused, Guard
 from agent.core.pricing import cost_usd
 from agent.runs.llm_metering import Meter
 from agent.runs.workspaces import sandbox_ids
@@ -90,6 +92,7 @@ class Gateway:
     _runner: web.AppRunner | None = None
     _on_usage: Callable[[UsageEvent], None] | None = None
     _run_id: str | None = None
+    _guard: Guard | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -112,11 +115,23 @@ class Gateway:
         return ["node", f"{DIR_IN_SANDBOX}/forwarder.js", f"{DIR_IN_SANDBOX}/socket/s",
                 str(PORT_IN_SANDBOX), *argv]  # fmt: skip
 
-    def begin_run(self, run_id: str, on_usage: Callable[[UsageEvent], None] | None = None):
-        self._run_id, self._on_usage = run_id, on_usage
+    def begin_run(self, run_id: str, on_usage: Callable[[UsageEvent], None] | None = None, *,
+                  guard: Guard | None):  # fmt: skip
+        """``guard``: awaited before each call that costs (None, said explicitly: free)."""
+        self._run_id, self._on_usage, self._guard = run_id, on_usage, guard
 
     def end_run(self) -> None:
-        self._run_id, self._on_usage = None, None
+        self._run_id, self._on_usage, self._guard = None, None, None
+
+    async def refusal(self) -> str | None:
+        """Why the run may not make a model call now (its owner's budget is spent)."""
+        if self._guard is None:
+            return None
+        try:
+            await self._guard()
+        except CallRefused as refused:
+            return refused.message
+        return None
 
     @property
     def running(self) -> bool:
@@ -203,6 +218,10 @@ async def handle(gateway: Gateway, method: str, path_qs: str, headers, body: byt
         return error_reply(503, "api_error", "This deployment has no model key "
                            "(ANTHROPIC_API_KEY): CLI agents need a real model.")  # fmt: skip
     endpoint = path.removeprefix(PREFIX)
+    # Checked at each call, as it is spent (counting tokens is free): a CLI's one prompt
+    # may make dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help.
+    if endpoint == "/v1/messages" and (refused := await gateway.refusal()) is not None:
+        return error_reply(403, "permission_error", refused)
     return await _forward(gateway, endpoint, query, headers, body)
 
 

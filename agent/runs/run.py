@@ -23,6 +23,7 @@ from agent.core.events import (
     TextDeltaEvent,
     TextEvent,
     ToolResultEvent,
+    UsageEvent,
 )
 from agent.core.instructions import DirectoryInstructions
 from agent.core.loop import AgentLoop
@@ -36,6 +37,7 @@ from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
 from agent.runs.pacing import loop_lag
 from agent.runs.sandbox import sandbox_limits
+from agent.runs.spend import SpendGuard
 from agent.server import metrics
 from agent.ui.fragments import FragmentRenderer, title_fragments
 from agent.ui.render_pool import prehighlight, prerender
@@ -86,23 +88,34 @@ class Run:
         self.renderer = FragmentRenderer()
         self.task: asyncio.Task | None = None
         self._saving: asyncio.Task | None = None  # partial text being stored
+        # The owner's budget, checked before each model call of the run (the offline demo
+        # model costs nothing).
+        self.guard = None if self.config.offline else SpendGuard(self.conversation.owner_id)
         if self.conversation.agent != "harness":
             # An external CLI agent (interfaces §14): its events take the same way.
-            self.agent = CliAgent(self.conversation, self.inbox.put,
+            self.agent = CliAgent(self.conversation, self._put,
                                   self.conversation.last_seq + 1, self.config.approval,
-                                  self.config.model)  # fmt: skip
+                                  self.config.model, guard=self.guard)  # fmt: skip
             return
         self.agent = AgentLoop(
             client_for(self.config),
             build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
             self.config,
-            self.inbox.put,
+            self._put,
             system=system,
             messages=self.conversation.history,
             next_seq=self.conversation.last_seq + 1,
             instructions=DirectoryInstructions(workspace, self.conversation.history),
             images=attachments.loader(self.conversation.id),
+            guard=self.guard,
         )
+
+    def _put(self, event: Event) -> None:
+        """An event of the agent's into the inbox; what it cost is spent already, though
+        stored only later: the guard counts it from now."""
+        if self.guard is not None and isinstance(event, UsageEvent):
+            self.guard.spent(event)
+        self.inbox.put(event)
 
     # Set by the writer when the run's events cannot be stored: the page's message (and
     # its code); the run is then stopped and its end shown, not stored.
@@ -245,8 +258,10 @@ class Run:
         None: the batch is still sent, so the page sees what happened up to the end."""
         if self._storage_failure is not None:
             return None
+        storing = self.guard.storing(events) if self.guard else contextlib.nullcontext()
         try:
-            fresh = await eventlog.store(self.conversation.id, events, history, self.branch)
+            async with storing:
+                fresh = await eventlog.store(self.conversation.id, events, history, self.branch)
         except Exception as exc:
             if not self._note_store_failure(exc):
                 raise

@@ -1,8 +1,9 @@
 """Spend per user and day, and the monthly budget (interfaces §13).
 
 The event log's writer adds each stored usage event to its owner's row for that day (one
-upsert, in the batch's transaction); a budget check before a run and the usage figures
-then read at most a month of rows, never the event log itself.
+upsert, in the batch's transaction); the budget checks (a prompt's claim, and every model
+call: agent/runs/spend.py) and the usage figures then read at most a month of rows, never
+the event log itself.
 """
 
 from __future__ import annotations
@@ -63,13 +64,22 @@ def budget_of(user: User) -> Decimal | None:
     return settings.HARNESS_MONTHLY_BUDGET_USD
 
 
-def over_budget(user: User) -> tuple[Decimal, Decimal] | None:
-    """(spent, budget) when this month's spend has reached the budget."""
+def over_budget(user: User, unstored: Decimal = _ZERO) -> tuple[Decimal, Decimal] | None:
+    """(spent, budget) when this month's spend has reached the budget. ``unstored``: spent
+    by a run and not stored yet (the event log's writer is a moment behind the model)."""
     budget = budget_of(user)
     if budget is None:
         return None
-    spent = month_to_date(user.pk)
+    spent = month_to_date(user.pk) + unstored
     return (spent, budget) if spent >= budget else None
+
+
+def budget_message(spent: Decimal, budget: Decimal) -> str:
+    """What a prompt, a queued prompt or a model call refused for the budget says."""
+    return (
+        f"This month's budget of ${budget:.2f} is spent (${spent:.2f} so far); it renews "
+        "on the 1st (UTC), or an administrator can raise it."
+    )
 
 
 def report(user: User, days: int = 31) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from django.test import AsyncClient
 
 from agent.core.events import UsageEvent
+from agent.core.loop import CallRefused
 from agent.runs import llm_gateway
 from agent.runs.llm_gateway import PREFIX, open_gateway
 from agent.runs.llm_metering import MAX_LINE, Meter
@@ -59,7 +60,7 @@ async def call(gateway, path="/v1/messages", body=None, headers=None, method="PO
 
 def metered_into(gateway) -> list[UsageEvent]:
     usage: list[UsageEvent] = []
-    gateway.begin_run("run-1", on_usage=usage.append)
+    gateway.begin_run("run-1", on_usage=usage.append, guard=None)  # (free: no budget)
     return usage
 
 
@@ -127,10 +128,35 @@ async def test_the_socket_is_the_credential_and_a_presented_key_goes_nowhere(gat
     assert sent["x-api-key"] == DEPLOYMENT_KEY
 
 
+async def test_a_call_the_runs_budget_refuses_gets_a_403_naming_it_and_is_not_retried(
+    gateway, upstream
+):
+    asked = []
+
+    async def budget_spent():  # the run's guard (agent/runs/spend.py) with the budget spent
+        asked.append(1)
+        raise CallRefused("budget_exceeded", "This month's budget of $5.00 is spent.")
+
+    usage = []
+    gateway.begin_run("run-1", on_usage=usage.append, guard=budget_spent)
+    transport = httpx2.AsyncHTTPTransport(uds=socket_of(gateway))
+    client = anthropic.AsyncAnthropic(api_key=llm_gateway.PLACEHOLDER_KEY, base_url=f"http://gw{PREFIX}",
+                                      http_client=httpx2.AsyncClient(transport=transport),
+                                      max_retries=2)  # fmt: skip
+    with pytest.raises(anthropic.PermissionDeniedError) as refused:  # what a CLI shows
+        await client.messages.create(model="claude-haiku-4-5", max_tokens=50,
+                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    assert "budget of $5.00 is spent" in str(refused.value)
+    assert asked == [1] and upstream.requests == [] and usage == []  # not retried, not sent
+    upstream.enqueue(message_reply("counted"))
+    status, _, _ = await call(gateway, "/v1/messages/count_tokens")  # free: not asked
+    assert status == 200 and asked == [1]
+
+
 async def test_outside_a_run_the_credential_gets_nothing(gateway, upstream):
     status, _, body = await call(gateway)  # no run began
     assert status == 403 and "No run" in json.loads(body)["error"]["message"]
-    gateway.begin_run("run-1")
+    gateway.begin_run("run-1", guard=None)
     gateway.end_run()
     status, _, _ = await call(gateway)
     assert status == 403 and upstream.requests == []
@@ -230,8 +256,9 @@ async def test_a_cli_that_hangs_up_mid_answer_still_pays_for_what_was_asked(gate
     async with aiohttp.ClientSession(connector=connector) as session:
         body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
                            "messages": []})  # fmt: skip
+        headers = {"x-api-key": llm_gateway.PLACEHOLDER_KEY}
         async with session.post(f"http://gw{PREFIX}/v1/messages", data=body,
-                                headers={"x-api-key": llm_gateway.PLACEHOLDER_KEY}) as response:  # fmt: skip
+                                headers=headers) as response:  # fmt: skip
             await response.content.readany()  # the first bytes, then it goes away
     for _ in range(200):
         if usage:

@@ -64,3 +64,18 @@ def test_the_count_does_not_depend_on_the_history(django_assert_max_num_queries)
         rate.count_prompt(user.pk)
     with django_assert_max_num_queries(0):
         rate.sent_last_minute(user)
+
+
+@pytest.mark.parametrize("earlier", [0, 1, 3, 4, 7])
+@pytest.mark.parametrize("into", [0.0, 0.001, 15.0, 29.9999, 30.0, 45.5, 59.999])
+def test_the_limit_admits_exactly_while_the_sliding_count_is_below_it(earlier, into):
+    """The UPDATE's check (whole milliseconds, in SQL) and the count read in Python agree
+    at every point of the window, the earlier window's share rounded up in both."""
+    user = User.objects.create_user(f"edge{earlier}", password="pw-edge-12345")
+    for _ in range(earlier):
+        rate.count_prompt(user.pk, T - 5)  # the window before
+    now = T + into
+    for _ in range(6):
+        below = sent(user, now) < 4
+        assert rate.count_prompt(user.pk, now, limit=4) is below
+    assert sent(user, now) == max(4, -(-earlier * (60_000 - int(into * 1000)) // 60_000))

@@ -1,0 +1,158 @@
+"""Quotas under attack on PostgreSQL, which runs transactions at once where SQLite runs
+writers one after the other: many forks, follow-ups or prompts, sent at the same instant by
+real threads through the real code, must not pass the bound together (a read-then-write
+check let 12 forks keep 79 MB of images against 16 MB, 8 follow-ups in against 4 a minute,
+and 11 prompts run against 2 at once).
+
+The races run in a ``manage.py shell`` on a fresh PostgreSQL database (the test process's
+own database is SQLite); the functions below are what that shell runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from testkit.live import LiveServer
+
+pytestmark = pytest.mark.services
+
+THREADS = 12
+QUOTA_MB = 1
+IMAGE = 300 * 1024  # three fit in the quota, the fourth does not
+PER_MINUTE = 4
+AT_ONCE = 2
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    from tests.services import fresh_pg_database
+
+    with fresh_pg_database() as database_url:
+        server = LiveServer(tmp_path_factory.mktemp("races"), DATABASE_URL=database_url,
+                            ANTHROPIC_API_KEY="test-key")  # fmt: skip
+        server.manage("migrate", "-v", "0")
+        yield server
+
+
+def race(server: LiveServer, name: str) -> dict:
+    code = f"import json, {__name__} as m\nprint(json.dumps(m.{name}()))"
+    return json.loads(server.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
+def test_concurrent_forks_keep_the_forkers_images_within_the_quota(postgres):
+    outcome = race(postgres, "fork_race")
+    assert outcome["errors"] == []
+    assert outcome["kept_bytes"] <= QUOTA_MB * 1024 * 1024, outcome
+    assert outcome["forked"] == 3 and outcome["refused"] == THREADS - 3, outcome
+
+
+def test_concurrent_follow_ups_are_held_to_the_prompts_per_minute(postgres):
+    outcome = race(postgres, "follow_up_race")
+    assert outcome["errors"] == []
+    assert outcome["accepted"] == PER_MINUTE and outcome["refused"] == THREADS - PER_MINUTE, outcome
+    assert outcome["counted"] == PER_MINUTE  # a refused one is not counted either
+
+
+def test_concurrent_prompts_are_held_to_the_prompts_running_at_once(postgres):
+    outcome = race(postgres, "claim_race")
+    assert outcome["errors"] == []
+    assert outcome["running"] == AT_ONCE and outcome["refused"] == THREADS - AT_ONCE, outcome
+
+
+# -- run in the shell, on PostgreSQL --------------------------------------------------------
+def at_once(action) -> list:
+    """``action()`` in THREADS threads released together; each one's result or exception."""
+    from django.db import connection
+
+    barrier = threading.Barrier(THREADS)
+    results: list = [None] * THREADS
+
+    def worker(index: int) -> None:
+        try:
+            barrier.wait()
+            results[index] = action()
+        except Exception as exc:  # noqa: BLE001 - the caller sorts outcomes
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def _refused(results: list, code: str) -> tuple[int, list[str]]:
+    """How many were refused with ``code``, and any other exception (as text)."""
+    from agent.runs.claim import RunRefused
+
+    refused = [r for r in results if isinstance(r, RunRefused) and r.code == code]
+    others = [repr(r) for r in results if isinstance(r, Exception) and r not in refused]
+    return len(refused), others
+
+
+def fork_race() -> dict:
+    from django.db.models import Sum
+    from django.test import override_settings
+
+    from agent.core.images import ImageRef
+    from agent.models import Attachment, Conversation, Event, User
+    from agent.runs import attachments
+    from agent.runs.branches import fork_copy
+
+    owner = User.objects.create_user("shown", password="pw-shown-1234")
+    forker = User.objects.create_user("forker", password="pw-forker-1234")
+    original = Conversation.objects.create(owner=owner, model="claude-haiku-4-5", last_seq=1)
+    image = attachments.Snapshot(ImageRef("ab" * 32, "image/png", "uploads/a.png"), b"\x89" * IMAGE)
+    with override_settings(HARNESS_WORKSPACE_QUOTA_MB=QUOTA_MB):
+        attachments.store(original.id, owner.pk, [image])
+        Event.objects.create(conversation=original, seq=1, type="user",
+                             payload={"type": "user", "seq": 1, "content": "see",
+                                      "images": [image.ref.to_dict()]})  # fmt: skip
+        results = at_once(lambda: fork_copy(original, forker, None))
+    refused, errors = _refused(results, "quota_exceeded")
+    kept = Attachment.objects.filter(conversation__owner=forker).aggregate(total=Sum("size"))
+    return {"forked": Conversation.objects.filter(owner=forker).count(), "refused": refused,
+            "kept_bytes": kept["total"] or 0, "errors": errors}  # fmt: skip
+
+
+def follow_up_race() -> dict:
+    from asgiref.sync import async_to_sync
+    from django.test import override_settings
+
+    from agent.models import Conversation, User
+    from agent.runs import rate
+    from agent.runs.claim import check_queueing
+
+    owner = User.objects.create_user("hasty", password="pw-hasty-1234")
+    running = Conversation.objects.create(owner=owner, model="claude-haiku-4-5", state="running")
+    with override_settings(HARNESS_RUNS_PER_MINUTE=PER_MINUTE):
+        results = at_once(lambda: async_to_sync(check_queueing)(running.id, owner.pk))
+    refused, errors = _refused(results, "quota_rate")
+    owner.refresh_from_db()
+    accepted = sum(1 for r in results if not isinstance(r, Exception))
+    return {"accepted": accepted, "refused": refused, "counted": rate.sent_last_minute(owner),
+            "errors": errors}  # fmt: skip
+
+
+def claim_race() -> dict:
+    """Prompts in as many conversations of one owner, claimed at once (as many sockets or
+    processes would)."""
+    from asgiref.sync import async_to_sync
+    from django.test import override_settings
+
+    from agent.models import Conversation, User
+    from agent.runs.claim import claim
+
+    owner = User.objects.create_user("eager", password="pw-eager-1234")
+    waiting = [Conversation.objects.create(owner=owner, model="claude-haiku-4-5").id
+               for _ in range(THREADS)]  # fmt: skip
+    with override_settings(HARNESS_CONCURRENT_RUNS=AT_ONCE):
+        results = at_once(lambda: async_to_sync(claim)(waiting.pop(), owner.pk, "go"))
+    refused, errors = _refused(results, "quota_concurrent")
+    running = Conversation.objects.filter(owner=owner, state="running").count()
+    return {"running": running, "refused": refused, "errors": errors}
