@@ -14,6 +14,9 @@ from agent.core.tools import Workspace, build_tools
 from testkit.model_server import ModelServer, echo_fallback
 
 REPO = Path(__file__).resolve().parent.parent
+# This process imports the ASGI application (in-process socket tests) but serves nothing:
+# it keeps root for its own fixtures. The servers it starts (testkit.live) drop it.
+os.environ["HARNESS_IN_PROCESS"] = "1"
 SHARED = REPO.parent / "shared"
 
 

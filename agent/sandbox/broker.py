@@ -141,14 +141,35 @@ class Broker:
         bwrap = self._need_bwrap()
         workspace = self._workspace_fd(user)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cgroup = None
         try:
+            # In the user's cgroup like every process of theirs: its memory and processes
+            # count with the rest of the user's.
+            cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
             argv = host_argv(bwrap, self.config, workspace, theirs.fileno(), self.config.ids(user))
-            self._start(argv, [workspace, theirs.fileno()], limits(None, None, HOST_NOFILE),
-                        stdout=subprocess.DEVNULL)  # fmt: skip
+            child = self._start(
+                argv,
+                [workspace, theirs.fileno()],
+                limits(cgroup, None, HOST_NOFILE),
+                stdout=subprocess.DEVNULL,
+            )
+        except BaseException:
+            if cgroup is not None:
+                self.cgroups.release_sync(cgroup)
+            mine.close()
+            raise
         finally:
             os.close(workspace)
             theirs.close()
+        threading.Thread(target=self._reap, args=(child, cgroup), daemon=True).start()
         return {}, [mine.detach()]
+
+    def _reap(self, child: subprocess.Popen, cgroup) -> None:
+        child.wait()
+        _kill(child)
+        if cgroup is not None:
+            self.cgroups.release_sync(cgroup)
+        self._forget(child)
 
     def bash(self, message: dict):
         user = _user(message)
