@@ -303,6 +303,9 @@ def main() -> None:
         broker.serve(control)
     finally:
         broker.shutdown()
+        if config.attach_socket:
+            with contextlib.suppress(OSError):
+                os.unlink(config.attach_socket)
 
 
 def _configure_django(config: BrokerConfig) -> None:

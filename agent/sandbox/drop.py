@@ -69,6 +69,10 @@ def start() -> Broker | None:
     config = broker_config(uid, gid)
     client = start_broker(config)
     give_state(uid, gid)
+    # The workspaces' root is the broker's; the server passes through it (no further).
+    workspaces = Path(settings.HARNESS_WORKSPACES)
+    workspaces.mkdir(parents=True, exist_ok=True)
+    os.chmod(workspaces, 0o711)
     expose(uid, gid, needed_paths())
     os.setgroups([])
     os.setresgid(gid, gid, gid)
@@ -195,7 +199,8 @@ def _end_tmux(socket_path: Path) -> None:
 
 
 def needed_paths() -> list[Path]:
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(settings.BASE_DIR), *state_dirs()}
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(settings.BASE_DIR), *state_dirs(),
+             Path(settings.HARNESS_WORKSPACES)}
     paths.update(Path(p) for p in sys.path if p and os.path.isdir(p))
     return sorted({p.resolve() for p in paths})
 
