@@ -10,6 +10,7 @@ from io import BytesIO
 
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -249,7 +250,14 @@ class UsageDayAdmin(ReadOnlyAdmin):
         days = usage_chart.days_back(today, CHART_DAYS)
         return [usage_chart.Row(*row) for row in usage.team_days(days[0])], days
 
+    def _check_viewer(self, request) -> None:
+        # Every user's spend: for those the admin lets read the usage list (its view
+        # permission), not for any staff member (admin_view checks staff only).
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
     def chart_view(self, request):
+        self._check_viewer(request)
         rows, days = self._rows()
         context = {
             **self.admin_site.each_context(request),
@@ -264,6 +272,7 @@ class UsageDayAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/agent/usage_chart.html", context)
 
     def csv_view(self, request):
+        self._check_viewer(request)
         rows, days = self._rows()
         response = HttpResponse(usage_chart.to_csv(rows), content_type="text/csv; charset=utf-8")
         name = f"harness-usage-{days[0].isoformat()}-{days[-1].isoformat()}.csv"
