@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html, format_html_join
 
+from agent.access import actable_by, may_act_as
 from agent.core.events import USAGE_FIELDS
 from agent.models import (
     ApiToken,
@@ -187,7 +188,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else ("user", *self.readonly_fields)
 
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        # A token acts as its user: offered (and accepted) only for the accounts the
+        # requester may act as, not every account a staff member who may add tokens names.
+        if db_field.name == "user":
+            kwargs["queryset"] = actable_by(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def save_model(self, request, obj, form, change):
+        if not change and not may_act_as(request.user, obj.user):
+            raise PermissionDenied  # (the form's choices already exclude them)
         if not change:  # a new token: generated here and shown this once
             token = new_token_value()
             obj.key_hash, obj.prefix = digest(token), token[:10]
