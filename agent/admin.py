@@ -26,6 +26,7 @@ from agent.models import (
     DeploymentInstructions,
     Event,
     Membership,
+    ProxyIdentity,
     UsageDay,
     User,
 )
@@ -208,6 +209,32 @@ class ApiTokenAdmin(admin.ModelAdmin):
                 "(copy it now; it is not stored and will not be shown again)",
             )
             return
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(ProxyIdentity)
+class ProxyIdentityAdmin(admin.ModelAdmin):
+    """Accounts the authenticating proxy may sign in as (agent/web/proxy_auth.py): those it
+    made, and those linked here. A link lets whoever the proxy names so act as the account,
+    so it is made only for accounts the requester may act as (a superuser's by a
+    superuser), like an API token; linked or unlinked, never changed."""
+
+    list_display = ("user", "created")
+    search_fields = ("user__username",)
+    list_select_related = ("user",)
+    fields = ("user",)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs["queryset"] = actable_by(request.user).filter(proxy_identity__isnull=True)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if not may_act_as(request.user, obj.user):
+            raise PermissionDenied  # (the form's choices already exclude them)
         super().save_model(request, obj, form, change)
 
 
