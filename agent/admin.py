@@ -33,6 +33,7 @@ from agent.models import (
 from agent.runs import usage
 from agent.runs.eventlog import from_stored
 from agent.ui import usage_chart
+from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
 from agent.web import api_tokens as tokens
@@ -159,11 +160,12 @@ class EventAdmin(admin.ModelAdmin):
     def summary(self, event: Event) -> str:
         payload = event.payload or {}
         text = payload.get("content") or payload.get("message") or payload.get("name") or ""
-        return str(text)[:100]
+        return bidi_visible(str(text)[:100])  # (names and paths from a workspace among them)
 
     @admin.display(description="Payload")
     def pretty_payload(self, event: Event):
-        return format_html("<pre>{}</pre>", json.dumps(event.payload, indent=2, ensure_ascii=False))
+        payload = json.dumps(event.payload, indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", bidi_visible(payload))
 
 
 @admin.action(description="Revoke selected tokens")
