@@ -12,6 +12,9 @@ asks here, so the rule lives in one place. A conversation's readers (interfaces 
 Everyone else, and everyone while the owner's account is inactive, cannot reach it at all
 (404, never 403). Whether an account is active is read from the database in the same
 query: a long-lived connection's user object is stale.
+
+Also here: who may hand out a credential that acts as another account (``may_act_as``: an
+API token made in the admin, a proxy sign-in linked to an account).
 """
 
 from __future__ import annotations
@@ -166,3 +169,30 @@ def empty_conversation_of(user) -> Conversation | None:
 
 def new_conversation(user: User, model: str, agent: str = "harness") -> Conversation:
     return Conversation.objects.create(owner=user, model=model, agent=agent)
+
+
+# -- Acting as another account ----------------------------------------------------------
+# A credential for another account (an API token, a proxy sign-in link) is everything that
+# account may do: giving one needs the rights that acting as it implies, not only the
+# right to add credentials.
+CHANGE_USERS = "agent.change_user"
+
+
+def may_act_as(actor, user: User) -> bool:
+    """Whether ``actor`` may give a credential acting as ``user``: always for themself; for
+    a superuser, only a superuser; for anyone else, one who may change users (and so could
+    set their password anyway)."""
+    if actor.pk == user.pk:
+        return True
+    if user.is_superuser:
+        return actor.is_active and actor.is_superuser
+    return actor.has_perm(CHANGE_USERS)
+
+
+def actable_by(actor) -> QuerySet[User]:
+    """The accounts ``actor`` may give such a credential for (``may_act_as``'s rule)."""
+    if actor.is_active and actor.is_superuser:
+        return User.objects.all()
+    if actor.has_perm(CHANGE_USERS):
+        return User.objects.filter(Q(is_superuser=False) | Q(pk=actor.pk))
+    return User.objects.filter(pk=actor.pk)

@@ -10,12 +10,14 @@ from io import BytesIO
 
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html, format_html_join
 
+from agent.access import actable_by, may_act_as
 from agent.core.events import USAGE_FIELDS
 from agent.models import (
     ApiToken,
@@ -24,12 +26,14 @@ from agent.models import (
     DeploymentInstructions,
     Event,
     Membership,
+    ProxyIdentity,
     UsageDay,
     User,
 )
 from agent.runs import usage
 from agent.runs.eventlog import from_stored
 from agent.ui import usage_chart
+from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.transcript import build_parts
 from agent.web import api_tokens as tokens
@@ -156,11 +160,12 @@ class EventAdmin(admin.ModelAdmin):
     def summary(self, event: Event) -> str:
         payload = event.payload or {}
         text = payload.get("content") or payload.get("message") or payload.get("name") or ""
-        return str(text)[:100]
+        return bidi_visible(str(text)[:100])  # (names and paths from a workspace among them)
 
     @admin.display(description="Payload")
     def pretty_payload(self, event: Event):
-        return format_html("<pre>{}</pre>", json.dumps(event.payload, indent=2, ensure_ascii=False))
+        payload = json.dumps(event.payload, indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", bidi_visible(payload))
 
 
 @admin.action(description="Revoke selected tokens")
@@ -186,7 +191,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else ("user", *self.readonly_fields)
 
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        # A token acts as its user: offered (and accepted) only for the accounts the
+        # requester may act as, not every account a staff member who may add tokens names.
+        if db_field.name == "user":
+            kwargs["queryset"] = actable_by(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def save_model(self, request, obj, form, change):
+        if not change and not may_act_as(request.user, obj.user):
+            raise PermissionDenied  # (the form's choices already exclude them)
         if not change:  # a new token: generated here and shown this once
             token = new_token_value()
             obj.key_hash, obj.prefix = digest(token), token[:10]
@@ -197,6 +211,32 @@ class ApiTokenAdmin(admin.ModelAdmin):
                 "(copy it now; it is not stored and will not be shown again)",
             )
             return
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(ProxyIdentity)
+class ProxyIdentityAdmin(admin.ModelAdmin):
+    """Accounts the authenticating proxy may sign in as (agent/web/proxy_auth.py): those it
+    made, and those linked here. A link lets whoever the proxy names so act as the account,
+    so it is made only for accounts the requester may act as (a superuser's by a
+    superuser), like an API token; linked or unlinked, never changed."""
+
+    list_display = ("user", "created")
+    search_fields = ("user__username",)
+    list_select_related = ("user",)
+    fields = ("user",)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs["queryset"] = actable_by(request.user).filter(proxy_identity__isnull=True)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if not may_act_as(request.user, obj.user):
+            raise PermissionDenied  # (the form's choices already exclude them)
         super().save_model(request, obj, form, change)
 
 
@@ -249,7 +289,14 @@ class UsageDayAdmin(ReadOnlyAdmin):
         days = usage_chart.days_back(today, CHART_DAYS)
         return [usage_chart.Row(*row) for row in usage.team_days(days[0])], days
 
+    def _check_viewer(self, request) -> None:
+        # Every user's spend: for those the admin lets read the usage list (its view
+        # permission), not for any staff member (admin_view checks staff only).
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
     def chart_view(self, request):
+        self._check_viewer(request)
         rows, days = self._rows()
         context = {
             **self.admin_site.each_context(request),
@@ -264,6 +311,7 @@ class UsageDayAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/agent/usage_chart.html", context)
 
     def csv_view(self, request):
+        self._check_viewer(request)
         rows, days = self._rows()
         response = HttpResponse(usage_chart.to_csv(rows), content_type="text/csv; charset=utf-8")
         name = f"harness-usage-{days[0].isoformat()}-{days[-1].isoformat()}.csv"

@@ -75,6 +75,8 @@ def _sign_out(sender, request, user, **kwargs) -> None:
 
 @receiver(user_login_failed, dispatch_uid="audit-sign-in-failed")
 def _sign_in_failed(sender, credentials, request=None, **kwargs) -> None:
+    if isinstance(credentials, dict) and "remote_user" in credentials:
+        return  # the proxy's sign-in records its refusals itself, with the reason
     username = credentials.get("username") if isinstance(credentials, dict) else None
     record(Action.SIGN_IN_FAILED, target=str(username or "")[:150], request=request)
 

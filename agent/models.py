@@ -339,3 +339,19 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer} → {self.user.username}"
+
+
+class ProxyIdentity(models.Model):
+    """An account that sign-in by the authenticating proxy (agent/web/proxy_auth.py) may
+    sign in as, by its username: one the proxy's sign-in made, or one an administrator who
+    may act as it linked here. Only these: a name the proxy sends that equals a local
+    account's (``root``) signs in no one, as OpenID Connect's ``OidcIdentity`` keeps it."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="proxy_identity")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "proxy sign-in link"
+
+    def __str__(self) -> str:
+        return f"proxy sign-in as {self.user.username}"

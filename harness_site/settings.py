@@ -275,6 +275,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # the pair, not either a
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "agent.web.throttle.client_ip"
 AXES_LOCKOUT_CALLABLE = "agent.web.throttle.login_locked_out"
+AXES_WHITELIST_CALLABLE = "agent.web.throttle.proxy_sign_in"  # nothing to guess there
 AXES_VERBOSE = False  # no start-up banner from every process and management command
 # Sign-in by an authenticating proxy (agent/web/proxy_auth.py): the header naming the user,
 # believed only on requests carrying the proxy's secret (X-Harness-Proxy-Secret).

@@ -72,6 +72,39 @@ def disclosed_in(messages: Iterable[dict[str, Any]]) -> set[str]:
     return found
 
 
+def without_notes(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history with the notes beside tool results taken out, each result as the tool
+    gave it (the events hold only that). The notes are files of the workspace the history
+    was made in: a copy for someone else (a fork) must not carry them, and a later run in
+    another workspace then finds that workspace's own."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            message = {**message, "content": [_bare(block) for block in content]}
+        out.append(message)
+    return out
+
+
+def _bare(block: Any) -> Any:
+    """A tool_result block without its notes: [the result, notes…] back to the result."""
+    if not isinstance(block, dict) or block.get("type") != "tool_result":
+        return block
+    inner = block.get("content")
+    if not isinstance(inner, list) or len(inner) < 2:
+        return block
+    first, rest = inner[0], [p for p in inner[1:] if not _is_text(p)]
+    if not rest and _is_text(first):
+        return {**block, "content": first["text"]}
+    return {**block, "content": [first, *rest]}
+
+
+def _is_text(part: Any) -> bool:
+    return (
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    )
+
+
 class DirectoryInstructions:
     """Per run: which subdirectories' instructions the model has, and the next ones."""
 

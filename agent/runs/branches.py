@@ -23,7 +23,7 @@ from django.db.models import Max, Q
 
 from agent.access import DRIVE, reachable_by
 from agent.core import history as core_history
-from agent.core import images
+from agent.core import images, instructions
 from agent.core.events import CompactionEvent, TextDeltaEvent, UserEvent
 from agent.models import Branch, Conversation, Event
 from agent.runs import attachments
@@ -325,6 +325,11 @@ def fork_copy(conversation: Conversation, owner, at: Any) -> Conversation:
     if at < conversation.last_seq:
         _check_cuttable(rows, at)
         messages = cut_history(messages, at)
+    if owner.pk != conversation.owner_id:
+        # The history holds more than the events: the subdirectories' AGENTS.md read from
+        # the owner's workspace, beside tool results. A reader's copy is of what they could
+        # see (a viewer may not read the owner's files), and it runs in their workspace.
+        messages = instructions.without_notes(messages)
     copied = []
     for message in messages:
         message = dict(message)

@@ -139,6 +139,12 @@ def _json_body(request: HttpRequest) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def one_of(value, choices) -> bool:
+    """Whether ``value`` is one of ``choices`` (strings). A string first: JSON gives lists
+    and objects too, and asking a dict or set about one raises (a 500, not a 400)."""
+    return isinstance(value, str) and value in choices
+
+
 def _conversation_json(c: Conversation) -> dict[str, Any]:
     """A conversation in a list: with the caller's ``role`` (interfaces §12)."""
     return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
@@ -163,7 +169,7 @@ def conversations(request: HttpRequest) -> JsonResponse:
     title, model = body.get("title", ""), body.get("model", settings.HARNESS_MODEL)
     if not isinstance(title, str) or len(title) > TITLE_MAX:
         return api_error(400, "bad_request", f"'title' must be a string of at most {TITLE_MAX}.")
-    if model not in dict(model_choices()):
+    if not one_of(model, dict(model_choices())):
         return api_error(400, "bad_request", f"Unknown model {str(model)[:100]!r}.")
     agent = body.get("agent", "harness")
     if not isinstance(agent, str):
@@ -366,15 +372,15 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
                 return {}, f"'title' must be a string of at most {TITLE_MAX} characters."
             changes["title"] = " ".join(value.split())
         elif key == "model":
-            if value not in dict(model_choices()):
+            if not one_of(value, dict(model_choices())):
                 return {}, f"Unknown model {str(value)[:100]!r}."
             changes["model"] = value
         elif key == "thinking":
-            if value not in THINKING_LEVELS:
+            if not one_of(value, THINKING_LEVELS):
                 return {}, f"'thinking' must be one of {', '.join(THINKING_LEVELS)}."
             changes["thinking"] = value
         elif key == "approval":
-            if value not in APPROVAL_MODES:
+            if not one_of(value, APPROVAL_MODES):
                 return {}, f"'approval' must be one of {', '.join(APPROVAL_MODES)}."
             changes["approval"] = value
         elif key == "team":

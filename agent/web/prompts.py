@@ -39,10 +39,18 @@ def checked_mode(mode) -> str | None:
     """The prompt's queue mode (None: none given), or ``RunRefused`` (``bad_mode``)."""
     if mode is None:
         return None
-    if mode not in QUEUE_MODES:
+    if not isinstance(mode, str) or mode not in QUEUE_MODES:
         shown = str(mode)[:40]
         raise RunRefused("bad_mode", f'Unknown mode {shown!r}: use "follow_up" or "steer".')
     return mode
+
+
+def checked_seq(seq):
+    """A prompt named by its seq (``edit_of``, ``of``): a whole number, checked before any
+    claim so that a malformed request holds nothing; or ``RunRefused`` (``bad_request``)."""
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise RunRefused("bad_request", "Name the prompt by its seq (a whole number).")
+    return seq
 
 
 # What identifies a queued prompt (the run layer makes them: uuid4().hex).
@@ -99,8 +107,10 @@ async def accept_prompt(
     seq of an earlier prompt this one replaces, on a new branch (interfaces §11).
     ``images``: workspace paths of images attached to it (§13)."""
     text, mode = checked_text(content), checked_mode(mode)
+    if edit_of is not None:
+        checked_seq(edit_of)
     taken = await checked_images(conversation_id, user, images, queued=mode is not None)
-    if images is None and isinstance(edit_of, int) and not isinstance(edit_of, bool):
+    if images is None and edit_of is not None:
         taken = await sync_to_async(_edited_images, thread_sensitive=False)(
             conversation_id, user.pk, edit_of
         )
@@ -124,6 +134,7 @@ async def regenerate(conversation_id, user, of_seq=None) -> None:
         of_seq = await sync_to_async(last_prompt_seq)(conversation_id)
         if of_seq is None:
             raise RunRefused("not_a_prompt", "There is no prompt to answer again.")
+    checked_seq(of_seq)
     await runs.start(conversation_id, user.pk, None, branch_from=(AGAIN, of_seq))
 
 
@@ -158,7 +169,7 @@ REASON_MAX = 2000  # characters of a denial's reason given to the model
 def checked_decision(decision, reason) -> tuple[str, str | None]:
     """A decision on a tool call (interfaces §9) and its reason, or ``RunRefused``
     (``bad_request``)."""
-    if decision not in DECISIONS:
+    if not isinstance(decision, str) or decision not in DECISIONS:
         raise RunRefused("bad_request", '\'decision\' must be "approve" or "deny".')
     if reason is not None and (not isinstance(reason, str) or len(reason) > REASON_MAX):
         raise RunRefused("bad_request", f"'reason' must be a string of at most {REASON_MAX} "

@@ -41,7 +41,7 @@ def _member_user(conversation: Conversation, username) -> User:
 
 def set_member(conversation: Conversation, username, role) -> Membership:
     """Grant ``username`` ``role`` (added, or changed); ``ShareRefused`` on bad input."""
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise ShareRefused("bad_role", f"'role' must be one of {', '.join(ROLES)}.")
     user = _member_user(conversation, username)
     with transaction.atomic():

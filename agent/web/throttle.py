@@ -97,6 +97,14 @@ def check_new_conversation(user) -> None:
 
 
 # -- Logins (django-axes) ----------------------------------------------------------------
+def proxy_sign_in(request: HttpRequest, credentials=None) -> bool:
+    """django-axes' ``AXES_WHITELIST_CALLABLE``: a sign-in by the authenticating proxy
+    (agent/web/proxy_auth.py) names the user the proxy vouched for, believed only with the
+    proxy's secret: there is no password to guess, so its refusals (a local account not
+    linked to it) neither count towards a lockout nor lock out the proxy's other users."""
+    return isinstance(credentials, dict) and "remote_user" in credentials
+
+
 def login_locked_out(request: HttpRequest, original_response=None, credentials=None):
     """django-axes' lockout page (AXES_LOCKOUT_CALLABLE): the sign-in page with the reason,
     429 and Retry-After. The admin's sign-in gets the same page: both go through

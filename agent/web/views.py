@@ -43,6 +43,7 @@ from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import snapshot
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
+from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
@@ -443,7 +444,9 @@ def _inert(data: bytes, content_type: str, name: str, *, attachment: bool,
 def download_response(rel: str, data: bytes) -> HttpResponse:
     """A workspace file as an attachment that no browser renders on this origin (the page's
     download and ``GET /api/files/…`` alike)."""
-    name = rel.rsplit("/", 1)[-1] or "download"
+    # Saved under the name shown in the panel: a bidi control cannot make the browser's
+    # download bar show "invoiceexe.pdf" for an .exe.
+    name = bidi_visible(rel.rsplit("/", 1)[-1]) or "download"
     return _inert(data, "application/octet-stream", name, attachment=True,
                   cache="private, no-store")  # fmt: skip
 

@@ -5,12 +5,19 @@ a tool touches that directory, read as safely as any tool's file."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 
 import pytest
 
 from agent.core.config import Config
-from agent.core.instructions import MARKER, DirectoryInstructions, directories_of, disclosed_in
+from agent.core.instructions import (
+    MARKER,
+    DirectoryInstructions,
+    directories_of,
+    disclosed_in,
+    without_notes,
+)
 from agent.core.loop import AgentLoop
 from agent.core.system_prompt import build_system_prompt, read_agents_file
 from agent.core.tools import build_tools
@@ -150,3 +157,27 @@ async def test_a_marker_inside_an_agents_md_does_not_pass_for_another_directorys
     assert disclosed_in(history) == {"sub"}
     later = DirectoryInstructions(workspace, history)
     assert "deep notes" in (await later.after_tool("read", {"path": "deep/y"}) or "")
+
+
+async def test_without_notes_gives_the_history_back_as_the_events_show_it(
+    sdk_client, workspace, model_server
+):
+    """A fork for someone else carries no AGENTS.md text (agent/runs/branches.py): on the
+    history the loop itself leaves, every result is the tool's own again."""
+    (workspace.root / "src").mkdir()
+    (workspace.root / "src" / "AGENTS.md").write_text("The deploy key is K-77.")
+    (workspace.root / "src" / "a.py").write_text("a = 1\n")
+    events = []
+    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"),
+                        events.append, instructions=DirectoryInstructions(workspace))  # fmt: skip
+    model_server.enqueue(tool_reply(("read", {"path": "src/a.py"})), text_reply("done"))
+    await harness.prompt("read it")
+    assert "K-77" in json.dumps(harness.messages)
+    bare = without_notes(harness.messages)
+    assert "K-77" not in json.dumps(bare) and disclosed_in(bare) == set()
+    result = next(e for e in events if e.type == "tool_result")
+    [block] = [b for m in bare if m["role"] == "user" for b in m["content"]
+               if b.get("type") == "tool_result"]  # fmt: skip
+    assert block["content"] == result.result and "K-77" in json.dumps(harness.messages)
+    # A run in another workspace gives that one's own notes for the directory.
+    assert DirectoryInstructions(workspace, bare).looked == set()

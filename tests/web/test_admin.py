@@ -155,3 +155,63 @@ def test_staff_set_a_users_budget_and_read_the_daily_usage(client, staff):
     listing = client.get("/admin/agent/usageday/").content.decode()
     assert "payer" in listing
     assert client.get("/admin/agent/usageday/add/").status_code == 403
+
+
+def _staff_with(client, *codenames: str) -> User:
+    from django.contrib.auth.models import Permission
+
+    clerk = User.objects.create_user("clerk", password="pw-clerk-123", is_staff=True)
+    clerk.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client.force_login(clerk)
+    return clerk
+
+
+def _mint(client, user: User):
+    from agent.models import ApiToken
+
+    before = ApiToken.objects.filter(user=user).count()
+    response = client.post("/admin/agent/apitoken/add/", {"user": user.pk, "name": "x"})
+    return response, ApiToken.objects.filter(user=user).count() - before
+
+
+def test_staff_who_may_only_add_tokens_mint_none_for_others(client, chat):
+    clerk = _staff_with(client, "add_apitoken", "view_apitoken")
+    root = User.objects.create_superuser("root", password="pw-root-123")
+    form = client.get("/admin/agent/apitoken/add/").content.decode()
+    assert f'value="{root.pk}"' not in form and f'value="{chat.owner.pk}"' not in form
+    for target in (root, chat.owner):  # the attack: a token acting as the superuser
+        response, made = _mint(client, target)
+        assert made == 0 and response.status_code == 200  # the form, refusing the choice
+        assert "New API token" not in response.content.decode()
+    assert _mint(client, clerk)[1] == 1  # their own: yes
+
+
+def test_changing_users_allows_tokens_for_users_but_never_for_a_superuser(client, chat):
+    _staff_with(client, "add_apitoken", "change_user")
+    root = User.objects.create_superuser("root", password="pw-root-123")
+    assert _mint(client, root)[1] == 0
+    assert _mint(client, chat.owner)[1] == 1
+
+
+def test_a_superuser_mints_for_a_superuser(client, staff):
+    other = User.objects.create_superuser("root2", password="pw-root-123")
+    assert _mint(client, other)[1] == 1
+
+
+def test_the_rule_for_acting_as_another_account():
+    from django.contrib.auth.models import Permission
+
+    from agent.access import actable_by, may_act_as
+
+    root = User.objects.create_superuser("root", password="pw-root-123")
+    carol = User.objects.create_user("carol", password="pw-carol-123")
+    clerk = User.objects.create_user("clerk", password="pw-clerk-123", is_staff=True)
+    assert may_act_as(clerk, clerk) and not may_act_as(clerk, carol)
+    assert not may_act_as(clerk, root) and list(actable_by(clerk)) == [clerk]
+    clerk.user_permissions.add(Permission.objects.get(codename="change_user"))
+    clerk = User.objects.get(pk=clerk.pk)
+    assert may_act_as(clerk, carol) and not may_act_as(clerk, root)
+    assert set(actable_by(clerk)) == {carol, clerk}
+    assert may_act_as(root, carol) and may_act_as(root, root) and not may_act_as(carol, root)
+    root.is_active = False
+    assert not may_act_as(root, User.objects.create_superuser("r2", password="pw-root-123"))

@@ -155,6 +155,35 @@ async def test_malformed_frames_get_an_error_fragment_and_the_socket_survives(
     await ws.disconnect()
 
 
+# Every field of a frame given a JSON type other than its own (an object where a string
+# or a number belongs): refused in words, never an exception that closes the socket.
+WRONG_TYPES = [
+    {"content": {"$gt": ""}}, {"content": "x", "mode": {"a": 1}}, {"content": "x", "mode": []},
+    {"content": "x", "images": {"a": 1}}, {"content": "x", "images": [{"a": 1}]},
+    {"action": {"a": 1}}, {"action": ["cancel"]}, {"action": "sync", "after": {"a": 1}},
+    {"action": "unqueue", "id": {"a": 1}}, {"action": "edit", "content": "x", "of": {"a": 1}},
+    {"action": "regenerate", "of": ["1"]}, {"action": "branch", "id": {"a": 1}},
+    {"action": "approve", "id": {"a": 1}}, {"action": "deny", "id": "t1", "reason": {"a": 1}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("frame", WRONG_TYPES, ids=lambda frame: json.dumps(frame))
+async def test_a_field_of_the_wrong_type_is_refused_and_the_socket_survives(
+    alice, model_server, frame
+):
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await ws.send_to(text_data=json.dumps(frame))
+    reply = await ws.receive_from()
+    assert 'data-part="error"' in reply or 'id="composer-alert"' in reply
+    assert model_server.requests == []
+    model_server.enqueue(text_reply("still alive"))
+    await ws.send_to(text_data=json.dumps({"content": "ok?"}))
+    assert "still alive" in await collect_until_idle(ws)
+    await runs.wait(conversation.id)
+    await ws.disconnect()
+
+
 async def test_binary_frame_gets_an_error_fragment(alice):
     user, conversation = alice
     ws = await connected(conversation, user)

@@ -5,6 +5,7 @@ prompt (``data-author``); a viewer's page cannot prompt."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -299,3 +300,56 @@ def test_the_readable_lookup_the_fork_uses_gives_any_reader_and_nobody_else(peop
     for role in ("team", "stranger"):
         assert readable(people[role], conversation.id) is None
     assert readable(people["viewer"], conversation.id).role == "viewer"
+
+
+def _with_a_subdirectorys_notes(people) -> Conversation:
+    """A conversation whose model history holds src/AGENTS.md of the owner's workspace
+    beside a read's result (as the loop leaves it: agent/core/loop.py, _record_result), and
+    whose events, what a viewer reads, do not."""
+    conversation = shared(people, team=False)
+    result = json.dumps({"content": "a = 1\n"})
+    notes = "Instructions for files under src/ (from src/AGENTS.md):\nDeploy key: OLGA-SECRET-42"
+    conversation.history = [
+        {"role": "user", "content": [{"type": "text", "text": "read src/a.py"}], "_seq": 1},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read",
+                                           "input": {"path": "src/a.py"}}], "_seq": 2},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": result},
+                                                  {"type": "text", "text": notes}],
+                                      "is_error": False}], "_seq": 3},
+        {"role": "assistant", "content": [{"type": "text", "text": "a is 1"}], "_seq": 4},
+    ]  # fmt: skip
+    payloads = [
+        {"type": "user", "content": "read src/a.py"},
+        {"type": "tool_call", "id": "t1", "name": "read", "input": {"path": "src/a.py"}},
+        {"type": "tool_result", "id": "t1", "result": result, "isError": False},
+        {"type": "text", "content": "a is 1"},
+    ]  # fmt: skip
+    for seq, payload in enumerate(payloads, 1):
+        Event.objects.create(conversation=conversation, seq=seq, type=payload["type"],
+                             payload={**payload, "seq": seq, "timestamp": 1})  # fmt: skip
+    conversation.last_seq = len(payloads)
+    conversation.save()
+    return conversation
+
+
+@pytest.mark.parametrize("role", ["viewer", "collaborator"])
+def test_a_readers_fork_holds_none_of_the_owners_agents_md_notes(people, role):
+    conversation = _with_a_subdirectorys_notes(people)
+    seen = client_for(people, role).get(f"/c/{conversation.id}/").content.decode()
+    assert "OLGA-SECRET-42" not in seen  # what the reader may see: not the notes
+    response = client_for(people, role).post(f"/c/{conversation.id}/fork")  # the attack
+    fork = Conversation.objects.exclude(id=conversation.id).get(owner=people[role])
+    assert response.status_code == 302 and str(fork.id) in response["Location"]
+    assert "OLGA-SECRET-42" not in json.dumps(fork.history)
+    assert "Instructions for files under" not in json.dumps(fork.history)
+    result = fork.history[2]["content"][0]
+    assert result["content"] == json.dumps({"content": "a = 1\n"})  # the result, as shown
+    assert [m["role"] for m in fork.history] == ["user", "assistant", "user", "assistant"]
+
+
+def test_the_owners_own_fork_keeps_the_notes(people):
+    conversation = _with_a_subdirectorys_notes(people)
+    client_for(people, "owner").post(f"/c/{conversation.id}/fork")
+    fork = Conversation.objects.exclude(id=conversation.id).get(owner=people["owner"])
+    assert "OLGA-SECRET-42" in json.dumps(fork.history)  # their own workspace's, for them

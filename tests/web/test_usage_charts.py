@@ -96,3 +96,17 @@ def test_non_staff_get_the_admin_login(client, spend, url):
 def test_the_usage_list_links_to_the_charts(client, staff, spend):
     page = client.get("/admin/agent/usageday/").content.decode()
     assert 'href="/admin/agent/usageday/chart/"' in page
+
+
+@pytest.mark.parametrize("url", ["/admin/agent/usageday/chart/", "/admin/agent/usageday/chart.csv"])
+def test_staff_without_the_usage_view_permission_are_refused(client, spend, url):
+    from django.contrib.auth.models import Permission
+
+    clerk = User.objects.create_user("clerk", password="pw-clerk-123", is_staff=True)
+    client.force_login(clerk)
+    response = client.get(url)
+    assert response.status_code == 403 and b"ada" not in response.content
+    clerk.user_permissions.add(Permission.objects.get(codename="view_usageday"))
+    client.force_login(User.objects.get(pk=clerk.pk))  # (permissions are cached per object)
+    response = client.get(url)
+    assert response.status_code == 200 and b"ada" in response.content
