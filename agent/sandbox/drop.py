@@ -199,8 +199,13 @@ def _end_tmux(socket_path: Path) -> None:
 
 
 def needed_paths() -> list[Path]:
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(settings.BASE_DIR), *state_dirs(),
-             Path(settings.HARNESS_WORKSPACES)}
+    paths = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(settings.BASE_DIR),
+        *state_dirs(),
+        Path(settings.HARNESS_WORKSPACES),
+    }
     paths.update(Path(p) for p in sys.path if p and os.path.isdir(p))
     return sorted({p.resolve() for p in paths})
 
