@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.core.tools.bash import bwrap_path, sandbox_argv
+from agent.core.tools.bash import SETPRIV, bwrap_path, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
 from agent.sandbox import cli_spawn
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
@@ -35,6 +35,7 @@ log = logging.getLogger("harness.broker")
 
 MAX_COMMAND = 131072  # the kernel's limit on one argument (MAX_ARG_STRLEN)
 MAX_USER = 1 << 24
+UNSAFE_ENV = {"LANG": "C.UTF-8", "TERM": "dumb"}
 TICKET_SECONDS = 60.0  # a pane presents its ticket within a second; an unused one expires
 
 
@@ -176,21 +177,31 @@ class Broker:
         command = message.get("command")
         if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
             raise Refused("command must be a string of at most 128 KB")
-        bwrap = self._need_bwrap()
+        bwrap = None if message.get("unsafe") is True else self._need_bwrap()
         workspace = self._workspace_fd(user)
         cgroup = None
         try:
             cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
             pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
-            argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
-            if _has_homes(workspace):
-                at = argv.index("--")
-                argv[at:at] = cli_spawn.hidden_homes()
+            if message.get("unsafe") is True:
+                # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
+                # cgroup, limits), in the workspace: never root, never the server.
+                uid, gid = self.config.ids(user)
+                argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                        "--no-new-privs", "--", "/bin/bash", "-c", command]  # fmt: skip
+                home = f"{self.workspaces}/{user}"
+                cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
+            else:
+                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
+                if _has_homes(workspace):
+                    at = argv.index("--")
+                    argv[at:at] = cli_spawn.hidden_homes()
+                cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
             try:
                 child = self._start(argv, [workspace],
                                     limits(cgroup, None if pids_by_cgroup else self.config.pids),
-                                    stdout=write)  # fmt: skip
+                                    stdout=write, cwd=cwd, env=env)  # fmt: skip
             finally:
                 os.close(write)
         except BaseException:
@@ -229,12 +240,13 @@ class Broker:
 
     # -- processes --------------------------------------------------------------------
 
-    def _start(self, argv, pass_fds, preexec, stdout, stdin=subprocess.DEVNULL, stderr=None):
+    def _start(self, argv, pass_fds, preexec, stdout, stdin=subprocess.DEVNULL, stderr=None,
+               cwd="/", env=None):  # fmt: skip
         child = subprocess.Popen(
             argv, stdin=stdin, stdout=stdout,
             stderr=subprocess.STDOUT if stderr is None else stderr,
-            env=dict(SPAWN_ENV), pass_fds=pass_fds, preexec_fn=preexec,
-            start_new_session=True, cwd="/",
+            env=dict(env or SPAWN_ENV), pass_fds=pass_fds, preexec_fn=preexec,
+            start_new_session=True, cwd=cwd,
         )  # fmt: skip
         with self.lock:
             self.children.add(child)

@@ -176,9 +176,11 @@ class UserSandbox:
         except TimeoutError:
             raise PathError(f"the file operation did not finish within {timeout:g} s") from None
 
-    async def bash(self, command: str, timeout: float, output_cap: int):
-        """The command in the user's sandbox: (ProcessResult, RunStats)."""
-        request = functools.partial(self.broker.request, "bash", user=self.user_id, command=command)
+    async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
+        """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
+        (ProcessResult, RunStats)."""
+        request = functools.partial(self.broker.request, "bash", user=self.user_id,
+                                    command=command, unsafe=unsafe)  # fmt: skip
         _, fds = await _thread(request)
         read_fd, control = fds[0], socket.socket(fileno=fds[1])
         out = HeadTailBuffer(output_cap)

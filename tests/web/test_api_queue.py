@@ -157,7 +157,7 @@ def test_steer_during_a_tool_skips_the_other_calls_and_the_run_goes_on(quinn, fr
     gate.open()
     events = events_of(seen + read_until(stream, is_final))
     results = [e for e in events if e["type"] == "tool_result"]
-    assert [r["isError"] for r in results] == [False, True]
+    assert [r["isError"] for r in results] == [False, True], [r["result"] for r in results]
     assert json.loads(results[1]["result"]) == {"error": STEERED}
     assert not (workspace / "skipped.txt").exists()
     kinds = [e["type"] for e in events if e["type"] != "text_delta"]

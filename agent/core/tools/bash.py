@@ -231,10 +231,12 @@ class BashTool:
             return fail(str(exc))
         root = str(self.workspace.root)
         stats = None
-        if self.mode == "sandbox" and self.workspace.sandbox is not None:
+        if self.workspace.sandbox is not None:
             # The server dropped root: its broker runs the command as the user.
             try:
-                result, stats = await self.workspace.sandbox.bash(command, self.timeout, OUTPUT_CAP)
+                result, stats = await self.workspace.sandbox.bash(
+                    command, self.timeout, OUTPUT_CAP, unsafe=self.mode == "unsafe"
+                )
             except RuntimeError as exc:
                 return fail(f"bash is unavailable: {exc}")
             return await self._outcome(result, stats, root)
