@@ -12,6 +12,7 @@ broker started is killed and it exits.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -60,6 +61,7 @@ class Broker:
         ))  # fmt: skip
         self.children: set[subprocess.Popen] = set()
         self.tickets: dict[str, tuple[float, dict]] = {}
+        self._spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spawner")
         self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.workspaces = Path(config.workspaces)
@@ -242,12 +244,15 @@ class Broker:
 
     def _start(self, argv, pass_fds, preexec, stdout, stdin=subprocess.DEVNULL, stderr=None,
                cwd="/", env=None):  # fmt: skip
-        child = subprocess.Popen(
-            argv, stdin=stdin, stdout=stdout,
+        # Forked from the one thread that lives as long as the broker: bwrap's
+        # --die-with-parent (PR_SET_PDEATHSIG) fires when the forking *thread* ends, and a
+        # request's thread ends as soon as it has answered.
+        child = self._spawner.submit(
+            subprocess.Popen, argv, stdin=stdin, stdout=stdout,
             stderr=subprocess.STDOUT if stderr is None else stderr,
             env=dict(env or SPAWN_ENV), pass_fds=pass_fds, preexec_fn=preexec,
             start_new_session=True, cwd=cwd,
-        )  # fmt: skip
+        ).result()  # fmt: skip
         with self.lock:
             self.children.add(child)
         return child
