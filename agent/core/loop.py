@@ -236,6 +236,15 @@ class AgentLoop:
                 return True
         return False
 
+    def drop_from(self, author: str) -> int:
+        """Take out every queued prompt of ``author`` (who lost access to the conversation:
+        what they queued must not run in the owner's workspace); how many went."""
+        gone = [item for item in self._queue if item.author == author]
+        self._queue = [item for item in self._queue if item.author != author]
+        for item in gone:
+            self._emit(UnqueuedEvent(id=item.id, reason="access_lost"))
+        return len(gone)
+
     @property
     def pending_approvals(self) -> list[str]:
         return list(self._pending)

@@ -94,6 +94,9 @@ class CliAgent:
     def unqueue(self, queue_id: str) -> bool:
         return False
 
+    def drop_from(self, author: str) -> int:
+        return 0  # a CLI queues nothing
+
     def decide(self, call_id: str, decision: str, reason: str | None = None, by: str = "", *,
                approve_all: bool = False) -> str:  # fmt: skip
         """Answer the CLI's permission request for ``call_id`` (interfaces §9's outcomes)."""

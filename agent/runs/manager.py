@@ -109,6 +109,8 @@ class RunManager:
             kind = message.get("type")
             if kind == "run.cancel":
                 self.cancel_local(message.get("conversation"))
+            elif kind == "run.drop_author" and isinstance(message.get("author"), str):
+                self.drop_author_local(message.get("conversation"), message["author"])
             elif kind in ("run.queue", "run.unqueue", "run.decide") and isinstance(
                 message.get("reply"), str
             ):
@@ -252,6 +254,10 @@ class RunManager:
         except QueueFull as exc:
             raise RunRefused("queue_full", QUEUE_FULL) from exc
 
+    def drop_author_local(self, conversation_id, author: str) -> int:
+        run = self._running_here(conversation_id)
+        return run.agent.drop_from(author) if run is not None else 0
+
     def unqueue_local(self, conversation_id, queue_id: str) -> bool:
         run = self._running_here(conversation_id)
         return run.agent.unqueue(queue_id) if run is not None else False
@@ -381,6 +387,14 @@ class RunManager:
 
 
 runs = RunManager()
+
+
+def drop_author_from_sync(conversation_id, author: str) -> None:
+    """Drop what ``author`` queued on the conversation's run, wherever it runs (they lost
+    access): through the channel layer, like a cancel."""
+    async_to_sync(get_channel_layer().group_send)(control_group(conversation_id), {
+        "type": "run.drop_author", "conversation": str(conversation_id), "author": author,
+    })  # fmt: skip
 
 
 def cancel_from_sync(conversation_id) -> None:

@@ -13,6 +13,7 @@ from django.db import transaction
 
 from agent import audit
 from agent.models import Conversation, Membership, User
+from agent.runs.manager import drop_author_from_sync
 from agent.web.revocation import recheck_conversation
 
 ROLES = tuple(Membership.Role.values)
@@ -59,6 +60,7 @@ def set_member(conversation: Conversation, username, role) -> Membership:
             membership.save(update_fields=["role"])
         if lowered:  # a collaborator made viewer: their open connections re-check
             recheck_conversation(conversation.pk)
+            _drop_queued(conversation, user.get_username())
     return membership
 
 
@@ -72,9 +74,15 @@ def remove_member(conversation: Conversation, username) -> bool:
         ).delete()
         if removed:
             recheck_conversation(conversation.pk)
+            _drop_queued(conversation, username)
             audit.record(audit.Action.MEMBER_REMOVED, target=_shared(conversation, username),
                          actor=conversation.owner)  # fmt: skip
     return bool(removed)
+
+
+def _drop_queued(conversation: Conversation, username: str) -> None:
+    """What a member who can no longer prompt had queued does not run (once committed)."""
+    transaction.on_commit(lambda: drop_author_from_sync(conversation.pk, username))
 
 
 def set_team(conversation: Conversation, team: bool) -> None:

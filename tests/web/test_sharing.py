@@ -478,3 +478,24 @@ def test_search_covers_shared_conversations_and_not_others(apis, fresh):
         r["conversation"]
         for r in apis["stranger"].call("GET", "/api/search?q=quokka")[1]["results"]
     }
+
+
+def test_a_removed_collaborators_queued_prompts_never_run(apis, fresh):
+    """Finding 6: the prompts a collaborator queued still ran in the owner's workspace
+    after their removal. They are dropped (``unqueued``, reason ``access_lost``) at once."""
+    owner, cole = apis["owner"], apis["collaborator"]
+    cid = shared_conversation(apis, team=False)
+    fresh.enqueue(text_reply("slow " * 400, delay=0.01), text_reply("owner's follow-up"))
+    response, stream = owner.events(cid, timeout=30)
+    assert owner.call("POST", f"/api/conversations/{cid}/prompt", {"content": "long"})[0] == 202
+    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "text_delta")
+    status, body = cole.call("POST", f"/api/conversations/{cid}/prompt",
+                             {"content": "cole's follow-up", "mode": "follow_up"})  # fmt: skip
+    assert status == 202 and body.get("queued"), body
+    assert owner.call("DELETE", f"/api/conversations/{cid}/members/cole")[0] == 204
+    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+                       and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
+    events = [i[2] for i in items if i[0] == "event"]
+    dropped = [e for e in events if e["type"] == "unqueued"]
+    assert [e.get("reason") for e in dropped] == ["access_lost"], events
+    assert not any(e["type"] == "user" and e["content"] == "cole's follow-up" for e in events)
