@@ -20,6 +20,7 @@ import threading
 from django.conf import settings
 
 from agent.core.tools.bash import SANDBOX_PATH, SETPRIV, bwrap_path, sandbox_argv
+from agent.sandbox import drop
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ def _run(mode: str, bwrap: str | None) -> str:
         return f"off (HARNESS_BASH={mode})"
     if bwrap is None:
         return "error: bubblewrap (bwrap) is not installed; install it or set HARNESS_BASH=off"
+    client = drop.broker()
+    if client is not None:  # a root server: its broker starts every sandbox
+        return _through_broker(client)
     # As bash.py does: a root server drops the command to an unprivileged uid (one no user
     # has: users start at BASE + 1), so the self-test covers setpriv too.
     run_as = None
@@ -87,3 +91,14 @@ def _run(mode: str, bwrap: str | None) -> str:
         return "ok"
     said = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[0][:200]
     return f"error: bwrap exited with status {proc.returncode} ({said}); {HINT}"
+
+
+def _through_broker(client) -> str:
+    try:
+        reply, _ = client.request("selftest")
+    except RuntimeError as exc:
+        return f"error: the broker could not start the sandbox: {exc}; {HINT}"
+    if reply.get("exit") == 0 and str(reply.get("output", "")).strip() == EXPECTED:
+        return "ok"
+    said = (str(reply.get("output", "")).strip() or "no output").splitlines()[0][:200]
+    return f"error: bwrap exited with status {reply.get('exit')} ({said}); {HINT}"

@@ -18,10 +18,12 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,7 +39,9 @@ log = logging.getLogger("harness.broker")
 MAX_COMMAND = 131072  # the kernel's limit on one argument (MAX_ARG_STRLEN)
 MAX_USER = 1 << 24
 UNSAFE_ENV = {"LANG": "C.UTF-8", "TERM": "dumb"}
-TICKET_SECONDS = 60.0  # a pane presents its ticket within a second; an unused one expires
+TICKET_SECONDS = 60.0
+SELFTEST_WORD = "sandbox-ok"
+SELFTEST_SECONDS = 30  # a pane presents its ticket within a second; an unused one expires
 
 
 class Refused(Exception):
@@ -88,8 +92,8 @@ class Broker:
                 result, out_fds = self.cli(message, fds)
                 fds = []  # the gateway's socket is kept with the ticket
             else:
-                handler = {"workspace": self.workspace, "host": self.host,
-                           "bash": self.bash}.get(message.get("op"))  # fmt: skip
+                handler = {"workspace": self.workspace, "host": self.host, "bash": self.bash,
+                           "selftest": self.selftest}.get(message.get("op"))  # fmt: skip
                 if handler is None:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
@@ -215,6 +219,34 @@ class Broker:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         threading.Thread(target=self._watch, args=(child, mine, cgroup), daemon=True).start()
         return {}, [read, theirs.detach()]
+
+    def selftest(self, message: dict):
+        """One command through the real spawn path, as a uid no user has (users start at
+        BASE + 1), in a directory of its own: what /healthz reports."""
+        bwrap = self._need_bwrap()
+        uid = self.config.uid_base
+        directory = tempfile.mkdtemp(prefix="harness-selftest-")
+        try:
+            os.chown(directory, uid, uid)
+            fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            read, write = os.pipe2(os.O_CLOEXEC)
+            try:
+                argv = sandbox_argv(bwrap, fd, f"echo {SELFTEST_WORD}", (uid, uid))
+                child = self._start(argv, [fd], limits(None, self.config.pids), stdout=write)
+            finally:
+                os.close(write)
+                os.close(fd)
+            with os.fdopen(read, "rb") as out:
+                said = out.read(4096).decode(errors="replace")
+            try:
+                code = child.wait(SELFTEST_SECONDS)
+            except subprocess.TimeoutExpired:
+                _kill(child)
+                code = child.wait()
+            self._forget(child)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return {"exit": code, "output": said[:500]}, []
 
     def cli(self, message: dict, fds: list[int]):
         """A CLI agent's sandbox, to be started by the pane that presents the ticket."""

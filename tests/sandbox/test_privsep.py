@@ -123,3 +123,12 @@ def live_uid(live, name: str) -> int:
 def _user_id(live, name: str) -> int:
     code = f"from agent.models import User; print(User.objects.get(username={name!r}).pk)"
     return int(live.manage("shell", "-c", code).split()[-1])
+
+
+def test_the_health_check_runs_its_command_through_the_broker(live):
+    """/healthz's sandbox self-test takes the real spawn path: the broker, a uid no user has."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{live.url}/healthz", timeout=10) as response:
+        assert json.loads(response.read())["sandbox"] == "ok"
+    assert "bash sandbox self-test: ok" in live.log.read_text()
