@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.core.tools.bash import SETPRIV, bwrap_path, sandbox_argv
+from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
 from agent.sandbox import cli_spawn
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
@@ -148,21 +148,16 @@ class Broker:
         bwrap = self._need_bwrap()
         workspace = self._workspace_fd(user)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cgroup = None
         try:
-            # In the user's cgroup like every process of theirs: its memory and processes
-            # count with the rest of the user's.
-            cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
             argv = host_argv(bwrap, self.config, workspace, theirs.fileno(), self.config.ids(user))
-            child = self._start(
+            child, cgroup = self.spawn(
+                user,
                 argv,
                 [workspace, theirs.fileno()],
-                limits(cgroup, None, HOST_NOFILE),
+                nofile=HOST_NOFILE,
                 stdout=subprocess.DEVNULL,
             )
         except BaseException:
-            if cgroup is not None:
-                self.cgroups.release_sync(cgroup)
             mine.close()
             raise
         finally:
@@ -185,10 +180,7 @@ class Broker:
             raise Refused("command must be a string of at most 128 KB")
         bwrap = None if message.get("unsafe") is True else self._need_bwrap()
         workspace = self._workspace_fd(user)
-        cgroup = None
         try:
-            cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
-            pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
             if message.get("unsafe") is True:
                 # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
                 # cgroup, limits), in the workspace: never root, never the server.
@@ -205,15 +197,13 @@ class Broker:
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
             try:
-                child = self._start(argv, [workspace],
-                                    limits(cgroup, None if pids_by_cgroup else self.config.pids),
-                                    stdout=write, cwd=cwd, env=env)  # fmt: skip
+                child, cgroup = self.spawn(user, argv, [workspace], stdout=write, cwd=cwd,
+                                           env=env)  # fmt: skip
+            except BaseException:
+                os.close(read)
+                raise
             finally:
                 os.close(write)
-        except BaseException:
-            if cgroup is not None:
-                self.cgroups.release_sync(cgroup)
-            raise
         finally:
             os.close(workspace)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -273,6 +263,22 @@ class Broker:
         return cli_spawn.start(self, spec, stdio)
 
     # -- processes --------------------------------------------------------------------
+
+    def spawn(self, user: int, argv: list[str], pass_fds: list[int], *, nofile: int | None = None,
+              address_space: int = MEMORY_LIMIT, **popen):  # fmt: skip
+        """The one way a user's process starts: in a new cgroup of the user's (processes,
+        memory), with rlimits (the process limit only where no pids cgroup binds)."""
+        cgroup = self.cgroups.open_run(f"{self.workspaces}/{user}")
+        try:
+            pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
+            nproc = None if pids_by_cgroup else self.config.pids
+            child = self._start(argv, pass_fds, limits(cgroup, nproc, nofile, address_space),
+                                **popen)  # fmt: skip
+        except BaseException:
+            if cgroup is not None:
+                self.cgroups.release_sync(cgroup)
+            raise
+        return child, cgroup
 
     def _start(self, argv, pass_fds, preexec, stdout, stdin=subprocess.DEVNULL, stderr=None,
                cwd="/", env=None):  # fmt: skip

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 from agent.core.tools.bash import sandbox_argv
-from agent.sandbox.spawn import CLI_ADDRESS_SPACE, limits
+from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
 HOMES = ".harness-cli"  # in the workspace's root, hidden from every sandbox but its own
@@ -200,25 +200,15 @@ def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, objec
     user = spec["user"]
     workspace = broker._workspace_fd(user)
     home = None
-    cgroup = None
     try:
         home = open_home(workspace, spec["conversation"])
-        cgroup = broker.cgroups.open_run(f"{broker.workspaces}/{user}")
-        pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
         forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
         command = argv(broker._need_bwrap(), spec, workspace, home, spec.get("gateway_fd"),
                        broker.config.ids(user), forwarder)  # fmt: skip
         passed = [workspace, home] + ([spec["gateway_fd"]] if spec.get("gateway_fd") else [])
-        nproc = None if pids_by_cgroup else broker.config.pids
-        child = broker._start(command, passed,
-                              limits(cgroup, nproc, address_space=CLI_ADDRESS_SPACE),
-                              stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])  # fmt: skip
-    except BaseException:
-        if cgroup is not None:
-            broker.cgroups.release_sync(cgroup)
-        raise
+        return broker.spawn(user, command, passed, address_space=CLI_ADDRESS_SPACE,
+                            stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])  # fmt: skip
     finally:
         os.close(workspace)
         if home is not None:
             os.close(home)
-    return child, cgroup

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from testkit.api_client import Api, read_until
+from testkit.api_client import Api
 from testkit.live import LiveServer
 from testkit.model_server import text_reply, tool_reply
 from tests.conftest import require_bwrap
+from tests.web.test_cli_agents_live import prompt_and_read
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 
@@ -67,16 +68,6 @@ def test_the_server_holds_no_root_and_only_its_broker_does(live):
     assert b"agent.sandbox.broker" in cmdline
 
 
-def _prompt(api: Api, conversation: str, content: str) -> list[dict]:
-    response, stream = api.events(conversation, timeout=60)
-    status, body = api.call("POST", f"/api/conversations/{conversation}/prompt",
-                            {"content": content})  # fmt: skip
-    assert status == 202, body
-    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                       and i[2]["state"] in ("idle", "error"), timeout=60)  # fmt: skip
-    return [i[2] for i in items if i[0] == "event"]
-
-
 def _results(events: list[dict]) -> list[dict]:
     return [e for e in events if e["type"] == "tool_result"]
 
@@ -91,7 +82,7 @@ def test_tools_and_bash_run_as_the_users_own_uid(live, alice, fresh):
                    ("list_dir", {"path": "notes"})),
         text_reply("done"),
     )  # fmt: skip
-    results = _results(_prompt(alice, conversation["id"], "go"))
+    results = _results(prompt_and_read(alice, conversation["id"], "go"))
     assert [r["isError"] for r in results] == [False] * 5, [r["result"] for r in results]
     uid = live_uid(live, "alice")
     assert json.loads(results[1]["result"])["output"] == f"{uid}\n{uid}\nhello\n"
@@ -111,7 +102,7 @@ def test_a_symlink_to_a_root_file_gives_the_user_nothing(live, alice, fresh):
         tool_reply(("read", {"path": "shadow"})),
         text_reply("done"),
     )  # fmt: skip
-    results = _results(_prompt(alice, conversation["id"], "go"))
+    results = _results(prompt_and_read(alice, conversation["id"], "go"))
     assert results[-1]["isError"]
     assert "root:" not in results[-1]["result"], results[-1]["result"]
 
