@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, sandbox_argv
+from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
 from agent.sandbox import cli_spawn
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
@@ -204,10 +204,13 @@ class Broker:
                 raise
             finally:
                 os.close(write)
+            # Kept for the watcher: the workspace's disk is measured where it is mounted.
+            measure = os.dup(workspace)
         finally:
             os.close(workspace)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        threading.Thread(target=self._watch, args=(child, mine, cgroup), daemon=True).start()
+        threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
+                         daemon=True).start()  # fmt: skip
         return {}, [read, theirs.detach()]
 
     def selftest(self, message: dict):
@@ -299,7 +302,8 @@ class Broker:
         with self.lock:
             self.children.discard(child)
 
-    def _watch(self, child: subprocess.Popen, control: socket.socket, cgroup) -> None:
+    def _watch(self, child: subprocess.Popen, control: socket.socket, cgroup,
+               workspace: int) -> None:  # fmt: skip
         """One bash call: ends when it exits, or when the server says kill (a timeout, a
         cancel) or goes away; then its processes are killed and its cgroup removed, and the
         exit status and what the kernel counted go back."""
@@ -319,6 +323,12 @@ class Broker:
         self._forget(child)
         reply = {"exit": code, "oom_kills": stats.oom_kills if stats else 0,
                  "pids_hits": stats.pids_limit_hits if stats else 0}  # fmt: skip
+        try:
+            reply["disk"] = list(disk_usage(os.fstatvfs(workspace)))
+        except OSError:
+            pass
+        finally:
+            os.close(workspace)
         with contextlib.suppress(OSError):
             send_packet(control, reply)
         control.close()

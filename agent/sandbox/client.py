@@ -178,7 +178,7 @@ class UserSandbox:
 
     async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
         """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
-        (ProcessResult, RunStats)."""
+        (ProcessResult, RunStats, the workspace's disk usage after it or None)."""
         request = functools.partial(self.broker.request, "bash", user=self.user_id,
                                     command=command, unsafe=unsafe)  # fmt: skip
         _, fds = await _thread(request)
@@ -209,7 +209,9 @@ class UserSandbox:
             timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
         )  # fmt: skip
         stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))
-        return result, stats
+        disk = message.get("disk")
+        usage = tuple(int(n) for n in disk) if isinstance(disk, list) and len(disk) == 4 else None
+        return result, stats, usage
 
 
 def _drain(fd: int, buffer: HeadTailBuffer) -> None:

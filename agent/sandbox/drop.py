@@ -6,7 +6,7 @@ the container all come through it), while the process has one thread:
 1. the broker starts (``python -m agent.sandbox.broker``), root, with a socket only this
    process holds, and the configuration it will ever use;
 2. the server's own state (``var/``, the SQLite database, the CLI agents' state) becomes
-   the service user's: its directories ``root:<service group>`` with the sticky bit, so the
+   the service user's: its directories writable by the service group, with the sticky bit, so the
    server writes its files there but cannot rename or replace the broker's (the
    workspaces); the files it writes are given to it;
 3. what the server must read but the service user cannot reach (a checkout or an
@@ -156,8 +156,14 @@ def give_state(uid: int, gid: int) -> None:
     logs. Nothing else changes hands."""
     for directory in state_dirs():
         directory.mkdir(parents=True, exist_ok=True)
-        os.chown(directory, 0, gid)
-        os.chmod(directory, 0o1770)
+        st = os.stat(directory)
+        if st.st_mode & stat.S_IWOTH and st.st_mode & stat.S_ISVTX:
+            continue  # a shared scratch directory (/tmp): the server may write there already
+        # The group's write and the sticky bit added, its owner kept (unless it is the
+        # service user, who could then move anything in it): the server creates its files
+        # there and cannot move or replace anyone else's, such as the broker's workspaces.
+        os.chown(directory, 0 if st.st_uid == uid else st.st_uid, gid)
+        os.chmod(directory, stat.S_IMODE(st.st_mode) | stat.S_ISVTX | stat.S_IRWXG)
     database = settings.DATABASES["default"]
     if database["ENGINE"] == "django.db.backends.sqlite3":
         name = str(database["NAME"])

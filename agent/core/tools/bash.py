@@ -131,17 +131,24 @@ def sandbox_argv(
     return argv
 
 
-def disk_full_note(root: str, quota_mb: int | None) -> str:
+def disk_usage(st: os.statvfs_result) -> tuple[int, int, int, int]:
+    """(bytes free, bytes in all, inodes in all, inodes free) of a file system."""
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize, st.f_files, st.f_favail
+
+
+def disk_full_note(root: str, quota_mb: int | None,
+                   usage: tuple[int, int, int, int] | None = None) -> str:  # fmt: skip
     """Why a failed command may have failed, when the workspace's disk is (all but) full:
-    the model then frees space instead of retrying. Empty otherwise."""
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return ""
-    free = st.f_bavail * st.f_frsize
-    size = st.f_blocks * st.f_frsize
+    the model then frees space instead of retrying. Empty otherwise. ``usage``: the
+    workspace's ``disk_usage`` as measured where it is mounted (the broker's)."""
+    if usage is None:
+        try:
+            usage = disk_usage(os.statvfs(root))
+        except OSError:
+            return ""
+    free, size, files, files_free = usage
     nearly_empty = min(max(1024**2, size // 100), 64 * 1024**2)  # what a write may leave
-    if free >= nearly_empty and (st.f_files == 0 or st.f_favail > 0):
+    if free >= nearly_empty and (files == 0 or files_free > 0):
         return ""
     if quota_mb is not None:
         return (
@@ -234,12 +241,12 @@ class BashTool:
         if self.workspace.sandbox is not None:
             # The server dropped root: its broker runs the command as the user.
             try:
-                result, stats = await self.workspace.sandbox.bash(
+                result, stats, usage = await self.workspace.sandbox.bash(
                     command, self.timeout, OUTPUT_CAP, unsafe=self.mode == "unsafe"
                 )
             except RuntimeError as exc:
                 return fail(f"bash is unavailable: {exc}")
-            return await self._outcome(result, stats, root)
+            return await self._outcome(result, stats, root, usage)
         if self.mode == "sandbox":
             bwrap = bwrap_path()
             if bwrap is None:
@@ -291,7 +298,8 @@ class BashTool:
                 stats = await _release(self.cgroups, cgroup)
         return await self._outcome(result, stats, root)
 
-    async def _outcome(self, result, stats: RunStats | None, root: str) -> ToolResult:
+    async def _outcome(self, result, stats: RunStats | None, root: str,
+                       usage: tuple[int, int, int, int] | None = None) -> ToolResult:  # fmt: skip
         display = {
             "kind": "bash",
             "exit_code": result.returncode,
@@ -315,7 +323,7 @@ class BashTool:
         if result.returncode != 0:
             # The workspace's size limit (the server's workspaces carry it, agent/
             # workspaces.py; a CLI workspace has none) is named in the error.
-            full = await asyncio.to_thread(disk_full_note, root, self.workspace.quota_mb)
+            full = await asyncio.to_thread(disk_full_note, root, self.workspace.quota_mb, usage)
             return fail(
                 f"command exited with status {result.returncode}{full}{self._pids_note(stats)}",
                 display, exit_code=result.returncode, output=result.output,
