@@ -283,6 +283,12 @@ def _attempt(request: _Claim) -> Setup | RunRefused:
         return refused
 
 
+CLI_NEEDS_BASH = (
+    "CLI agents run commands themselves, and commands are switched off for "
+    "this account (or this server has no sandbox): use the built-in agent."
+)
+
+
 def _claim(request: _Claim) -> Setup:
     conversation_id, user_id, prompt = request.conversation_id, request.user_id, request.prompt
     branch_from, images = request.branch_from, request.images
@@ -291,6 +297,9 @@ def _claim(request: _Claim) -> Setup:
     owner_id = owner.pk
     if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
         raise RunRefused("prompt_running", ALREADY_RUNNING)
+    if conversation.agent != "harness" and sandbox_bash_mode(owner.bash_enabled) == "off":
+        # A CLI agent runs commands itself: where bash is off, so are the CLIs.
+        raise RunRefused("forbidden", CLI_NEEDS_BASH)
     config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
     config = config.replace(approval=conversation.approval or config.approval)
     if not config.offline:  # (the demo costs nothing)

@@ -217,12 +217,44 @@ async def handle(gateway: Gateway, method: str, path_qs: str, headers, body: byt
     if not settings.ANTHROPIC_API_KEY:
         return error_reply(503, "api_error", "This deployment has no model key "
                            "(ANTHROPIC_API_KEY): CLI agents need a real model.")  # fmt: skip
+    reach = _network_reach(headers, body)
+    if reach is not None:
+        return error_reply(400, "invalid_request_error", reach)
     endpoint = path.removeprefix(PREFIX)
     # Checked at each call, as it is spent (counting tokens is free): a CLI's one prompt
     # may make dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help.
     if endpoint == "/v1/messages" and (refused := await gateway.refusal()) is not None:
         return error_reply(403, "permission_error", refused)
     return await _forward(gateway, endpoint, query, headers, body)
+
+
+# What would let the model provider reach the network for a sandbox that has none:
+# server-side tools, MCP servers, and the beta flags that switch them on.
+SERVER_TOOLS = ("web_search", "web_fetch", "code_execution", "bash_code_execution",
+                "text_editor_code_execution", "mcp")  # fmt: skip
+NETWORK_BETAS = ("mcp-client", "web-fetch", "web-search", "code-execution", "files-api")
+
+
+def _network_reach(headers, body: bytes) -> str | None:
+    """Why a call is refused, when it asks the provider to reach the network or run code
+    on the deployment's account; None when it does not."""
+    betas = [b.strip() for b in (headers.get("anthropic-beta") or "").split(",") if b.strip()]
+    if any(b.startswith(NETWORK_BETAS) for b in betas):
+        return "Server-side network and code-execution features are not available here."
+    try:
+        request = json.loads(body) if body else {}
+    except ValueError:
+        return None  # the upstream says what is wrong with it
+    if not isinstance(request, dict):
+        return None
+    if request.get("mcp_servers") or request.get("container"):
+        return "MCP servers and code-execution containers are not available here."
+    for tool in request.get("tools") or ():
+        kind = tool.get("type", "") if isinstance(tool, dict) else ""
+        if isinstance(kind, str) and kind.startswith(SERVER_TOOLS):
+            return (f"The server-side tool {kind!r} is not available here: the sandbox has "
+                    "no network, and neither may the model on its behalf.")  # fmt: skip
+    return None
 
 
 def _model_of(body: bytes) -> str:

@@ -244,7 +244,7 @@ class Broker:
     def cli(self, message: dict, fds: list[int]):
         """A CLI agent's sandbox, to be started by the pane that presents the ticket."""
         user = _user(message)
-        spec = cli_spawn.validate(message, fds)  # refused: the caller closes the fds
+        spec = cli_spawn.validate(message, fds, self.config)  # refused: the caller closes the fds
         spec.update(user=user, gateway_fd=fds[0] if fds else None)
         ticket = secrets.token_urlsafe(24)
         with self.lock:

@@ -40,7 +40,7 @@ class Refused(Exception):
     pass
 
 
-def validate(message: dict, fds: list[int]) -> dict:
+def validate(message: dict, fds: list[int], config) -> dict:
     conversation = message.get("conversation")
     if not isinstance(conversation, str) or not CONVERSATION.match(conversation):
         raise Refused("conversation must be a UUID")
@@ -54,6 +54,8 @@ def validate(message: dict, fds: list[int]) -> dict:
         raise Refused("env must map up to 64 NAMEs to short strings")
     root = message.get("cli_root")
     if root is not None:
+        if root not in config.cli_roots:
+            raise Refused("the CLI's directory is not one this deployment configured")
         root = closed_to_others(root)
     if len(fds) > 1:
         raise Refused("at most one descriptor: the gateway's socket")

@@ -25,6 +25,7 @@ from agent.sandbox.wire import WireError, read_frame, recv_packet, send_packet, 
 
 REQUEST_TIMEOUT = 600.0  # a workspace's first mount may migrate an old one (a copy)
 KILL_GRACE = 10.0
+READY_TIMEOUT = 30.0
 
 
 class BrokerError(RuntimeError):
@@ -228,6 +229,17 @@ class HostConnection:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.closed = False
+        # Its first frame says it has made what sandboxes rely on (the hidden CLI homes).
+        sock.settimeout(READY_TIMEOUT)
+        try:
+            header, _ = read_frame(sock)
+        except (WireError, OSError) as exc:
+            sock.close()
+            raise PathError(f"the workspace's file host did not start ({exc})") from None
+        sock.settimeout(None)
+        if header.get("ready") is not True:
+            sock.close()
+            raise PathError("the workspace's file host did not start")
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[concurrent.futures.Future, str | None]] = {}
         self._lock = threading.Lock()

@@ -114,8 +114,22 @@ def broker_config(uid: int, gid: int) -> BrokerConfig:
         memory_mb=settings.HARNESS_SANDBOX_MEMORY_MB, cgroups=settings.HARNESS_SANDBOX_CGROUPS,
         cgroup_path=settings.HARNESS_CGROUP or "", python_prefix=prefix, python=python,
         app=str(settings.BASE_DIR),
-        attach_socket=str(attach_socket()),
+        attach_socket=str(attach_socket()), cli_roots=cli_roots(),
     )  # fmt: skip
+
+
+def cli_roots() -> list[str]:
+    """The CLI agents' install directories, as the deployment configures them: the only
+    ones the broker will bind into a user's sandbox."""
+    from agent.core.cli_agents.providers import PROVIDERS
+    from agent.core.cli_agents.session import install_root
+
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for name, command in settings.HARNESS_AGENT_COMMANDS.items():
+        if command:
+            environ[PROVIDERS[name].command_env_name()] = command
+    found = (provider.find(environ) for provider in PROVIDERS.values())
+    return sorted({root for exe in found if exe and (root := install_root(exe)) is not None})
 
 
 def attach_socket() -> Path:

