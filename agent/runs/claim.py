@@ -297,7 +297,7 @@ def _claim(request: _Claim) -> Setup:
     owner_id = owner.pk
     if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason
         raise RunRefused("prompt_running", ALREADY_RUNNING)
-    if conversation.agent != "harness" and sandbox_bash_mode(owner.bash_enabled) == "off":
+    if conversation.agent != "harness" and not owner.bash_enabled:
         # A CLI agent runs commands itself: where bash is off, so are the CLIs.
         raise RunRefused("forbidden", CLI_NEEDS_BASH)
     config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
