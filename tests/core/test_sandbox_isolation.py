@@ -295,12 +295,14 @@ def test_a_hybrid_host_uses_the_v1_pids_and_memory_hierarchies():
     assert plan.parents == {
         "pids": Path("/sys/fs/cgroup/pids/harness"),
         "memory": Path("/sys/fs/cgroup/memory/process_api/abc/harness"),
+        "cpu": Path("/sys/fs/cgroup/cpu x/harness"),  # shared fairly, not limited
     }
     configured = make_plan(SandboxLimits(cgroup_path="/sandboxes"), HYBRID_MOUNTINFO,
                            HYBRID_CGROUP)  # fmt: skip
     assert set(configured.parents.values()) == {
         Path("/sys/fs/cgroup/pids/sandboxes"),
         Path("/sys/fs/cgroup/memory/sandboxes"),
+        Path("/sys/fs/cgroup/cpu x/sandboxes"),
     }
     assert parse_mountinfo(HYBRID_MOUNTINFO)[-1].point == "/sys/fs/cgroup/cpu x"
     assert parse_proc_cgroup(HYBRID_CGROUP)["cpuacct"] == "/"
@@ -328,7 +330,7 @@ def test_v2_uses_the_servers_own_cgroup_only_when_it_is_delegated(tmp_path):
     plan = make_plan(SandboxLimits(), mountinfo, cgroup)
     assert plan.version == 2 and plan.may_move
     assert plan.parents == dict.fromkeys(
-        ("pids", "memory"), tmp_path / "system.slice/harness.service/harness"
+        ("pids", "memory", "cpu"), tmp_path / "system.slice/harness.service/harness"
     )
     # After the server moved itself into its leaf, the plan is the same.
     moved = make_plan(SandboxLimits(), mountinfo, "0::/system.slice/harness.service/server\n")
@@ -372,13 +374,13 @@ def test_v2_setup_moves_the_servers_processes_into_a_leaf_when_the_kernel_asks(
 
     monkeypatch.setattr("agent.core.tools.cgroups._write", write)
     manager = SandboxCgroups(SandboxLimits(), str(paths["mountinfo"]), str(paths["cgroup"]))
-    assert manager.enforced() == {"pids", "memory"}
+    assert manager.enforced() == {"pids", "memory", "cpu"}
     assert writes == [
-        ("cgroup.subtree_control", "+pids +memory"),  # EBUSY
+        ("cgroup.subtree_control", "+pids +memory +cpu"),  # EBUSY
         ("server/cgroup.procs", "101"),
         ("server/cgroup.procs", "102"),
-        ("cgroup.subtree_control", "+pids +memory"),
-        ("harness/cgroup.subtree_control", "+pids +memory"),
+        ("cgroup.subtree_control", "+pids +memory +cpu"),
+        ("harness/cgroup.subtree_control", "+pids +memory +cpu"),
     ]
 
 

@@ -118,6 +118,12 @@ def test_the_cli_runs_as_the_user_in_the_users_cgroup_with_a_home_per_conversati
     if not enforced:
         pytest.skip("cgroups are not available to the broker on this host")
     assert len(enforced) == len(cgroups)
+    # CPU is shared per workspace where the host has the controller: the user's processes
+    # sit in their workspace's cpu cgroup, weighed equally with every other user's.
+    if any(":cpu" in line for line in Path("/proc/self/cgroup").read_text().splitlines()):
+        for text in cgroups:
+            cpu = [line for line in text.splitlines() if "cpu" in line.split(":")[1].split(",")]
+            assert cpu and all("/harness/ws-" in line for line in cpu), text
 
 
 def test_the_built_in_agent_cannot_reach_the_cli_homes(live, alice, model):

@@ -338,7 +338,7 @@ class BashTool:
 
     def _open_cgroup_blocking(self, cgroups: SandboxCgroups, root: str) -> RunCgroup | None:
         enforced = cgroups.enforced()
-        if self.limits.cgroups == "required" and enforced != frozenset(CONTROLLERS):
+        if self.limits.cgroups == "required" and not enforced >= frozenset(CONTROLLERS):
             _, text = cgroups.describe(enforced)
             raise _Unavailable(
                 "bash is unavailable: HARNESS_SANDBOX_CGROUPS=required, but the sandbox's "

@@ -42,7 +42,11 @@ from pathlib import Path, PurePosixPath
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("pids", "memory")
+CONTROLLERS = ("pids", "memory")  # the limits; both are needed for "required"
+# Shared fairly, not limited: each workspace's cgroup has the same weight, so one user's
+# busy commands get no more CPU than another's when both want it.
+FAIR = ("cpu",)
+ALL = CONTROLLERS + FAIR
 MODES = ("auto", "off", "required")
 SERVER_LEAF = "server"  # v2: the leaf the server's own processes move into
 PARENT_NAME = "harness"
@@ -213,7 +217,9 @@ def _plan_v2(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -
         offered = set(_read(plan.enable_in / "cgroup.controllers").split())
     except OSError as exc:
         return Plan(reason=f"cannot read {plan.enable_in}/cgroup.controllers ({exc.strerror})")
-    plan.parents = {c: parent for c in CONTROLLERS if c in offered}
+    plan.parents = {c: parent for c in ALL if c in offered}
+    if not any(c in plan.parents for c in CONTROLLERS):
+        plan.parents = {}  # CPU alone is no reason to make cgroups: rlimits then
     missing = [c for c in CONTROLLERS if c not in offered]
     if missing:
         plan.reason = f"cgroup v2 offers no {' or '.join(missing)} controller at {plan.enable_in}"
@@ -223,7 +229,7 @@ def _plan_v2(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -
 def _plan_v1(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -> Plan:
     plan = Plan(version=1, own_parent=not limits.cgroup_path)
     missing = []
-    for controller in CONTROLLERS:
+    for controller in ALL:
         mount = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
         own = mine.get(controller)
         if mount is None or own is None:
@@ -235,6 +241,9 @@ def _plan_v1(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -
             missing.append(controller)
             continue
         plan.parents[controller] = parent
+    missing = [c for c in missing if c in CONTROLLERS]  # sharing CPU is a bonus
+    if not any(c in plan.parents for c in CONTROLLERS):
+        plan.parents = {}
     if missing:
         plan.reason = f"no cgroup v1 hierarchy for {' or '.join(missing)}"
     return plan
@@ -245,7 +254,7 @@ def make_plan(limits: SandboxLimits, mountinfo: str, proc_cgroup: str) -> Plan:
         return Plan(reason="HARNESS_SANDBOX_CGROUPS=off")
     mounts, mine = parse_mountinfo(mountinfo), parse_proc_cgroup(proc_cgroup)
     v2 = _plan_v2(limits, mounts, mine)
-    if v2.controllers == frozenset(CONTROLLERS):
+    if v2.controllers >= frozenset(CONTROLLERS):
         return v2
     v1 = _plan_v1(limits, mounts, mine)
     best = v1 if len(v1.controllers) >= len(v2.controllers) and v1.controllers else v2
@@ -422,6 +431,8 @@ class SandboxCgroups:
                 f"memory is limited only per process (RLIMIT_AS); HARNESS_SANDBOX_MEMORY_MB "
                 f"({lim.memory_mb}) is not enforced"
             )
+        if "cpu" in have:
+            done.append("CPU shared equally between workspaces (cgroup cpu)")
         text = "; ".join(done + not_done)
         if have:
             text = f"cgroup v{plan.version} at {plan.where()}: {text}"
@@ -468,7 +479,7 @@ class SandboxCgroups:
         made: list[Path] = []
         try:
             for parent in sorted(set(plan.parents.values())):
-                controllers = [c for c in CONTROLLERS if plan.parents.get(c) == parent]
+                controllers = [c for c in ALL if plan.parents.get(c) == parent]
                 self._ensure_parent(plan, parent)
                 workspace = parent / key
                 with contextlib.suppress(FileExistsError):
@@ -658,7 +669,7 @@ class SandboxCgroups:
 
 
 def _enable_text(controllers: Iterable[str]) -> str:
-    return " ".join(f"+{c}" for c in CONTROLLERS if c in set(controllers))
+    return " ".join(f"+{c}" for c in ALL if c in set(controllers))
 
 
 def _write_if_changed(path: Path, value: str) -> None:
