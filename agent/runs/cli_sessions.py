@@ -109,6 +109,10 @@ class CliSessions:
         if executable is None:
             raise RuntimeError(f"{agent} is not installed")
         workspace = await asyncio.to_thread(workspace_for, owner_id)
+        if workspace.sandbox is None and sandbox_ids(owner_id) is not None:
+            # Root without a broker (print mode, an in-process test): nothing may start a
+            # CLI as root, and only the broker starts one as the user.
+            raise RuntimeError("CLI agents need a server that has started its broker")
         gateway = await open_gateway(key, owner_id)
         state_dir = self._state_dir(key)
         marker = Path(state_dir) / "cli-session"
@@ -121,7 +125,7 @@ class CliSessions:
             # under a broker, inside the user's own workspace storage, made by the user.
             home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / key),
             state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
-            wrap=gateway.wrap_command, run_as=sandbox_ids(owner_id),
+            wrap=gateway.wrap_command,
             resume=resume or None, prefix=PREFIX,
             approval=approval, model=model, sandbox=workspace.sandbox,
             attach=[sys.executable, "-m", "agent.sandbox.attach", str(drop.attach_socket())],

@@ -3,11 +3,11 @@
 It is started by the root launcher (``drop``) as ``python -m agent.sandbox.broker FD`` with
 its configuration on standard input, and serves the server over the SOCK_SEQPACKET socket
 FD. Its requests are few and validated: make a user's workspace (``workspace``), start that
-user's file host (``host``), run a bash command (``bash``), and hand a CLI agent's pane to a
-sandbox (``cli`` then ``attach``). A request names a user by number and a kind; every path,
-uid, limit and mount comes from the broker's own configuration, so no request can make it
-open a path inside a user-writable tree. When the server's socket closes, every process the
-broker started is killed and it exits.
+user's file host (``host``), run a bash command (``bash``), hand a CLI agent's pane to a
+sandbox (``cli`` then ``attach``), and run the start-up self-test (``selftest``). A request
+names a user by number and a kind; every path, uid, limit and mount comes from the broker's
+own configuration, so no request can make it open a path inside a user-writable tree. When
+the server's socket closes, every process the broker started is killed and it exits.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ log = logging.getLogger("harness.broker")
 MAX_COMMAND = 131072  # the kernel's limit on one argument (MAX_ARG_STRLEN)
 MAX_USER = 1 << 24
 UNSAFE_ENV = {"LANG": "C.UTF-8", "TERM": "dumb"}
-TICKET_SECONDS = 60.0
+TICKET_SECONDS = 60.0  # a pane presents its ticket within a second; an unused one expires
 SELFTEST_WORD = "sandbox-ok"
-SELFTEST_SECONDS = 30  # a pane presents its ticket within a second; an unused one expires
+SELFTEST_SECONDS = 30
 
 
 class Refused(Exception):
@@ -69,6 +69,10 @@ class Broker:
         self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.workspaces = Path(config.workspaces)
+        # Held from the start: each request opens a user's workspace below this descriptor,
+        # whatever later happens to the path.
+        self.workspaces.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.root = os.open(self.workspaces, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
     # -- the server's socket ----------------------------------------------------------
 
@@ -124,14 +128,11 @@ class Broker:
         return {"quota_mb": prepare(self.workspaces, user, self.config.ids(user))}, []
 
     def _workspace_fd(self, user: int) -> int:
-        root = os.open(self.workspaces, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fd = os.open(str(user), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=root)  # fmt: skip
+                         dir_fd=self.root)  # fmt: skip
         except FileNotFoundError:
             raise Refused("the workspace is not prepared") from None
-        finally:
-            os.close(root)
         st = os.fstat(fd)
         if (st.st_uid, st.st_gid) != self.config.ids(user):
             os.close(fd)
@@ -163,25 +164,20 @@ class Broker:
         finally:
             os.close(workspace)
             theirs.close()
-        threading.Thread(target=self._reap, args=(child, cgroup), daemon=True).start()
+        # It ends when the server closes its socket; then its cgroup goes.
+        threading.Thread(target=self.supervise, args=(child, cgroup), daemon=True).start()
         return {}, [mine.detach()]
-
-    def _reap(self, child: subprocess.Popen, cgroup) -> None:
-        child.wait()
-        _kill(child)
-        if cgroup is not None:
-            self.cgroups.release_sync(cgroup)
-        self._forget(child)
 
     def bash(self, message: dict):
         user = _user(message)
         command = message.get("command")
         if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
             raise Refused("command must be a string of at most 128 KB")
-        bwrap = None if message.get("unsafe") is True else self._need_bwrap()
+        unsafe = message.get("unsafe") is True
+        bwrap = None if unsafe else self._need_bwrap()
         workspace = self._workspace_fd(user)
         try:
-            if message.get("unsafe") is True:
+            if unsafe:
                 # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
                 # cgroup, limits), in the workspace: never root, never the server.
                 uid, gid = self.config.ids(user)
@@ -302,11 +298,11 @@ class Broker:
         with self.lock:
             self.children.discard(child)
 
-    def _watch(self, child: subprocess.Popen, control: socket.socket, cgroup,
-               workspace: int) -> None:  # fmt: skip
-        """One bash call: ends when it exits, or when the server says kill (a timeout, a
-        cancel) or goes away; then its processes are killed and its cgroup removed, and the
-        exit status and what the kernel counted go back."""
+    def supervise(self, child: subprocess.Popen, cgroup, control: socket.socket | None = None):
+        """Every process the broker starts for a user ends here: when it exits, or when the
+        other end of ``control`` says kill or goes away (a timeout, a cancel, a closed
+        pane). Then whatever it left is killed, its cgroup removed; (status, what the
+        kernel counted)."""
         stop = threading.Event()
 
         def listen() -> None:
@@ -315,12 +311,20 @@ class Broker:
             if not stop.is_set():
                 _kill(child)
 
-        threading.Thread(target=listen, daemon=True).start()
+        if control is not None:
+            threading.Thread(target=listen, daemon=True).start()
         code = child.wait()
         stop.set()
         _kill(child)
         stats = self.cgroups.release_sync(cgroup) if cgroup is not None else None
         self._forget(child)
+        return code, stats
+
+    def _watch(self, child: subprocess.Popen, control: socket.socket, cgroup,
+               workspace: int) -> None:  # fmt: skip
+        """One bash call, supervised; its exit status, what the kernel counted and the
+        workspace's disk go back on ``control``."""
+        code, stats = self.supervise(child, cgroup, control)
         reply = {"exit": code, "oom_kills": stats.oom_kills if stats else 0,
                  "pids_hits": stats.pids_limit_hits if stats else 0}  # fmt: skip
         try:

@@ -23,14 +23,13 @@ import subprocess
 import threading
 from pathlib import Path
 
+from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
 from agent.core.tools.bash import sandbox_argv
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
 HOMES = ".harness-cli"  # in the workspace's root, hidden from every sandbox but its own
-HOME_IN_SANDBOX = "/home/agent"
-CLI_IN_SANDBOX = "/opt/cli/node_modules"
-GATEWAY_IN_SANDBOX = "/harness-llm"
+GATEWAY_IN_SANDBOX = "/harness-llm"  # agent/runs/llm_gateway.py's DIR_IN_SANDBOX
 CONVERSATION = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 MAX_PROGRAM = 131072
@@ -106,29 +105,18 @@ def open_home(workspace_fd: int, conversation: str) -> int:
 
 def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
          ids: tuple[int, int], forwarder: str) -> list[str]:  # fmt: skip
-    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
-    # A root bwrap makes the parents of its binds closed to the sandbox's user; a CLI
-    # looks for its settings under /etc (and hangs on EACCES).
-    base[1:1] = ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
-    tmp = base.index("--tmpfs")
-    base[tmp:tmp] = ["--perms", "01777"]  # writable by the sandbox's user
-    extra = hidden_homes() + [
+    binds = hidden_homes() + [
         "--perms", "0755", "--dir", "/home",
         "--bind-fd", str(home_fd), HOME_IN_SANDBOX,
+        *install_binds(spec["cli_root"]),
     ]  # fmt: skip
-    if spec["cli_root"]:
-        extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
-                  "--ro-bind", spec["cli_root"], CLI_IN_SANDBOX]  # fmt: skip
     if gateway_fd is not None:
-        extra += ["--perms", "0755", "--dir", GATEWAY_IN_SANDBOX,
+        binds += ["--perms", "0755", "--dir", GATEWAY_IN_SANDBOX,
                   "--perms", "0755", "--dir", f"{GATEWAY_IN_SANDBOX}/socket",
                   "--ro-bind-fd", str(gateway_fd), f"{GATEWAY_IN_SANDBOX}/socket/s",
                   "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
-    env = {**spec["env"], "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
-    for name, value in env.items():
-        extra += ["--setenv", name, value]
-    separator = base.index("--")
-    return base[:separator] + extra + base[separator:]
+    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
+    return cli_sandbox(base, binds, spec["env"])
 
 
 def hidden_homes() -> list[str]:
@@ -162,6 +150,7 @@ def serve_attach(broker) -> None:
 def attach(broker, conn: socket.socket) -> None:
     """One pane: its ticket, its terminal; the CLI runs until it exits or the pane goes."""
     fds: list[int] = []
+    spec = None
     try:
         message, fds = recv_packet(conn)
         spec = broker.take_ticket(message.get("ticket"))
@@ -176,23 +165,10 @@ def attach(broker, conn: socket.socket) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-        if "spec" in locals() and spec is not None and spec.get("gateway_fd") is not None:
+        if spec is not None and spec.get("gateway_fd") is not None:
             os.close(spec["gateway_fd"])
     send_packet(conn, {"ok": True})
-
-    def listen() -> None:
-        with contextlib.suppress(OSError, WireError):
-            recv_packet(conn)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, 9)
-
-    threading.Thread(target=listen, daemon=True).start()
-    code = child.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, 9)
-    if cgroup is not None:
-        broker.cgroups.release_sync(cgroup)
-    broker._forget(child)
+    code, _ = broker.supervise(child, cgroup, conn)  # the pane gone: the CLI goes too
     with contextlib.suppress(OSError):
         send_packet(conn, {"exit": code})
     conn.close()

@@ -25,6 +25,7 @@ from pathlib import Path
 from agent.core.cli_agents.providers import Provider
 from agent.core.cli_agents.tmux import Tmux
 from agent.core.tools.bash import bwrap_path, sandbox_argv
+from agent.core.tools.workspace import Workspace
 
 POLL_INTERVAL = 0.1  # seconds between reads of the pane's log while a prompt runs
 READ_CHUNK = 1 << 20
@@ -63,7 +64,6 @@ class SessionSpec:
     env: dict[str, str] = field(default_factory=dict)  # the gateway's (base URL, credential)
     extra_bwrap: list[str] = field(default_factory=list)  # the gateway's bind mounts
     wrap: Callable[[list[str]], list[str]] | None = None  # the gateway's in-sandbox forwarder
-    run_as: tuple[int, int] | None = None  # a root server's per-user uid/gid
     # A server that dropped root: the user's sandbox (agent/sandbox/client.py) makes the
     # home and gives the pane a ticket; ``attach`` is the pane's command before the ticket.
     sandbox: object | None = None
@@ -109,31 +109,43 @@ def cli_env(spec: SessionSpec) -> dict[str, str]:
     return {**spec.provider.env(), **spec.env}
 
 
+def cli_sandbox(argv: list[str], binds: list[str], env: dict[str, str]) -> list[str]:
+    """The bash tool's sandbox arguments ``argv`` made a CLI's: ``binds`` and ``env`` (with
+    HOME and a terminal) before its command. Both ways of starting a CLI use it."""
+    # A root bwrap makes the parents of its binds (/etc) closed to the sandbox's user; a
+    # CLI looks for its settings there (and hangs on EACCES).
+    argv = [argv[0], "--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl",
+            *argv[1:]]  # fmt: skip
+    tmp = argv.index("--tmpfs")  # writable by the sandbox's user (a root bwrap's is not)
+    argv[tmp:tmp] = ["--perms", "01777"]
+    extra = list(binds)
+    for name, value in {**env, "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}.items():
+        extra += ["--setenv", name, value]
+    separator = argv.index("--")
+    return argv[:separator] + extra + argv[separator:]
+
+
+def install_binds(root: str | None) -> list[str]:
+    """The CLI's install directory, read-only at a fixed place (none under /usr)."""
+    if root is None:
+        return []
+    return ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
+            "--ro-bind", root, CLI_IN_SANDBOX]  # fmt: skip
+
+
 def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
-    """The bash tool's sandbox around the CLI, with the workspace bound by path (tmux, not
-    the server, starts it: no descriptor to pass), the CLI's files read-only, its HOME."""
+    """A server that is not root: the CLI's sandbox started by tmux itself (so the
+    workspace is bound by path: no descriptor to pass), as the server's own uid."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
     program, root = cli_program(spec)
-    argv = sandbox_argv(bwrap, 0, program, spec.run_as)
-    # A root server's bwrap makes the parents of its binds (/etc) closed to the sandbox's
-    # user; a CLI looks for its settings there (and hangs on EACCES).
-    argv[1:1] = ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
-    tmp = argv.index("--tmpfs")  # writable by the sandbox's user (a root server's is not)
-    argv[tmp:tmp] = ["--perms", "01777"]
+    argv = sandbox_argv(bwrap, 0, program)
     at = argv.index("--bind-fd")
     argv[at : at + 3] = ["--bind", spec.workspace, "/workspace"]
-    extra = ["--perms", "0755", "--dir", "/home", "--bind", spec.home, HOME_IN_SANDBOX]
-    if root is not None:
-        extra += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/cli",
-                  "--ro-bind", root, CLI_IN_SANDBOX]  # fmt: skip
-    extra += spec.extra_bwrap
-    env = {**cli_env(spec), "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}
-    for name, value in env.items():
-        extra += ["--setenv", name, value]
-    separator = argv.index("--")
-    return argv[:separator] + extra + argv[separator:]
+    binds = ["--perms", "0755", "--dir", "/home", "--bind", spec.home, HOME_IN_SANDBOX,
+             *install_binds(root), *spec.extra_bwrap]  # fmt: skip
+    return cli_sandbox(argv, binds, cli_env(spec))
 
 
 def _config_files(spec: SessionSpec) -> dict[str, str]:
@@ -194,17 +206,14 @@ class CliSession:
             self.spec.sandbox.cli_home(home, _config_files(self.spec))
             return
         os.makedirs(self.spec.home, mode=0o700, exist_ok=True)
-        for relative, text in _config_files(self.spec).items():
-            path = os.path.join(self.spec.home, relative)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-        if self.spec.run_as is not None:
-            uid, gid = self.spec.run_as
-            for root, dirs, files in os.walk(self.spec.home):
-                for name in dirs + files:
-                    os.lchown(os.path.join(root, name), uid, gid)
-            os.chown(self.spec.home, uid, gid)
+        # The sandbox writes in its home: through the descriptor walk, a link it planted is
+        # replaced or refused, never followed out (to the server's database, say).
+        home = Workspace(self.spec.home)
+        try:
+            for relative, text in _config_files(self.spec).items():
+                home.write(relative, text.encode())
+        finally:
+            home.close()
 
     async def alive(self) -> bool:
         return await self.tmux.has_session(self.name) and not await self.tmux.pane_dead(self.target)
