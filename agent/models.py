@@ -18,7 +18,7 @@ class User(AbstractUser):
         LIGHT = "light", "Light"
         DARK = "dark", "Dark"
 
-    # Newest last, at most 100, FIFO, never two equal neighbours (seed 000's prompt history).
+    # Newest last, at most 100, FIFO, never two equal neighbours: what ↑/↓ walk in the page.
     prompt_history = models.JSONField(default=list, blank=True)
     bash_enabled = models.BooleanField(
         default=True, help_text="Let the agent run bash (in the sandbox) for this user."
@@ -59,11 +59,11 @@ class Conversation(models.Model):
     # The thinking level ("": the deployment's HARNESS_THINKING budget).
     thinking = models.CharField(max_length=10, blank=True, default="",
                                 choices=[(level, level) for level in THINKING_LEVELS])  # fmt: skip
-    # Tool approval (interfaces §9; "": the deployment's HARNESS_APPROVAL).
+    # Tool approval (docs/API.md, "Approvals"; "": the deployment's HARNESS_APPROVAL).
     approval = models.CharField(max_length=10, blank=True, default="",
                                 choices=[(mode, mode) for mode in APPROVAL_MODES])  # fmt: skip
     state = models.CharField(max_length=20, choices=State.choices, default=State.IDLE)
-    # Who answers (interfaces §14): "harness", the built-in loop, or an external CLI agent.
+    # Who answers: "harness", the built-in loop, or an external CLI agent.
     agent = models.CharField(max_length=20, default="harness")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -83,10 +83,10 @@ class Conversation(models.Model):
     # How full the model's context is: the last call's input (or a compaction's estimate).
     context_tokens = models.PositiveIntegerField(default=0)
     context_window = models.PositiveIntegerField(default=0)
-    # Open to every active user of the deployment, read-only (interfaces §12).
+    # Open to every active user of the deployment, read-only (docs/API.md, "Sharing").
     team = models.BooleanField(default=False)
-    # The branch shown and continued (interfaces §11; 0: the first). ``history`` is its
-    # head's; the others' are kept on their Branch rows.
+    # The branch shown and continued (docs/API.md, "Branches and forks"; 0: the first).
+    # ``history`` is its head's; the others' are kept on their Branch rows.
     active_branch = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -107,9 +107,10 @@ class Conversation(models.Model):
 
 
 class Membership(models.Model):
-    """A user the owner shared a conversation with, and what they may do (interfaces §12):
-    a viewer reads it live; a collaborator also prompts, queues, cancels and approves (in
-    the owner's workspace, on the owner's budget). agent/access.py reads these."""
+    """A user the owner shared a conversation with, and what they may do (docs/API.md,
+    "Conventions"): a viewer reads it live; a collaborator also prompts, queues, cancels and
+    approves (in the owner's workspace, on the owner's budget). agent/access.py reads
+    these."""
 
     class Role(models.TextChoices):
         VIEWER = "viewer"
@@ -133,8 +134,8 @@ class Membership(models.Model):
 
 
 class DeploymentInstructions(models.Model):
-    """Instructions for the agent in every conversation of this deployment (seed 004's first
-    layer, before a workspace's AGENTS.md): one row, edited by staff in the admin."""
+    """Instructions for the agent in every conversation of this deployment (the system
+    prompt's layer before a workspace's AGENTS.md): one row, edited by staff in the admin."""
 
     text = models.TextField(
         blank=True,
@@ -178,7 +179,7 @@ class UsageDay(models.Model):
 
 
 class SearchEntry(models.Model):
-    """A prompt or an answer of a conversation, for full-text search (interfaces §13): added
+    """A prompt or an answer of a conversation, for full-text search (`GET /api/search`): added
     as its event is stored. The text index is the database's own (migration 0009): a GIN
     index on PostgreSQL, an FTS5 table kept in step by triggers on SQLite."""
 
@@ -195,13 +196,15 @@ class SearchEntry(models.Model):
 
 
 class Event(models.Model):
-    """One §6 event of a conversation, append-only. ``payload`` is the event's wire JSON."""
+    """One event of a conversation (docs/API.md, "Events"), append-only. ``payload`` is the
+    event's wire JSON."""
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=20)
     payload = models.JSONField()
-    # The branch it was stored on (interfaces §11; 0: the first line). Never changed.
+    # The branch it was stored on (docs/API.md, "Branches and forks"; 0: the first line).
+    # Never changed.
     branch = models.PositiveIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -217,7 +220,7 @@ class Event(models.Model):
 
 
 class Attachment(models.Model):
-    """An image attached to a prompt (interfaces §13): a snapshot of the workspace file's
+    """An image attached to a prompt: a snapshot of the workspace file's
     bytes when the prompt was sent, kept with the conversation (the file may change or go;
     the model and the page must see what was sent). The history and the ``user`` event
     name it by sha256 (agent/core/images.py); a fork gets copies of its own."""
@@ -240,10 +243,10 @@ class Attachment(models.Model):
 
 
 class Branch(models.Model):
-    """A line of the conversation that parts from another (interfaces §11): an edited
-    prompt or an answer given again. Its path is its parent's events up to ``fork_seq``,
-    then its own. No row exists until a conversation first branches (then one for the
-    first line too, number 0). agent/runs/branches.py reads and writes these."""
+    """A line of the conversation that parts from another (docs/API.md, "Branches and
+    forks"): an edited prompt or an answer given again. Its path is its parent's events up
+    to ``fork_seq``, then its own. No row exists until a conversation first branches (then
+    one for the first line too, number 0). agent/runs/branches.py reads and writes these."""
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE,
                                      related_name="branches")  # fmt: skip

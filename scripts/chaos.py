@@ -5,9 +5,10 @@ Each user has a signed-in session and a conversation of their own, sends prompts
 receives the live stream the way the page does (seq-ranged batches; a sync on connect, on
 a gap or an overlap). At random moments a user's socket is dropped mid-run and reconnected
 after a random pause; with ``--follow-up-rate``, a follow-up is queued on a run as soon as
-it has started (interfaces §8: it runs in the same run, or as a new one if that had ended);
-with ``--approval-rate``, a prompt makes the model call ``write`` in a conversation that asks
-first (interfaces §9), and the user approves the call from whichever socket sees the card.
+it has started (docs/API.md, "Queue": it runs in the same run, or as a new one if that had
+ended); with ``--approval-rate``, a prompt makes the model call ``write`` in a conversation
+that asks first (docs/API.md, "Approvals"), and the user approves the call from whichever
+socket sees the card.
 At the end every user's view is compared with the server's event log: events delivered,
 lost and duplicated, per user and in total.
 
