@@ -54,7 +54,7 @@ system-deps:
 test: install-dev system-deps cli-agents
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The external CLI agents (README "External CLI agents"), at the versions the tests pin, into
+# The external CLI agents (docs/FEATURES.md), at the versions the tests pin, into
 # var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the
 # end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
 CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33

@@ -287,7 +287,7 @@ class ApiToken(models.Model):
 
 
 class AuditEntry(models.Model):
-    """One line of the audit log (issue 15): sign-ins and their failures, API tokens made
+    """One line of the audit log: sign-ins and their failures, API tokens made
     and revoked, shares, budget changes. Written by ``agent.audit.record``, never edited."""
 
     class Action(models.TextChoices):
