@@ -78,3 +78,11 @@ def test_every_event_type_is_documented_with_its_fields():
     for name, cls in TYPES.items():
         fields = {f.name for f in dataclasses.fields(cls)} - {"seq", "timestamp", "branch"}
         assert fields <= set(re.findall(r"`(\w+)`", rows[name])), name
+
+
+def test_every_management_command_is_documented():
+    commands = {p.stem for p in (REPO / "agent" / "management" / "commands").glob("[a-z]*.py")}
+    assert {"agent", "create_api_token", "ensure_superuser"} <= commands
+    doc = api_doc()
+    section = doc[doc.index("\n## Command line") :]
+    assert {c for c in commands if f"`{c}" not in section} == set()
