@@ -8,6 +8,7 @@ HARNESS_SOCKETS_PER_USER is closed with 4429 through the real stack."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import re
 import socket
@@ -24,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 from testkit.live import free_port
 from tests.deploy.test_kit import DEPLOY, HOST, UnitServer, _nginx_config, _tool
 
+MB = 1024 * 1024
 PROXY_ADDRESS = "127.0.0.2"  # nginx reaches Daphne from here; the client is 127.0.0.1
 
 
@@ -219,6 +221,29 @@ def test_slow_unauthenticated_uploads_are_cut_off_by_nginx_and_never_hold_daphne
         assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert time.monotonic() - started < SLOW_BODY + 8
     assert "/api/files/flood.bin" not in server.log.read_text()
+
+
+def test_a_body_declared_over_its_limit_is_refused_by_nginx_unread(proxied):
+    """Signed in or not, a body whose declared length passes its path's limit is answered
+    413 after a little of it, and never reaches Daphne (which would read it whole)."""
+    server, port = proxied
+    for method, path in (("POST", "/accounts/login/"), ("POST", "/api/conversations"),
+                         ("PUT", "/api/files/huge.bin")):  # fmt: skip
+        tls = _tls().wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                 server_hostname=HOST)  # fmt: skip
+        tls.sendall(f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    f"Content-Length: {50 * MB}\r\n\r\n".encode())  # fmt: skip
+        with contextlib.suppress(OSError):  # (refused already: the rest never needs sending)
+            tls.sendall(b"a" * 65536)
+        tls.settimeout(10)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := tls.recv(4096)):
+            answer += chunk
+        tls.close()
+        assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+    log = server.log.read_text()
+    assert "/api/conversations" not in log and "huge.bin" not in log
 
 
 def test_one_address_may_have_only_so_many_requests_in_progress(proxy):
