@@ -30,6 +30,7 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	@mkdir -p var
 	@sh scripts/ensure-bwrap.sh
+	$(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py ensure_superuser
 	$(BIN)/python manage.py recover_runs --all

@@ -20,7 +20,6 @@ from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
 from agent.server.socket_session import socket_auth_stack  # noqa: E402
-from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
@@ -28,9 +27,8 @@ GC_YOUNG_THRESHOLD = 10_000
 
 application = ProtocolTypeRouter(
     {
-        # Static files are served by the same process, compressed and cached (a proxy
-        # may take this over).
-        "http": BodyLimit(StaticFilesApp(django_asgi_app)),
+        # Static files come through Django too (WhiteNoise's middleware: settings.py).
+        "http": BodyLimit(django_asgi_app),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
         "websocket": SameOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),

@@ -78,6 +78,8 @@ MIDDLEWARE = [
     "agent.web.health.HealthProbeMiddleware",
     "agent.server.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (below), before anything that reads a session or the database.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "agent.server.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -184,13 +186,17 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Filled by `manage.py collectstatic` (make run, the container, the deploy kit): each file
+# under its content-hashed name, with a gzipped copy (agent/server/staticfiles.py). Served
+# by WhiteNoise's middleware, hashed names cached for good (immutable), others revalidated;
+# nginx may serve this directory itself (deploy/nginx/harness.conf).
 STATIC_ROOT = VAR_DIR / "static"
-# Served by the ASGI process from the finders, gzipped, with content-hashed URLs cached for
-# a year (agent/server/staticfiles.py); a proxy in front may take /static/ over (docs/DEPLOY.md).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "agent.server.staticfiles.VersionedStaticStorage"},
+    "staticfiles": {"BACKEND": "agent.server.staticfiles.StaticStorage"},
 }
+WHITENOISE_MAX_AGE = 0  # a name without its hash: revalidated (ETag) on every use
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- Harness (interfaces §2) -------------------------------------------------------------
