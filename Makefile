@@ -91,4 +91,4 @@ lock:
 	$(LOCK) --extra dev -c requirements.lock -o requirements-dev.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock var/static .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock public .pytest_cache

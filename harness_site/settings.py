@@ -190,8 +190,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Filled by `manage.py collectstatic` (make run, the container, the deploy kit): each file
 # under its content-hashed name, with a gzipped copy (agent/server/staticfiles.py). Served
 # by WhiteNoise's middleware, hashed names cached for good (immutable), others revalidated;
-# nginx may serve this directory itself (deploy/nginx/harness.conf).
-STATIC_ROOT = VAR_DIR / "static"
+# nginx may serve this directory itself (deploy/nginx/harness.conf): it is outside var/,
+# which is the server's own.
+STATIC_ROOT = BASE_DIR / "public" / "static"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "agent.server.staticfiles.StaticStorage"},

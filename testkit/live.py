@@ -26,9 +26,9 @@ def collect_static(server: LiveServer) -> None:
     collected when ``static/`` changed since: servers and test processes share them."""
     import fcntl
 
-    manifest, sources = REPO / "var" / "static" / "staticfiles.json", REPO / "static"
+    manifest, sources = REPO / "public" / "static" / "staticfiles.json", REPO / "static"
     manifest.parent.parent.mkdir(exist_ok=True)
-    with open(REPO / "var" / "static.lock", "w") as lock:
+    with open(REPO / "public" / "static.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         newest = max(path.stat().st_mtime for path in sources.rglob("*"))
         if not manifest.exists() or manifest.stat().st_mtime < newest:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import http.client
+import json
 import re
 import socket
 import ssl
@@ -22,7 +24,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from testkit.live import free_port
+from testkit.live import collect_static, free_port
+from tests.conftest import REPO
 from tests.deploy.test_kit import DEPLOY, HOST, UnitServer, _nginx_config, _tool
 
 MB = 1024 * 1024
@@ -238,12 +241,44 @@ def test_a_body_declared_over_its_limit_is_refused_by_nginx_unread(proxied):
             tls.sendall(b"a" * 65536)
         tls.settimeout(10)
         answer = b""
-        while b"\r\n" not in answer and (chunk := tls.recv(4096)):
+        while b"over the limit" not in answer and (chunk := tls.recv(4096)):
             answer += chunk
         tls.close()
         assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+        # The API's error shape where the API or the page's uploads are asked, text for pages.
+        json_answer = path.startswith("/api/")
+        assert (b"Content-Type: application/json" in answer) is json_answer, answer
+        assert (b'"error": "too_large"' in answer) is json_answer, answer
     log = server.log.read_text()
     assert "/api/conversations" not in log and "huge.bin" not in log
+
+
+def test_the_site_serves_the_collected_static_files_gzipped_and_cached_for_good(proxy):
+    """From the directory collectstatic fills, not through Daphne; a name nginx does not
+    have goes on to Daphne."""
+    server, port = proxy((("root /srv/harness/app/public;", f"root {REPO / 'public'};"),))
+    collect_static(server)
+    manifest = json.loads((REPO / "public" / "static" / "staticfiles.json").read_text())
+    hashed = manifest["paths"]["harness.js"]
+    for path, immutable in ((f"/static/{hashed}", True), ("/static/harness.js", False)):
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(), timeout=10)
+        connection.request("GET", path, headers={"Host": HOST, "Accept-Encoding": "gzip"})
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        assert response.status == 200, path
+        assert response.getheader("Content-Encoding") == "gzip", path
+        assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+        cache = response.getheader("Cache-Control")
+        assert cache == ("max-age=315360000, public, immutable" if immutable
+                         else "max-age=0, public"), (path, cache)  # fmt: skip
+        assert response.getheader("X-Content-Type-Options") == "nosniff"
+        # nginx's answer: WhiteNoise (Daphne) would have added this header.
+        assert response.getheader("Access-Control-Allow-Origin") is None
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(), timeout=10)
+    connection.request("GET", "/static/no-such-file.css", headers={"Host": HOST})
+    assert connection.getresponse().status == 404
+    assert "Not Found: /static/no-such-file.css" in server.log.read_text()
 
 
 def test_one_address_may_have_only_so_many_requests_in_progress(proxy):
