@@ -1,4 +1,4 @@
-"""The workspace over the API (interfaces §13): upload, list, download, delete, confined
+"""The workspace over the API (docs/API.md): upload, list, download, delete, confined
 like the agent's tools (the traversal corpus, a symlink out), uploads capped before the
 body is read (and every other request's body too, signed in or not)."""
 
