@@ -1,14 +1,13 @@
 """The static files' storage: WhiteNoise's (Django's manifest storage, plus a gzipped copy
 of each file), filled by ``collectstatic`` and served by ``WhiteNoiseMiddleware``.
 
-Each ``{% static %}`` URL names the file's content hash (``harness.3f1c….js``), so it may
-be cached for good (WhiteNoise marks it ``immutable``) and a new deploy changes the URL.
-Django gives hashed URLs only without DEBUG; here they are given whenever the file was
-collected, so a development server (``make run``, the tests' live servers) serves what a
-production one does. A file not collected (a checkout where ``collectstatic`` never ran,
-the unit tests) keeps its plain URL: under DEBUG WhiteNoise finds it through the finders,
-as Django's documentation has it for development; without DEBUG it is a deployment that
-skipped ``collectstatic``, and the page still renders (its assets 404, and it is logged).
+Without DEBUG, each ``{% static %}`` URL names the file's content hash
+(``harness.3f1c….js``), so it may be cached for good (WhiteNoise marks it ``immutable``)
+and a new deploy changes the URL. Under DEBUG, Django gives the plain names and WhiteNoise
+finds them through the finders, so an edited file is served as it is now (Django's
+documented development setup). A file not collected (``collectstatic`` never ran: the unit
+tests) keeps its plain URL instead of failing the page; a deployment that skipped
+``collectstatic`` is logged.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ _warned: list[str] = []  # once per process: every page names its assets
 class StaticStorage(CompressedManifestStaticFilesStorage):
     def url(self, name, force=False):
         try:
-            return super().url(name, force=True)
+            return super().url(name, force)
         except ValueError:  # not in the manifest
             if not settings.DEBUG and not _warned:
                 _warned.append(name)

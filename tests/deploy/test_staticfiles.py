@@ -39,11 +39,7 @@ def test_static_urls_carry_the_content_hash(collected):
     assert re.fullmatch(HASHED.format("harness", "js"), static("harness.js"))
 
 
-@pytest.mark.parametrize("debug", [True, False])
-def test_versioned_asset_is_gzipped_and_cached_for_good(collected, debug):
-    """In development, and in production (DEBUG off: the files indexed once, at start)."""
-    collected.DEBUG = debug
-    collected.WHITENOISE_AUTOREFRESH = collected.WHITENOISE_USE_FINDERS = debug
+def test_versioned_asset_is_gzipped_and_cached_for_good(collected):
     status, headers, body = fetch(static("harness.js"), accept_encoding="gzip, br")
     assert status == 200
     assert "immutable" in headers["cache-control"] and _max_age(headers) >= YEAR
@@ -51,6 +47,27 @@ def test_versioned_asset_is_gzipped_and_cached_for_good(collected, debug):
     assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
     assert int(headers["content-length"]) == len(body)
     assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_production_serves_the_files_indexed_at_start(collected):
+    """DEBUG off, as deployed: WhiteNoise indexes the collected files once, no finders."""
+    collected.WHITENOISE_AUTOREFRESH = collected.WHITENOISE_USE_FINDERS = False
+    status, headers, body = fetch(static("harness.js"), accept_encoding="gzip")
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+    assert fetch("/static/nope.js")[0] == 404
+
+
+def test_under_debug_the_plain_names_are_served_as_they_are_now(collected, tmp_path):
+    """Development: an edited file is served at once, no collectstatic needed."""
+    collected.DEBUG = True
+    fresh = tmp_path / "dev"
+    fresh.mkdir()
+    (fresh / "harness.js").write_text("// edited just now\n")
+    collected.STATICFILES_DIRS = [fresh, *collected.STATICFILES_DIRS]
+    assert static("harness.js") == "/static/harness.js"
+    status, _, body = fetch("/static/harness.js")
+    assert status == 200 and body == b"// edited just now\n"
 
 
 def test_asset_without_gzip_support_is_sent_plain(collected):
