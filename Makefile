@@ -30,6 +30,7 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	@mkdir -p var
 	@sh scripts/ensure-bwrap.sh
+	$(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py ensure_superuser
 	$(BIN)/python manage.py recover_runs --all
@@ -90,4 +91,4 @@ lock:
 	$(LOCK) --extra dev -c requirements.lock -o requirements-dev.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock var/static .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock public .pytest_cache

@@ -1,7 +1,7 @@
 """Who may reach which conversation, and how far: the one access helper.
 
 Every view, socket frame, SSE stream, API endpoint, run claim and credential re-check
-asks here, so the rule lives in one place. A conversation's readers (interfaces §12):
+asks here, so the rule lives in one place. A conversation's readers:
 
 - its owner (role ``owner``): everything;
 - a member the owner made ``collaborator``: reads, and drives (prompt, queue, cancel,
@@ -24,7 +24,6 @@ import uuid
 from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
 from agent.models import Conversation, Membership, User
-from agent.server.prepared import Prepared
 
 # Roles, and the access levels an action needs (a role allows its level and those below).
 OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
@@ -87,14 +86,9 @@ def _key(conversation_id) -> uuid.UUID | None:
         return None
 
 
-# Every page, frame and socket asks for one conversation: compiled once per database
-# connection (agent/server/prepared.py), the same queryset run with new values.
-_READABLE_ONE = Prepared(lambda user_id, key: readable_by(user_id).filter(id=key)[:1],
-                         int, uuid.UUID)  # fmt: skip
-
-
 def _readable_one(user_id, key: uuid.UUID) -> Conversation | None:
-    found = _READABLE_ONE.objects(user_id, key)
+    # (a slice, not first(): no ORDER BY for a lookup by primary key)
+    found = list(readable_by(user_id).filter(id=key)[:1])
     return found[0] if found else None
 
 
@@ -111,7 +105,7 @@ def conversation_for(user, conversation_id) -> Conversation | None:
 
 
 def readable(user, conversation_id) -> Conversation | None:
-    """The READ-level lookup: what a viewer may copy (the fork of interfaces §11 starts
+    """The READ-level lookup: what a viewer may copy (a fork starts
     here: a conversation the caller may read, whatever their role)."""
     return conversation_for(user, conversation_id)
 

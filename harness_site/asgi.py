@@ -15,38 +15,20 @@ from agent.sandbox import drop  # noqa: E402
 drop.start()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
-from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
-from agent.server.body_limit import BodyLimit, cap_server_bodies  # noqa: E402
+from agent.server.body_limit import BodyLimit  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
 from agent.server.socket_session import socket_auth_stack  # noqa: E402
-from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 GC_YOUNG_THRESHOLD = 10_000
-UPLOAD_PATHS = ("/api/files/", "/files/upload/")  # raw file bodies (§13): HARNESS_MAX_UPLOAD_MB
-
-
-def body_limit(scope: dict) -> int:
-    """A request body's limit by path: uploads theirs; every other request Django's own
-    (with room for a form's encoding)."""
-    if scope.get("method") == "PUT" and scope.get("path", "").startswith(UPLOAD_PATHS):
-        return settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024
-    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024
-
-
-# No request body of any path may pass the largest of these, even before the application
-# reads it (under Daphne: agent/server/body_limit.py).
-cap_server_bodies(max(settings.HARNESS_MAX_UPLOAD_MB * 1024 * 1024,
-                      settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024))  # fmt: skip
 
 application = ProtocolTypeRouter(
     {
-        # Static files are served by the same process, compressed and cached (a proxy
-        # may take this over).
-        "http": BodyLimit(StaticFilesApp(django_asgi_app), body_limit),
+        # Static files come through Django too (WhiteNoise's middleware: settings.py).
+        "http": BodyLimit(django_asgi_app),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
         "websocket": SameOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),

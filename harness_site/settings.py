@@ -1,4 +1,5 @@
-"""Django settings, read from the environment (interfaces §2) through strict helpers.
+"""Django settings, read from the environment (README.md, "Configuration") through strict
+helpers (harness_site/env.py).
 
 ``DJANGO_DEBUG=1`` (the ``make run`` default) gives a zero-config development setup;
 without it, an explicit secret key and allowed hosts are required, except of the print
@@ -36,7 +37,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Print mode, `python manage.py agent` (interfaces §3), serves no requests and signs
+# Print mode, `python manage.py agent` (one prompt, printed), serves no requests and signs
 # nothing: it needs neither the secret key nor the allowed hosts a server must be given.
 # Told by its own command line, so no variable can turn a server's requirements off.
 PRINT_MODE = sys.argv[1:2] == ["agent"] and Path(sys.argv[0]).name == "manage.py"
@@ -78,6 +79,8 @@ MIDDLEWARE = [
     "agent.web.health.HealthProbeMiddleware",
     "agent.server.middleware.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (below), before anything that reads a session or the database.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "agent.server.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -184,16 +187,21 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
-# Served by the ASGI process from the finders, gzipped, with content-hashed URLs cached for
-# a year (agent/server/staticfiles.py); a proxy in front may take /static/ over (docs/DEPLOY.md).
+# Filled by `manage.py collectstatic` (make run, the container, the deploy kit): each file
+# under its content-hashed name, with a gzipped copy (agent/server/staticfiles.py). Served
+# by WhiteNoise's middleware, hashed names cached for good (immutable), others revalidated;
+# nginx may serve this directory itself (deploy/nginx/harness.conf): it is outside var/,
+# which is the server's own.
+STATIC_ROOT = BASE_DIR / "public" / "static"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "agent.server.staticfiles.VersionedStaticStorage"},
+    "staticfiles": {"BACKEND": "agent.server.staticfiles.StaticStorage"},
 }
+WHITENOISE_MAX_AGE = 0  # a name without its hash: revalidated (ETag) on every use
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# -- Harness (interfaces §2) -------------------------------------------------------------
+# -- Harness (README.md, "Configuration") ------------------------------------------------
 ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
 HARNESS_MODEL = env_str("HARNESS_MODEL", DEFAULT_MODEL)
@@ -210,9 +218,9 @@ HARNESS_SYSTEM_PROMPT = env_str("HARNESS_SYSTEM_PROMPT")
 HARNESS_MAX_UPLOAD_MB = env_int("HARNESS_MAX_UPLOAD_MB", 25, minimum=1)
 # Each user's spend limit per calendar month (UTC) in USD; the admin overrides it per user.
 HARNESS_MONTHLY_BUDGET_USD = env_amount("HARNESS_MONTHLY_BUDGET_USD")
-# The share of the model's context window at which the history is compacted (§10).
+# The share of the model's context window at which the history is compacted.
 HARNESS_COMPACT_AT = env_fraction("HARNESS_COMPACT_AT", 0.8, minimum=0.1)
-# Tool approval of conversations that chose none (interfaces §9): auto, ask or read_only.
+# Tool approval of conversations that chose none: auto, ask or read_only.
 HARNESS_APPROVAL = env_choice("HARNESS_APPROVAL", APPROVAL_MODES, "auto")
 HARNESS_WORKSPACES = Path(env_str("HARNESS_WORKSPACES", str(VAR_DIR / "workspaces")))
 # Workspace storage (agent/server/storage.py): `loop` gives each workspace a size-limited ext4
@@ -231,7 +239,7 @@ HARNESS_SANDBOX_UID_BASE = env_int("HARNESS_SANDBOX_UID_BASE", 200_000, minimum=
 # becomes this user before it serves; users' files and processes are reached only through
 # the broker, as each user's own uid.
 HARNESS_SERVICE_USER = env_str("HARNESS_SERVICE_USER", "harness")
-# External CLI agents (interfaces §14, agent/runs/cli_sessions.py): where each CLI is
+# External CLI agents (agent/runs/cli_sessions.py): where each CLI is
 # (else PATH), how long an unused tmux session lives, and the tmux server's socket.
 HARNESS_AGENT_COMMANDS = {
     name: env_str(f"HARNESS_AGENT_{name.upper().replace('-', '_')}_COMMAND", "")

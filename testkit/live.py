@@ -21,6 +21,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def collect_static(server: LiveServer) -> None:
+    """The static files every server serves (hashed, gzipped: harness_site/settings.py),
+    collected when ``static/`` changed since: servers and test processes share them."""
+    import fcntl
+
+    manifest, sources = REPO / "public" / "static" / "staticfiles.json", REPO / "static"
+    manifest.parent.parent.mkdir(exist_ok=True)
+    with open(REPO / "public" / "static.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        newest = max(path.stat().st_mtime for path in sources.rglob("*"))
+        if not manifest.exists() or manifest.stat().st_mtime < newest:
+            server.manage("collectstatic", "--noinput", "-v", "0")
+
+
 class LiveServer:
     """Daphne serving the project with its own SQLite database and workspaces."""
 
@@ -64,6 +78,7 @@ class LiveServer:
 
     def start(self) -> LiveServer:
         self.manage("migrate", "-v", "0")
+        collect_static(self)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
              "harness_site.asgi:application"],

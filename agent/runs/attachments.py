@@ -1,4 +1,4 @@
-"""Images attached to a prompt (interfaces §13): read from the owner's workspace when the
+"""Images attached to a prompt: read from the owner's workspace when the
 prompt is sent, checked, kept with the conversation, and given to the loop when it builds
 a request.
 
@@ -140,7 +140,7 @@ def store(conversation_id, owner_id: int, snapshots: list[Snapshot]) -> None:
 
 
 def of_prompt(conversation_id, seq: int) -> list[Snapshot]:
-    """The images a stored prompt carried (an edit of it keeps them: interfaces §11)."""
+    """The images a stored prompt carried (an edit of it keeps them)."""
     payload = (
         Event.objects.filter(conversation_id=conversation_id, seq=seq, type="user")
         .values_list("payload", flat=True).first()
@@ -160,6 +160,8 @@ def copy(from_id, to_id, owner_id: int, shas: list[str]) -> None:
     the bytes never pass through this process)."""
     rows = Attachment.objects.filter(conversation_id=from_id, sha256__in=shas)
     check_room(owner_id, rows.aggregate(total=Sum("size"))["total"] or 0)
+    # Raw SQL: the ORM has no INSERT … SELECT, and copying through model instances would
+    # read every image's bytes into this process.
     table = connection.ops.quote_name(Attachment._meta.db_table)
     key = Attachment._meta.get_field("conversation").target_field
     marks = ", ".join(["%s"] * len(shas))

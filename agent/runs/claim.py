@@ -10,7 +10,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,6 @@ from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 from agent.runs.workspaces import workspace_for
 from agent.server import grouping
-from agent.server.prepared import Prepared, PreparedUpdate, update_row
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 TITLE_LENGTH = 60
@@ -60,9 +59,9 @@ class Setup:
     titled: bool = False  # the prompt just gave the conversation its title
     bash_mode: str = "off"
     author: str | None = None  # the ``user`` event's author (a shared conversation)
-    branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
+    branched: bool = False  # it starts a new branch: pages are re-drawn
     fork_seq: int = 0  # … after this seq
-    images: tuple[ImageRef, ...] = ()  # attached to the prompt (interfaces §13)
+    images: tuple[ImageRef, ...] = ()  # attached to the prompt
     # The owner's workspace and the system prompt, made on the claims' thread once the
     # claim is committed; or why they could not be (the run is then not started).
     workspace: Workspace | None = None
@@ -118,7 +117,7 @@ def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
 
 
 def _check_budget(owner) -> None:
-    """The owner's spend this month (UTC) against their budget (interfaces §13): a prompt
+    """The owner's spend this month (UTC) against their budget: a prompt
     that would start past it is refused (a running one's model calls are each checked as
     they are made: agent/runs/spend.py)."""
     over = usage.over_budget(owner)
@@ -151,20 +150,16 @@ def _drivable(user_id, conversation_id):
     )  # fmt: skip
 
 
-# Compiled once per database connection (agent/server/prepared.py): every prompt's start runs it.
-_DRIVABLE = Prepared(_drivable, int, uuid.UUID)
-
-
 def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
     """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
     carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer,
     or an inactive owner). The run works in the owner's workspace and spends the owner's
-    budget, whoever drives it (interfaces §12)."""
+    budget, whoever drives it."""
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
         raise RunRefused("not_found", "Conversation not found.") from None
-    found = _DRIVABLE.objects(user_id, key) if user_id is not None else []
+    found = list(_drivable(user_id, key)) if user_id is not None else []
     if not found:
         inactive = owned_by(user_id).filter(id=key, owner__is_active=False)
         if user_id is not None and inactive.exists():
@@ -199,10 +194,6 @@ def _claiming(conversation_id, branch, process, until, title=None):
     return idle.exclude(state=Conversation.State.RUNNING), changes
 
 
-_CLAIM = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime)
-_CLAIM_TITLED = PreparedUpdate(_claiming, uuid.UUID, int, str, datetime, str)
-
-
 @dataclass(frozen=True)
 class _Claim:
     conversation_id: Any
@@ -220,7 +211,7 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
     in the page also joins the sender's prompt history. ``user_id``: who sends it, the
     owner or a collaborator (quotas and budget are the owner's). ``branch_from``:
     (``edit`` or ``regenerate``, a prompt's seq): the run starts a new branch there
-    (interfaces §11), with the claim: a refused prompt leaves the tree as it was.
+    (docs/API.md), with the claim: a refused prompt leaves the tree as it was.
     ``images``: snapshots of the attached images, kept with it too.
 
     A prompt's start is the largest fixed cost of a run (the benchmark's profile): the
@@ -315,13 +306,9 @@ def _claim(request: _Claim) -> Setup:
     if titled:
         changes["title"] = title_from_prompt(prompt)
     # (the branch read above: one switched meanwhile would get another's history)
-    claimed = (
-        _CLAIM_TITLED(conversation.id, conversation.active_branch, PROCESS_ID,
-                      changes["lease_until"], changes["title"])
-        if titled
-        else _CLAIM(conversation.id, conversation.active_branch, PROCESS_ID,
-                    changes["lease_until"])
-    )  # fmt: skip
+    idle, claiming = _claiming(conversation.id, conversation.active_branch, PROCESS_ID,
+                               changes["lease_until"], changes.get("title"))  # fmt: skip
+    claimed = idle.update(**claiming)
     if not claimed:  # running, here or in another process
         raise RunRefused("prompt_running", ALREADY_RUNNING)
     for name, value in changes.items():
@@ -336,7 +323,7 @@ def _claim(request: _Claim) -> Setup:
     if request.remember and prompt is not None:
         sender = owner if user_id == owner_id else User.objects.get(pk=user_id)
         sender.remember_prompt(prompt)
-        update_row(User, user_id, {"prompt_history": sender.prompt_history})
+        User.objects.filter(pk=user_id).update(prompt_history=sender.prompt_history)
     bash_mode = sandbox_bash_mode(owner.bash_enabled)  # off without bubblewrap too
     refs = tuple(snapshot.ref for snapshot in images)
     return Setup(conversation, config, titled, bash_mode, author, branch_from is not None,

@@ -12,13 +12,13 @@ alone, so one conversation's bad batch never loses another's.
 from __future__ import annotations
 
 import errno
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db import connections
+from django.db.models import Case, F, PositiveBigIntegerField, Value, When
+from django.db.models.functions import Greatest
 
 from agent.core.events import (
     USAGE_FIELDS,
@@ -36,7 +36,6 @@ from agent.core.events import Event as CoreEvent
 from agent.models import Conversation, Event
 from agent.runs import search, usage
 from agent.server import grouping, metrics
-from agent.server.prepared import Prepared, insert_rows, update_row
 
 STATE_FOR_STATUS = {"thinking": "running", "running_tool": "running", "waiting_input": "running",
                     "idle": "idle",
@@ -116,33 +115,19 @@ class Batch:
 
 
 def _insert_events(rows: list[tuple[Any, dict[str, Any]]]) -> None:
-    """(conversation id, event JSON) pairs as event log rows: one statement."""
-    insert_rows(Event, [
-        {"conversation": conversation_id, "seq": e["seq"], "type": e["type"], "payload": e,
-         "branch": e.get("branch", 0)}
+    """(conversation id, event JSON) pairs as event log rows: one statement (SQLite's
+    parameter limit may split a large group)."""
+    Event.objects.bulk_create([
+        Event(conversation_id=conversation_id, seq=e["seq"], type=e["type"], payload=e,
+              branch=e.get("branch", 0))
         for conversation_id, e in rows
     ])  # fmt: skip
 
 
 def _delete_partial_text(conversation_id) -> None:
-    """The conversation's partial-text rows, in one DELETE (nothing refers to events: the
-    ORM's delete collector would only cost time)."""
-    connection = connections[Event.objects.db]
-    quote = connection.ops.quote_name
-    key = Event._meta.get_field("conversation")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {quote(Event._meta.db_table)} WHERE {quote(key.column)} = %s "
-            f"AND {quote('type')} = %s",
-            [key.get_db_prep_value(conversation_id, connection), DELTA],
-        )
-
-
-# Compiled once per connection (agent/server/prepared.py): every run's last batch reads them.
-_OWNER = Prepared(lambda cid: Conversation.objects.filter(id=cid).values_list("owner_id")[:1],
-                  uuid.UUID)  # fmt: skip
-_METER = Prepared(lambda cid: Conversation.objects.defer("history").filter(id=cid)[:1],
-                  uuid.UUID)  # fmt: skip
+    """The conversation's partial-text rows, in one DELETE: nothing refers to events and
+    nothing listens for their deletion, so Django deletes them without reading them."""
+    Event.objects.filter(conversation_id=conversation_id, type=DELTA).delete()
 
 
 def _apply(batch: Batch) -> Conversation | None:
@@ -172,16 +157,18 @@ def _apply(batch: Batch) -> Conversation | None:
         _delete_partial_text(batch.conversation_id)
         rows = [e for e in rows if e["type"] != DELTA or e["seq"] > max(texts)]
     _insert_events([(batch.conversation_id, e) for e in rows])
-    update_row(Conversation, batch.conversation_id, changes, added)
+    sums = {name: F(name) + amount for name, amount in added.items()}
+    conversation = Conversation.objects.filter(id=batch.conversation_id)
+    conversation.update(**changes, **sums)
     search.index(batch.conversation_id, rows)
     spent = [e for e in rows if e["type"] == UsageEvent.type]
     if spent:  # the owner's days, for budgets and the usage figures
-        owner = _OWNER.values(batch.conversation_id)
+        owner = list(conversation.values_list("owner_id", flat=True)[:1])
         if owner:
-            usage.add(owner[0][0], spent)
+            usage.add(owner[0], spent)
     if added or "context_tokens" in changes:
         # for the meter: the history (the largest field) is never rendered
-        found = _METER.objects(batch.conversation_id)
+        found = list(conversation.defer("history")[:1])
         return found[0] if found else None
     return None
 
@@ -191,26 +178,16 @@ def _is_partial_text(batch: Batch) -> bool:
 
 
 def _apply_partial_texts(batches: list[Batch]) -> None:
-    """Many conversations' partial text at once: one INSERT and one UPDATE statement (in
-    executemany form) for the lot. At 250 streaming sessions these are 250 batches a
-    second, and the ORM's per-statement cost of two statements each was the largest
-    item of the server's profile after the SDK. ``last_seq`` only ever moves forward."""
+    """Many conversations' partial text at once: one INSERT and one UPDATE for the lot.
+    At 250 streaming sessions these are 250 batches a second, and two statements each
+    was the largest item of the server's profile after the SDK. ``last_seq`` only ever
+    moves forward (each conversation is in one batch here: ``_apply_group``)."""
     _insert_events([(batch.conversation_id, e) for batch in batches
                     for e in stored_form(batch.events)])  # fmt: skip
-    connection = connections[Conversation.objects.db]
-    id_field = Conversation._meta.pk
-    table = connection.ops.quote_name(Conversation._meta.db_table)
-    last_seq = connection.ops.quote_name("last_seq")
-    pk = connection.ops.quote_name(id_field.column)
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET {last_seq} = %s WHERE {pk} = %s AND {last_seq} < %s",
-            [
-                (seq, id_field.get_db_prep_value(batch.conversation_id, connection), seq)
-                for batch in batches
-                for seq in [batch.events[-1]["seq"]]
-            ],
-        )
+    last = {batch.conversation_id: batch.events[-1]["seq"] for batch in batches}
+    reached = Case(*[When(pk=cid, then=Value(seq)) for cid, seq in last.items()],
+                   default=F("last_seq"), output_field=PositiveBigIntegerField())  # fmt: skip
+    Conversation.objects.filter(pk__in=list(last)).update(last_seq=Greatest(F("last_seq"), reached))
 
 
 def _apply_group(batches: list[Batch]) -> list[Conversation | None]:
@@ -231,7 +208,7 @@ def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException
 
 def wire(events: list[CoreEvent], branch: int = 0) -> list[dict[str, Any]]:
     """The events' JSON; on a branch other than the first, each carries ``branch``
-    (interfaces §11)."""
+    (docs/API.md)."""
     if not branch:
         return [event.to_dict() for event in events]
     return [{**event.to_dict(), "branch": branch} for event in events]

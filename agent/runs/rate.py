@@ -20,7 +20,6 @@ from django.db.models.functions import Cast
 from django.db.models.lookups import LessThanOrEqual
 
 from agent.models import User
-from agent.server.prepared import PreparedUpdate
 
 MINUTE_MS = 60_000
 # No limit (``count_prompt`` without one): larger than any weighted count.
@@ -72,14 +71,11 @@ def _counting(user_id, window, before, share, most):
     }
 
 
-# Compiled once per database connection (agent/server/prepared.py): every prompt runs it.
-_COUNT = PreparedUpdate(_counting, int, int, int, int, int)
-
-
 def count_prompt(user_id: int, now: float | None = None, limit: int | None = None) -> bool:
     """One more prompt sent by ``user_id``, unless ``limit`` prompts were sent in the last
     minute already (False: not counted). One UPDATE, which every process may run at once
     (each SET reads the row as it was before the UPDATE)."""
     window, share = _windows(time.time() if now is None else now)
     most = UNLIMITED if limit is None else (limit - 1) * MINUTE_MS
-    return bool(_COUNT(user_id, window, window - 1, share, most))
+    within, changes = _counting(user_id, window, window - 1, share, most)
+    return bool(within.update(**changes))

@@ -22,7 +22,6 @@ from django.utils.safestring import mark_safe
 
 from agent.core.events import TextEvent, UserEvent
 from agent.models import SearchEntry
-from agent.server.prepared import insert_rows
 
 INDEXED = (UserEvent.type, TextEvent.type)
 MAX_QUERY = 200
@@ -51,8 +50,8 @@ class Found:
 
 def index(conversation_id, rows: list[dict[str, Any]]) -> None:
     """Add a stored batch's prompts and answers (inside the event log's transaction)."""
-    insert_rows(SearchEntry, [
-        {"conversation": conversation_id, "seq": row["seq"], "text": row["content"]}
+    SearchEntry.objects.bulk_create([
+        SearchEntry(conversation_id=conversation_id, seq=row["seq"], text=row["content"])
         for row in rows
         if row["type"] in INDEXED and isinstance(row.get("content"), str) and row["content"].strip()
     ])  # fmt: skip

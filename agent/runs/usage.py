@@ -1,4 +1,5 @@
-"""Spend per user and day, and the monthly budget (interfaces §13).
+"""Spend per user and day, and the monthly budget (the user's own, else
+``HARNESS_MONTHLY_BUDGET_USD``).
 
 The event log's writer adds each stored usage event to its owner's row for that day (one
 upsert, in the batch's transaction); the budget checks (a prompt's claim, and every model
@@ -32,7 +33,9 @@ def add(owner_id: int, usage_events: list[dict[str, Any]]) -> None:
         totals[0] += Decimal(str(event.get("cost_usd") or 0))
         totals[1] += sum(event.get(name) or 0 for name in USAGE_FIELDS if name != "output_tokens")
         totals[2] += event.get("output_tokens") or 0
-    table = UsageDay._meta.db_table
+    # Raw SQL: the ORM's upsert (bulk_create with update_conflicts) can only replace a
+    # row's values with the new ones; concurrent writers must add to them in one statement.
+    table = connection.ops.quote_name(UsageDay._meta.db_table)
     with connection.cursor() as cursor:
         for day, (cost, tokens_in, tokens_out) in days.items():
             cursor.execute(

@@ -1,29 +1,56 @@
-"""Request bodies are capped before Django reads them.
+"""Request bodies capped per path, before Django stores them.
 
 Django's ASGI handler spools a request's whole body into a temporary file before any
 middleware or view runs, with no limit of its own (``DATA_UPLOAD_MAX_MEMORY_SIZE`` is only
 checked when a view reads the body): one request of a few gigabytes, signed in or not,
-would fill the server's disk. Here a body over its path's limit is refused with 413 as
-soon as its ``Content-Length`` (or, for a chunked body, its running size) passes it.
+would fill the server's disk. ``BodyLimit`` wraps the HTTP application: a body whose
+``Content-Length`` passes its path's limit is refused with 413 before Django reads any of
+it, and a chunked or streamed one stops being read as its running size passes it.
+
+What Daphne holds before the application sees a request is bounded elsewhere: Daphne
+(Twisted) reads a request's whole body, into memory up to 100 KB and then a temporary
+file, before it starts the application, and has no option to limit its size. In front of
+it, the deployment's nginx site (deploy/nginx/harness.conf) refuses a body over
+``client_max_body_size`` (2 MB; 25 MB, ``HARNESS_MAX_UPLOAD_MB``, for uploads) from its
+declared length, before reading it, and cuts a slow one off at ``client_body_timeout``;
+Daphne is never to be reached past it (docs/DEPLOY.md). A stalled body sent straight to
+Daphne is closed by Twisted's idle timeout (60 s without a byte).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
+
 MB = 1024 * 1024
+# Raw file bodies (the API's PUT /api/files/… and the page's PUT /files/upload/…) may be
+# up to HARNESS_MAX_UPLOAD_MB.
+UPLOAD_PATHS = ("/api/files/", "/files/upload/")
+# Answered in JSON, the API's error shape: what the API and the page's fetch() read.
+JSON_PATHS = ("/api/", "/files/upload/")
+# Room for a form's encoding around Django's own limit.
+FORM_SLACK = 64 * 1024
+
+
+def limit_for(scope: dict) -> int:
+    """A request body's limit by path: uploads theirs, every other request Django's own."""
+    if scope.get("method") == "PUT" and scope.get("path", "").startswith(UPLOAD_PATHS):
+        return settings.HARNESS_MAX_UPLOAD_MB * MB
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + FORM_SLACK
 
 
 class BodyLimit:
-    def __init__(self, app, limit_for: Callable[[dict], int]):
-        self.app, self.limit_for = app, limit_for
+    """ASGI middleware for the HTTP application: refuses a body over ``limit_for``."""
+
+    def __init__(self, app):
+        self.app = app
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = self.limit_for(scope)
+        limit = limit_for(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             return await _refuse(scope, send, limit)
@@ -60,58 +87,15 @@ def _content_length(scope: dict) -> int | None:
 
 
 async def _refuse(scope: dict, send, limit: int) -> None:
+    """413 with a reason the caller can show: JSON for the API and the page's uploads,
+    text for pages."""
     message = f"The request body is over the limit of {limit:,} bytes."
-    if scope.get("path", "").startswith(("/api/", "/files/upload/")):  # fetch()ed: JSON
-        body, kind = (
-            json.dumps({"error": "too_large", "message": message}).encode(),
-            b"application/json",
-        )
+    if scope.get("path", "").startswith(JSON_PATHS):
+        body = json.dumps({"error": "too_large", "message": message}).encode()
+        kind = b"application/json"
     else:
         body, kind = message.encode(), b"text/plain; charset=utf-8"
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})  # fmt: skip
     await send({"type": "http.response.body", "body": body})
-
-
-def cap_server_bodies(limit: int) -> None:
-    """Under Daphne, Twisted reads a request's whole body (into a temporary file past
-    100 KB) before the application sees any of it: ``BodyLimit`` alone would run too late
-    to keep a huge body off the disk. Here a body whose declared length passes ``limit``
-    is answered 413 at once and the connection closed; a chunked one is cut off when it
-    passes it. (The per-path limits are then ``BodyLimit``'s.)"""
-    from daphne.http_protocol import WebRequest
-
-    if getattr(WebRequest, "harness_body_cap", None) is not None:
-        WebRequest.harness_body_cap = limit
-        return
-    got_length, content_chunk = WebRequest.gotLength, WebRequest.handleContentChunk
-    WebRequest.harness_body_cap = limit
-
-    def gotLength(self, length):  # noqa: N802 - Twisted's name
-        self.harness_body_size, self.harness_refused = 0, False
-        if length is not None and length > WebRequest.harness_body_cap:
-            _refuse_now(self)
-            return got_length(self, 0)
-        return got_length(self, length)
-
-    def handleContentChunk(self, data):  # noqa: N802 - Twisted's name
-        if getattr(self, "harness_refused", False):
-            return
-        self.harness_body_size = getattr(self, "harness_body_size", 0) + len(data)
-        if self.harness_body_size > WebRequest.harness_body_cap:
-            _refuse_now(self)
-            return
-        content_chunk(self, data)
-
-    WebRequest.gotLength, WebRequest.handleContentChunk = gotLength, handleContentChunk
-
-
-def _refuse_now(request) -> None:
-    request.harness_refused = True
-    body = b"The request body is too large."
-    request.channel.transport.write(
-        b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: text/plain\r\n"
-        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
-    )
-    request.channel.transport.loseConnection()

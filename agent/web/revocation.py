@@ -25,7 +25,6 @@ heartbeat and at most once a second while it sends (``agent.web.api_tokens.token
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import logging
 import uuid
@@ -42,8 +41,6 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
-
-from agent.server.prepared import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -206,11 +203,6 @@ def _socket_rows(user_id, conversation_id, session_key=None, now=None):
     return rows.annotate(alive=Exists(alive)).values_list("password", "role", "alive")[:1]
 
 
-# Compiled once per connection (agent/server/prepared.py): every frame a socket receives runs it.
-_WITH_SESSION = Prepared(_socket_rows, int, uuid.UUID, str, datetime.datetime)
-_WITHOUT_SESSION = Prepared(_socket_rows, int, uuid.UUID)
-
-
 def socket_access(
     conversation_id, user_id: int, session_key: str | None, session_hash: str | None
 ) -> tuple[str | None, str | None, str | None]:
@@ -231,9 +223,9 @@ def socket_access(
     except ValueError:
         return NOT_FOUND, None, None
     if session_key and settings.SESSION_ENGINE in _DB_SESSION_ENGINES:
-        found = _WITH_SESSION.values(user_id, key, session_key, timezone.now())
+        found = list(_socket_rows(user_id, key, session_key, timezone.now()))
     else:
-        found = [(*row, True) for row in _WITHOUT_SESSION.values(user_id, key)]
+        found = [(*row, True) for row in _socket_rows(user_id, key)]
     if not found or found[0][1] is None:
         return NOT_FOUND, None, None
     password, role, alive = found[0]

@@ -8,7 +8,10 @@ HARNESS_SOCKETS_PER_USER is closed with 4429 through the real stack."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
 import http.client
+import json
 import re
 import socket
 import ssl
@@ -21,9 +24,11 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from testkit.live import free_port
+from testkit.live import collect_static, free_port
+from tests.conftest import REPO
 from tests.deploy.test_kit import DEPLOY, HOST, UnitServer, _nginx_config, _tool
 
+MB = 1024 * 1024
 PROXY_ADDRESS = "127.0.0.2"  # nginx reaches Daphne from here; the client is 127.0.0.1
 
 
@@ -219,6 +224,61 @@ def test_slow_unauthenticated_uploads_are_cut_off_by_nginx_and_never_hold_daphne
         assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert time.monotonic() - started < SLOW_BODY + 8
     assert "/api/files/flood.bin" not in server.log.read_text()
+
+
+def test_a_body_declared_over_its_limit_is_refused_by_nginx_unread(proxied):
+    """Signed in or not, a body whose declared length passes its path's limit is answered
+    413 after a little of it, and never reaches Daphne (which would read it whole)."""
+    server, port = proxied
+    for method, path in (("POST", "/accounts/login/"), ("POST", "/api/conversations"),
+                         ("PUT", "/api/files/huge.bin")):  # fmt: skip
+        tls = _tls().wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                 server_hostname=HOST)  # fmt: skip
+        tls.sendall(f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    f"Content-Length: {50 * MB}\r\n\r\n".encode())  # fmt: skip
+        with contextlib.suppress(OSError):  # (refused already: the rest never needs sending)
+            tls.sendall(b"a" * 65536)
+        tls.settimeout(10)
+        answer = b""
+        while b"over the limit" not in answer and (chunk := tls.recv(4096)):
+            answer += chunk
+        tls.close()
+        assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+        # The API's error shape where the API or the page's uploads are asked, text for pages.
+        json_answer = path.startswith("/api/")
+        assert (b"Content-Type: application/json" in answer) is json_answer, answer
+        assert (b'"error": "too_large"' in answer) is json_answer, answer
+    log = server.log.read_text()
+    assert "/api/conversations" not in log and "huge.bin" not in log
+
+
+def test_the_site_serves_the_collected_static_files_gzipped_and_cached_for_good(proxy):
+    """From the directory collectstatic fills, not through Daphne; a name nginx does not
+    have goes on to Daphne."""
+    server, port = proxy((("root /srv/harness/app/public;", f"root {REPO / 'public'};"),))
+    collect_static(server)
+    manifest = json.loads((REPO / "public" / "static" / "staticfiles.json").read_text())
+    hashed = manifest["paths"]["harness.js"]
+    for path, immutable in ((f"/static/{hashed}", True), ("/static/harness.js", False)):
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(), timeout=10)
+        connection.request("GET", path, headers={"Host": HOST, "Accept-Encoding": "gzip"})
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        assert response.status == 200, path
+        assert response.getheader("Content-Encoding") == "gzip", path
+        assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+        cache = response.getheader("Cache-Control")
+        assert cache == ("max-age=315360000, public, immutable" if immutable
+                         else "max-age=0, public"), (path, cache)  # fmt: skip
+        assert response.getheader("X-Content-Type-Options") == "nosniff"
+        # nginx's answer: WhiteNoise (Daphne) would have added this header.
+        assert response.getheader("Access-Control-Allow-Origin") is None
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=_tls(), timeout=10)
+    connection.request("GET", "/static/no-such-file.css", headers={"Host": HOST})
+    assert connection.getresponse().status == 404
+    assert "Not Found: /static/no-such-file.css" in server.log.read_text()
 
 
 def test_one_address_may_have_only_so_many_requests_in_progress(proxy):

@@ -1,5 +1,5 @@
-"""Static files: content-hashed URLs cached for a year, gzip when accepted, revalidation
-for stale URLs, nothing outside the static roots; pages gzipped, event streams not."""
+"""Static files: content-hashed URLs cached for good, gzip when accepted, revalidation for
+plain URLs, nothing outside the static roots; pages gzipped, event streams not."""
 
 from __future__ import annotations
 
@@ -7,62 +7,81 @@ import gzip
 import re
 
 import pytest
+from django.core.management import call_command
 from django.templatetags.static import static
+from django.test import Client
 
-from agent.server.staticfiles import StaticFilesApp
 from tests.conftest import REPO
 
-
-async def _not_static(scope, receive, send):
-    raise AssertionError("only static paths come here")
-
-
-async def fetch(path: str, method: str = "GET", **headers: str) -> tuple[int, dict, bytes]:
-    url, _, query = path.partition("?")
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": url,
-        "query_string": query.encode(),
-        "headers": [(k.replace("_", "-").lower().encode(), v.encode()) for k, v in headers.items()],
-    }
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    await StaticFilesApp(_not_static)(scope, None, send)
-    start, body = sent[0], sent[1]["body"]
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body
+HASHED = r"/static/{}\.[0-9a-f]{{12}}\.{}"
+YEAR = 365 * 24 * 3600
 
 
-def test_static_urls_carry_the_content_hash():
-    url = static("harness.js")
-    assert re.fullmatch(r"/static/harness\.js\?v=[0-9a-f]{16}", url)
+@pytest.fixture
+def collected(settings, tmp_path):
+    """``collectstatic`` into a directory of the test's, as a deployment runs it."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    call_command("collectstatic", "--noinput", verbosity=0)
+    return settings
 
 
-async def test_versioned_asset_is_gzipped_and_cached_for_a_year():
-    status, headers, body = await fetch(static("harness.js"), accept_encoding="gzip, br")
+def fetch(path: str, method: str = "GET", **headers: str) -> tuple[int, dict, bytes]:
+    response = getattr(Client(), method.lower())(path, headers=headers)
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    return response.status_code, {k.lower(): v for k, v in response.items()}, content
+
+
+def _max_age(headers: dict) -> int:
+    return int(re.search(r"max-age=(\d+)", headers["cache-control"])[1])
+
+
+def test_static_urls_carry_the_content_hash(collected):
+    assert re.fullmatch(HASHED.format("harness", "js"), static("harness.js"))
+
+
+def test_versioned_asset_is_gzipped_and_cached_for_good(collected):
+    status, headers, body = fetch(static("harness.js"), accept_encoding="gzip, br")
     assert status == 200
-    assert headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert "immutable" in headers["cache-control"] and _max_age(headers) >= YEAR
     assert headers["content-encoding"] == "gzip" and headers["vary"] == "Accept-Encoding"
     assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
     assert int(headers["content-length"]) == len(body)
+    assert headers["x-content-type-options"] == "nosniff"
 
 
-async def test_asset_without_gzip_support_is_sent_plain():
-    status, headers, body = await fetch(static("harness.css"))
+def test_production_serves_the_files_indexed_at_start(collected):
+    """DEBUG off, as deployed: WhiteNoise indexes the collected files once, no finders."""
+    collected.WHITENOISE_AUTOREFRESH = collected.WHITENOISE_USE_FINDERS = False
+    status, headers, body = fetch(static("harness.js"), accept_encoding="gzip")
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+    assert fetch("/static/nope.js")[0] == 404
+
+
+def test_under_debug_the_plain_names_are_served_as_they_are_now(collected, tmp_path):
+    """Development: an edited file is served at once, no collectstatic needed."""
+    collected.DEBUG = True
+    fresh = tmp_path / "dev"
+    fresh.mkdir()
+    (fresh / "harness.js").write_text("// edited just now\n")
+    collected.STATICFILES_DIRS = [fresh, *collected.STATICFILES_DIRS]
+    assert static("harness.js") == "/static/harness.js"
+    status, _, body = fetch("/static/harness.js")
+    assert status == 200 and body == b"// edited just now\n"
+
+
+def test_asset_without_gzip_support_is_sent_plain(collected):
+    status, headers, body = fetch(static("harness.css"))
     assert status == 200 and "content-encoding" not in headers
     assert body == (REPO / "static" / "harness.css").read_bytes()
-    assert headers["content-type"] == "text/css; charset=utf-8"
+    assert headers["content-type"].replace('"', "") == "text/css; charset=utf-8"  # (quoted or not)
 
 
-async def test_stale_or_unversioned_url_revalidates_instead_of_caching():
+def test_unversioned_url_revalidates_instead_of_caching(collected):
     for path in ("/static/harness.js", "/static/harness.js?v=0000000000000000"):
-        status, headers, _ = await fetch(path)
-        assert status == 200 and headers["cache-control"] == "no-cache"
-        etag = headers["etag"]
-        status, _, body = await fetch(path, if_none_match=etag)
+        status, headers, _ = fetch(path)
+        assert status == 200 and _max_age(headers) == 0
+        status, _, body = fetch(path, if_none_match=headers["etag"])
         assert status == 304 and body == b""
 
 
@@ -70,20 +89,29 @@ async def test_stale_or_unversioned_url_revalidates_instead_of_caching():
     "/static/../manage.py", "/static/..%2Fmanage.py", "/static//etc/passwd",
     "/static/vendor/../../harness_site/settings.py", "/static/nope.js", "/static/",
 ])  # fmt: skip
-async def test_paths_outside_the_static_roots_are_not_found(path):
-    status, _, body = await fetch(path)
+def test_paths_outside_the_static_roots_are_not_found(collected, path):
+    status, _, body = fetch(path)
     assert status == 404 and b"SECRET" not in body
 
 
-async def test_head_has_no_body_and_post_is_refused():
-    status, headers, body = await fetch(static("harness.js"), method="HEAD")
+def test_head_has_no_body_and_post_is_refused(collected):
+    status, headers, body = fetch(static("harness.js"), method="HEAD")
     assert status == 200 and body == b"" and int(headers["content-length"]) > 0
-    status, headers, _ = await fetch(static("harness.js"), method="POST")
+    status, headers, _ = fetch(static("harness.js"), method="POST")
     assert status == 405 and headers["allow"] == "GET, HEAD"
 
 
-def test_admin_assets_are_served_too():
-    assert "?v=" in static("admin/css/base.css")
+def test_admin_assets_are_served_too(collected):
+    url = static("admin/css/base.css")
+    assert re.fullmatch(HASHED.format("admin/css/base", "css"), url)
+    assert fetch(url)[0] == 200
+
+
+def test_without_collectstatic_the_plain_urls_come_from_the_finders():
+    """Development before any ``collectstatic``: what Django documents for it."""
+    assert static("harness.js") == "/static/harness.js"
+    status, _, body = fetch("/static/harness.js")
+    assert status == 200 and body == (REPO / "static" / "harness.js").read_bytes()
 
 
 @pytest.mark.django_db
@@ -110,12 +138,3 @@ def test_event_streams_are_never_compressed(rf):
     response = CompressionMiddleware(view)(rf.get("/api/x", HTTP_ACCEPT_ENCODING="gzip"))
     assert not response.has_header("Content-Encoding")
     assert b"".join(response.streaming_content).startswith(b"id: 1\ndata: {}")
-
-
-def test_production_serves_from_memory_without_looking_files_up(settings, monkeypatch):
-    from agent.server import staticfiles
-
-    settings.DEBUG = False
-    first = staticfiles.load("harness.js")
-    monkeypatch.setattr(staticfiles.finders, "find", lambda path: 1 / 0)
-    assert staticfiles.load("harness.js") is first

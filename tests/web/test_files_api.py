@@ -1,4 +1,4 @@
-"""The workspace over the API (interfaces §13): upload, list, download, delete, confined
+"""The workspace over the API (docs/API.md): upload, list, download, delete, confined
 like the agent's tools (the traversal corpus, a symlink out), uploads capped before the
 body is read (and every other request's body too, signed in or not)."""
 
@@ -118,12 +118,22 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_read(live):
 
 
 def test_every_requests_body_is_capped_signed_in_or_not(live):
+    """Refused from its declared length, before Django reads it: a page's reason in text,
+    the API's in JSON. (Daphne has read it by then: in front of Daphne, the deployment's
+    nginx refuses it unread, tests/deploy/test_kit_proxy.py.)"""
     host = live.url.split("//")[1]
-    for path in ("/accounts/login/", "/api/conversations"):
+    size = 3 * MB  # more than any path of this server takes
+    for path, kind in (
+        ("/accounts/login/", "text/plain"),
+        ("/api/conversations", "application/json"),
+    ):
         connection = http.client.HTTPConnection(host)
         connection.putrequest("POST", path)
-        connection.putheader("Content-Length", str(50 * MB))  # more than any path takes
+        connection.putheader("Content-Length", str(size))
         connection.putheader("Content-Type", "application/x-www-form-urlencoded")
         connection.endheaders()
-        connection.send(b"a" * 65536)  # the rest never needs sending
-        assert connection.getresponse().status == 413, path
+        connection.send(b"a" * size)
+        response = connection.getresponse()
+        assert response.status == 413, path
+        assert response.getheader("Content-Type").startswith(kind), path
+        assert b"over the limit" in response.read(), path
