@@ -20,7 +20,7 @@ from agent.core.tools.workspace import PathError, os_error_message
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.web.api import api_error, api_view
-from agent.web.views import download_response
+from agent.web.file_views import download_response
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 FULL_MESSAGES = {os_error_message(OSError(code, "")) for code in FULL}
