@@ -41,6 +41,8 @@ NOT_RETRYABLE = {
     "refusal",
     "invalid_tool_input",
 }
+# Errors that are the model's or the loop's limits, not a failure: labelled "Notice".
+NOTICES = frozenset({"max_turns", "max_tokens", "refusal", "nothing_to_compact"})
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
                "waiting_input": "{message}", "error": "Error: {message}", "idle": ""}  # fmt: skip
 
@@ -76,6 +78,11 @@ class Part:
     approval: ApprovalView | None = None  # approval parts
     prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate)
     switch: Any = None  # a branches.Switch: versions part just before this part
+
+    @property
+    def is_notice(self) -> bool:
+        """An error part that reports a limit, not a failure."""
+        return self.code in NOTICES
 
 
 @dataclass
