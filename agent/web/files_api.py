@@ -1,4 +1,4 @@
-"""The caller's workspace over the API (interfaces §13): ``GET /api/files/<path>`` lists a
+"""The caller's workspace over the API: ``GET /api/files/<path>`` lists a
 directory or downloads a file, ``PUT`` uploads the raw body, ``DELETE`` removes.
 
 Every path goes through the same confinement as the agent's tools (the workspace walked

@@ -124,7 +124,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         for part in transcript.parts:
             if part.kind == "user" and not part.author:
                 part.author = conversation.owner.get_username()
-    tail_switch = place_switches(transcript.parts, switches(conversation))  # ‹ 2/3 › (§11)
+    tail_switch = place_switches(transcript.parts, switches(conversation))  # the ‹ 2/3 › switchers
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()
@@ -172,8 +172,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
 @login_required
 @require_POST
 def fork_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
-    """A copy of the conversation as shown, in a conversation of the user's own (interfaces
-    §11): any reader may fork, a viewer too ("Continue as a copy")."""
+    """A copy of the conversation as shown, in a conversation of the user's own: any
+    reader may fork, a viewer too ("Continue as a copy")."""
     conversation = reach(request, conversation_id, READ)
     at = request.POST.get("at")
     try:
@@ -190,7 +190,7 @@ def fork_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
 @login_required
 @require_POST
 def create_conversation(request: HttpRequest) -> HttpResponse:
-    agent = request.POST.get("agent", "harness")  # an external CLI agent (interfaces §14)
+    agent = request.POST.get("agent", "harness")  # an external CLI agent
     unavailable = async_to_sync(check_available)(agent)
     if unavailable is not None:
         return HttpResponseBadRequest(unavailable, content_type="text/plain; charset=utf-8")
@@ -221,7 +221,7 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     if conversation.state == Conversation.State.RUNNING:
         cancel_from_sync(conversation.id)
     if conversation.agent != "harness":
-        end_session_sync(conversation.id)  # its CLI's tmux session (interfaces §14)
+        end_session_sync(conversation.id)  # its CLI's tmux session
     conversation.delete()
     return _back_to(request, redirect("home"))
 
@@ -234,7 +234,7 @@ def _budget_line(user) -> dict:
     return {"budget": budget, "month_spent": usage.month_to_date(user.pk)}
 
 
-# The approval select's labels (interfaces §9), in APPROVAL_MODES' order.
+# The approval select's labels, in APPROVAL_MODES' order.
 APPROVAL_LABELS = (("auto", "Tools: run at once"), ("ask", "Tools: ask first"),
                    ("read_only", "Tools: read only"))  # fmt: skip
 
