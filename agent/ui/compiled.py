@@ -2,7 +2,8 @@
 
 The live-streaming fragments are rendered for every frame of every stream (tens a second
 per running prompt), so they skip the loader: ``render`` looks a template up once and
-keeps it. Django's cached loader does the same outside ``DEBUG``; this holds in both.
+keeps it. Django's cached loader does the same outside ``DEBUG``; this holds in both (so
+an edit to one of these templates shows after a restart, as an edit to Python code does).
 """
 
 from __future__ import annotations
