@@ -102,7 +102,7 @@ def export_json(modeladmin, request, queryset):
 
 
 class MembershipInline(admin.TabularInline):
-    """Who the owner shared it with (interfaces §12). Read-only here: sharing is the owner's,
+    """Who the owner shared it with. Read-only here: sharing is the owner's,
     through agent/web/sharing.py, which also closes the connections of those who lose it."""
 
     model = Membership

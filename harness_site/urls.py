@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from agent.web import api, files_api, health, llm, oidc, uploads, views
+from agent.web import api, file_views, files_api, health, llm, oidc, uploads, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,24 +16,24 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/share", views.share, name="share"),
     path(
         "c/<uuid:conversation_id>/export.md",
-        views.export_conversation,
+        file_views.export_conversation,
         {"extension": "md"},
         name="export_md",
     ),  # fmt: skip
     path(
         "c/<uuid:conversation_id>/export.json",
-        views.export_conversation,
+        file_views.export_conversation,
         {"extension": "json"},
         name="export_json",
     ),  # fmt: skip
-    path("c/<uuid:conversation_id>/files/", views.workspace_files, name="conversation_files"),
-    path("c/<uuid:conversation_id>/files/download", views.download_file, name="download_file"),
+    path("c/<uuid:conversation_id>/files/", file_views.workspace_files, name="conversation_files"),
+    path("c/<uuid:conversation_id>/files/download", file_views.download_file, name="download_file"),
     re_path(
         r"^c/(?P<conversation_id>[0-9a-f-]{36})/images/(?P<sha256>[0-9a-f]{64})$",
-        views.conversation_image,
+        file_views.conversation_image,
         name="conversation_image",
     ),
-    path("files/", views.workspace_files, name="files"),
+    path("files/", file_views.workspace_files, name="files"),
     # Any name at all reaches the view (a newline too), which refuses the bad ones with 400.
     re_path(r"^files/upload/(?P<name>(?s:.+))$", uploads.upload, name="upload"),
     path("account/theme", views.set_theme, name="set_theme"),

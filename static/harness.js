@@ -24,8 +24,21 @@
   // batch is applied only when it continues exactly where this page is; anything else is
   // dropped and, when something is missing, a sync asks the server for everything after
   // our last seq (the reply carries data-sync). Reconnects and tab wake-ups sync too.
-  // A batch with data-reset="1" (a branch switch, §11) is the transcript whole: taken as is.
-  const BATCH_MARKER = /^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?( data-reset="1")?/;
+  // A batch with data-reset (a branch switch) is the transcript whole: taken as is.
+
+  // The batch marker of a frame as the DOM reads it, or null (an error notice). Only the
+  // frame's first tag is parsed: the marker is always first, and the rest may be long.
+  const markerParser = document.createElement("template");
+  function batchMarker(message) {
+    if (!message.startsWith("<div")) return null;
+    markerParser.innerHTML = message.slice(0, message.indexOf(">") + 1);
+    const marker = markerParser.content.firstElementChild;
+    if (!marker || marker.id !== "sync-state") return null;
+    const data = marker.dataset;
+    return {
+      from: Number(data.from), to: Number(data.to), sync: "sync" in data, reset: "reset" in data,
+    };
+  }
 
   function initialSeq() {
     return Number(($("#sync-state") || { dataset: {} }).dataset.to || 0);
@@ -43,12 +56,11 @@
       socket.send(JSON.stringify({ action: "sync", after: lastSeq }));
     }
     document.addEventListener("htmx:wsBeforeMessage", (event) => {
-      const match = BATCH_MARKER.exec(event.detail.message);
-      if (!match) return; // not a batch (an error notice): always shown
-      const from = Number(match[1]);
-      const to = Number(match[2]);
-      if (match[4]) { syncing = false; lastSeq = to; return; } // the whole transcript
-      if (match[3]) { // a sync reply
+      const marker = batchMarker(event.detail.message);
+      if (!marker) return; // not a batch (an error notice): always shown
+      const { from, to } = marker;
+      if (marker.reset) { syncing = false; lastSeq = to; return; } // the whole transcript
+      if (marker.sync) { // a sync reply
         syncing = false;
         if (from === lastSeq + 1) { lastSeq = Math.max(lastSeq, to); return; }
         event.preventDefault();
@@ -172,7 +184,7 @@
     const status = $("#status");
     const state = status ? status.dataset.state : "idle";
     const wasRunning = isRunning();
-    // Waiting for a tool approval (§9) is still running (Stop cancels it), but the
+    // Waiting for a tool approval is still running (Stop cancels it), but the
     // transcript is not busy: the approval card is what the user must read now.
     const busy = state === "thinking" || state === "running_tool";
     const running = busy || state === "waiting_input";
@@ -186,7 +198,7 @@
   }
 
   // --- notices in a background tab ---------------------------------------------------
-  // A run that ends (or starts waiting for an approval, §9) while the tab is hidden marks
+  // A run that ends (or starts waiting for an approval) while the tab is hidden marks
   // the tab's title until the tab is seen again and, if the user turned it on in the ⋯
   // menu (the browser asks for its permission then: a user gesture), shows a notification
   // that brings the tab back when clicked. A visible tab gets neither: the page shows it.
@@ -349,7 +361,7 @@
   function caretOnLastLine(prompt) { return prompt.value.indexOf("\n", prompt.selectionEnd) === -1; }
   function isPlainKey(event) { return !event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey; }
 
-  // While a prompt runs, a prompt sent is queued on it (interfaces §8): Enter as a
+  // While a prompt runs, a prompt sent is queued on it: Enter as a
   // follow-up, Alt+Enter as steering. The mode rides on the frame of the next submit.
   function createPromptModes(form) {
     let next = null;
@@ -400,7 +412,7 @@
     }
   }
 
-  // --- files into the workspace from the composer (§13) --------------------------------
+  // --- files into the workspace from the composer --------------------------------------
   // Dropped on the composer, pasted into the prompt (a screenshot) or picked with #attach:
   // each file goes to uploads/<name> in the owner's workspace (PUT /files/upload/<name>);
   // meanwhile the prompt holds a placeholder at the caret, then the file's path, as GitHub's
@@ -962,7 +974,7 @@
     return !isTypingIn(event.target) || (event.target === prompt && prompt.value === "");
   }
 
-  // `/` outside text fields, or Ctrl+K anywhere, focuses the search box (interfaces §13).
+  // `/` outside text fields, or Ctrl+K anywhere, focuses the search box.
   function isSearchKey(event) {
     if (event.altKey || event.shiftKey) return false;
     if (event.key === "k" && (event.ctrlKey || event.metaKey)) return true;
@@ -1104,7 +1116,7 @@
     });
   }
 
-  // --- branches (§11): edit a prompt, regenerate an answer, switch versions -------------
+  // --- branches: edit a prompt, regenerate an answer, switch versions -------------
   // Edit turns the prompt into a box in place; saving sends it as a new version (the
   // server re-draws the transcript for every tab). Typed text survives a refusal: the box
   // stays until the transcript is re-drawn.

@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.template.loader import render_to_string
-from django.utils.html import format_html
-from django.utils.safestring import mark_safe
 
 from agent.core.events import (
     ApprovalDecisionEvent,
@@ -27,20 +25,18 @@ from agent.core.events import (
     ToolResultEvent,
     UsageEvent,
 )
+from agent.ui.compiled import render
 from agent.ui.live import LiveFrame, LiveMarkdown
 from agent.ui.transcript import Part, StatusView, Transcript, is_queue_event
 
 
 def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
-    """First element of every batch: the seq range it carries. The page applies a batch
-    only when it continues exactly where the page is, and asks for a sync otherwise.
-    (Whole numbers only, so nothing to escape: ``format_html`` was 6% of the event loop at
-    100 streaming sessions, for one of these per frame.)"""
-    sync = ' data-sync="1"' if reply else ""
-    return mark_safe(  # noqa: S308 - two integers
-        f'<div id="sync-state" hx-swap-oob="true" data-from="{int(seq_from)}" '
-        f'data-to="{int(seq_to)}"{sync} hidden></div>'
-    )
+    """First element of every batch: the seq range it carries (``data-from``, ``data-to``;
+    ``data-sync`` on a sync's reply), which the page reads from the parsed element. The
+    page applies a batch only when it continues exactly where the page is, and asks for a
+    sync otherwise. One per frame: a template compiled once."""
+    context = {"seq_from": str(int(seq_from)), "seq_to": str(int(seq_to))}
+    return render("agent/_sync_reply_marker.html" if reply else "agent/_sync_marker.html", context)
 
 
 def ws_error(message: str, code: str = "bad_frame") -> str:
@@ -72,13 +68,10 @@ def queue_fragment(transcript: Transcript) -> str:
 
 def title_fragments(conversation: Any) -> str:
     """The header title and the sidebar entry, after the first prompt named the chat."""
-    title = render_to_string("agent/_title.html", {"conversation": conversation, "oob": True})
-    link = format_html(
-        '<a href="/c/{}/" class="conv-link current" id="conv-link-{}" aria-current="page" '
-        'hx-swap-oob="true">{}</a>',
-        conversation.id, conversation.id, conversation.display_title,
-    )  # fmt: skip
-    return title + link
+    context = {"conversation": conversation, "oob": True}
+    return render_to_string("agent/_title.html", context) + render_to_string(
+        "agent/_conv_link.html", context
+    )
 
 
 # Tools that change the workspace: their results tell an open Files panel to refresh.
@@ -89,43 +82,47 @@ def files_changed(seq: int) -> str:
     """Once per batch with a result of a tool that changes files: the page's
     ``#files-changed`` is replaced, and its script re-fetches the Files panel where it is
     (the directory or file the user has open)."""
-    return format_html(
-        '<div id="files-changed" hx-swap-oob="true" data-seq="{}" hidden></div>', seq
-    )
+    return render("agent/_files_changed.html", {"seq": seq})
 
 
-DELETE_LIVE = '<div hx-swap-oob="delete:#live-text"></div>'
+def delete_live() -> str:
+    """Removes the page's live text block."""
+    return render("agent/_delete_live.html", {})
 
 
 def live_block(seq: int, live: LiveMarkdown) -> str:
     """The live text block as it stands (a first page, a catch-up, a block's first frame)."""
-    return render_to_string("agent/_live_text.html", {"seq": seq, "body": live.html()})
+    return render("agent/_live_text.html", {"seq": seq, "body": live.html()})
 
 
 def _new_live_block(seq: int, live: LiveMarkdown) -> str:
     """A new live text block, appended to the messages."""
-    return f'<div hx-swap-oob="beforeend:#messages">{live_block(seq, live)}</div>'
+    return render("agent/_new_live_block.html", {"seq": seq, "body": live.html()})
 
 
 def _live_frame(frame: LiveFrame) -> str:
-    """A frame's changes as swaps of the live block's parts (``live.py`` names them). The
-    HTML in a frame is sanitized markdown or escaped code, as ``live.py`` made it."""
+    """A frame's changes as swaps of the live block's parts (``live.py`` names them), each
+    rendered only when it changed: this runs for every frame of every stream."""
     out = []
     if frame.finished:
-        out.append(f'<div hx-swap-oob="beforeend:#live-done">{"".join(frame.finished)}</div>')
+        out.append(_append("live-done", frame.finished))
     if frame.open_html is not None:
-        out.append(f'<div class="md" id="live-open" hx-swap-oob="true">{frame.open_html}</div>')
+        out.append(render("agent/live/_open.html", {"open": frame.open_html}))
     if frame.pending:
-        out.append(f'<div hx-swap-oob="beforeend:#live-pending">{"".join(frame.pending)}</div>')
+        out.append(_append("live-pending", frame.pending))
     if frame.line_html is not None:
-        out.append(f'<div id="live-line" hx-swap-oob="true">{frame.line_html}</div>')
+        out.append(render("agent/live/_line_swap.html", {"line": frame.line_html}))
     if frame.frozen:
-        out.append(f'<div hx-swap-oob="beforeend:#live-frozen">{"".join(frame.frozen)}</div>')
+        out.append(_append("live-frozen", frame.frozen))
     if frame.tail_html is not None:
-        out.append(f'<span id="live-tail" hx-swap-oob="true">{frame.tail_html}</span>')
+        out.append(render("agent/live/_tail_swap.html", {"tail": frame.tail_html}))
     if frame.code:
-        out.append(f'<div hx-swap-oob="beforeend:#live-code">{frame.code}</div>')
+        out.append(_append("live-code", [frame.code]))
     return "".join(out)
+
+
+def _append(target: str, html: list[str]) -> str:
+    return render("agent/live/_append.html", {"target": target, "html": "".join(html)})
 
 
 class FragmentRenderer:
@@ -173,7 +170,7 @@ class FragmentRenderer:
                 out.append(_live_frame(self.live_markdown.frame()))
             else:
                 if self.live:  # a block this renderer did not start: replaced whole
-                    out.append(DELETE_LIVE)
+                    out.append(delete_live())
                 self.live = True
                 self.live_markdown = LiveMarkdown.of(text)
                 out.append(_new_live_block(first_delta_seq, self.live_markdown))
@@ -191,7 +188,7 @@ class FragmentRenderer:
             queue_changed = queue_changed or is_queue_event(event)
             if isinstance(event, TextEvent) and self.live:
                 flush_parts()
-                out.append(DELETE_LIVE)
+                out.append(delete_live())
                 self.live, self.live_markdown = False, None
             part = self.transcript.add(event)
             if isinstance(event, ToolResultEvent):
@@ -211,7 +208,7 @@ class FragmentRenderer:
                 if self.live and event.state in ("idle", "error"):
                     # The prompt ended with a block still open (its text was lost with a
                     # crashed process): the live block must not linger.
-                    out.append(DELETE_LIVE)
+                    out.append(delete_live())
                     self.live, self.live_markdown = False, None
                 self._status_changes(out, always=True)
             elif isinstance(event, UsageEvent | CompactionEvent):
@@ -250,7 +247,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     html = renderer.render(missing, conversation) if missing else ""
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
-        html += DELETE_LIVE + _new_live_block(live.seq, LiveMarkdown.of(live.content))
+        html += delete_live() + _new_live_block(live.seq, LiveMarkdown.of(live.content))
     transcript.live = live
     if live is not None and transcript.status is not None:
         html += status_fragment(transcript.status_view())  # "Writing…" while it streams
@@ -258,7 +255,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
 
 
 def place_switches(parts: list, switches: list) -> Any:
-    """Each ``‹ 2/3 ›`` switcher (interfaces §11) goes on the first part after the point
+    """Each ``‹ 2/3 ›`` switcher goes on the first part after the point
     where its versions part; returns the one with no part after it yet (a branch just
     started: it ends the transcript, and what the run streams follows it)."""
     tail = None
@@ -272,28 +269,20 @@ def place_switches(parts: list, switches: list) -> Any:
 
 
 def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
-    """The page's transcript whole, for a branch switch (interfaces §11): every part of the
+    """The page's transcript whole, for a branch switch: every part of the
     active path, its switchers, the queue and the status. The marker's ``data-reset``
     makes the page take it whatever it had."""
     transcript = Transcript.of(events)
     tail = place_switches(transcript.parts, switches)
     live = transcript.live
-    messages = render_to_string("agent/_messages.html", {
+    view = transcript.status_view()
+    if getattr(conversation, "state", "") == "idle":
+        view = StatusView("idle", view.text if view.state == "idle" else "")
+    return render_to_string("agent/_reset.html", {
         "parts": transcript.parts,
         "conversation": conversation,
         "tail_switch": tail,
         "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
+        "queue": transcript.queued,
+        "view": view,
     })  # fmt: skip
-    view = transcript.status_view()
-    if getattr(conversation, "state", "") == "idle":
-        view = StatusView("idle", view.text if view.state == "idle" else "")
-    return (
-        format_html(
-            '<div id="sync-state" hx-swap-oob="true" data-from="1" data-to="{}" '
-            'data-reset="1" hidden></div>',
-            conversation.last_seq,
-        )  # fmt: skip
-        + f'<div id="messages" hx-swap-oob="innerHTML">{messages}</div>'
-        + queue_fragment(transcript)
-        + status_fragment(view)
-    )

@@ -62,6 +62,9 @@ def _lexer(language: str) -> Lexer | None:
 _formatter = HtmlFormatter(nowrap=True)
 
 
+# The markup below is the markdown renderer's own output (GitHub's shape for the same
+# markdown), produced per token inside markdown-it and sanitized after: not the app's
+# markup, so it is not in templates.
 def code_block(code: str, language: str = "") -> str:
     lexer = _lexer(language.lower()) if language and code else None
     body = highlight(code, lexer, _formatter) if lexer is not None else escape(code, quote=False)

@@ -71,6 +71,7 @@ def highlighted(text: str, filename: str) -> str | None:
 def highlight_uncached(text: str, filename: str) -> str:
     """Highlighting and sanitizing themselves (also what the render worker runs)."""
     body = pygments_highlight(text, lexer_for(filename), _formatter)
+    # The renderer's code block around Pygments' output, as a fenced block gets it.
     return sanitize(f'<div class="{HIGHLIGHT_WRAPPER}"><pre><code>{body}</code></pre></div>')
 
 

@@ -30,7 +30,13 @@ import re
 from dataclasses import dataclass, field
 from html import escape, unescape
 
-from agent.ui.markdown import render_inline, render_markdown, render_uncached
+from agent.ui.compiled import render
+from agent.ui.markdown import (
+    HIGHLIGHT_WRAPPER,
+    render_inline,
+    render_markdown,
+    render_uncached,
+)
 
 WHOLE_CHARS = 1_000  # an open block up to this long is re-rendered whole each frame
 LINE_BLOCK_CHARS = 500  # a line up to this long is rendered as a block of its own
@@ -255,20 +261,16 @@ class LiveMarkdown:
         if mode == "fence":
             body = self._code_body()
             self.code_shown = len(body)
-            return (
-                '<div class="codehilite"><pre><code id="live-code">'
-                f"{escape(body, quote=False)}</code></pre></div>"
-            )
+            context = {"wrapper": HIGHLIGHT_WRAPPER, "code": escape(body, quote=False)}
+            return render("agent/live/_code.html", context)
         if mode == "whole":
             self._sent_whole = self.head + "".join(self.frozen_text) + self.line
             return render_uncached(self._sent_whole) if self._sent_whole.strip() else ""
         shown = self.head[: self.mark]
         head = render_uncached(shown) if shown.strip() else ""
         pending = "".join(self._pending_since(0))
-        return (
-            f'{head}<div id="live-pending">{pending}</div>'
-            f'<div id="live-line">{self._line_markup()}</div>'
-        )
+        context = {"head": head, "pending": pending, "line": self._line_markup()}
+        return render("agent/live/_split.html", context)
 
     def _pending_since(self, start: int) -> list[str]:
         """The HTML of the lines after ``mark`` from ``start`` on (each rendered once)."""
@@ -283,7 +285,7 @@ class LiveMarkdown:
         if len(lines) > 2 and "|" in lines[0] and _TABLE_DELIMITER.fullmatch(lines[1]):
             rows = _TBODY.search(render_uncached(f"{lines[0]}\n{lines[1]}\n{line}"))
             if rows:
-                return f"<table><tbody>{rows.group(1)}</tbody></table>"
+                return render("agent/live/_table_row.html", {"rows": rows.group(1)})
         return render_uncached(line) if line.strip() else ""
 
     def _line_markup(self) -> str:
@@ -295,20 +297,16 @@ class LiveMarkdown:
         self._sent_line_no = self.line_no
         if self._line_kind() == "block":
             return render_uncached(self.line) if self.line.strip() else ""
-        return (
-            f'<p><span id="live-frozen">{"".join(self.frozen_html)}</span>'
-            f'<span id="live-tail">{render_inline(self.line)}</span></p>'
-        )
+        context = {"frozen": "".join(self.frozen_html), "tail": render_inline(self.line)}
+        return render("agent/live/_pieces.html", context)
 
     def html(self) -> str:
         """The whole block as it stands (a first page, a catch-up): what the frames so far
         built, so later frames apply to it."""
         self._sent_key = self._key()
         self._finished_since = []
-        return (
-            f'<div class="md" id="live-done">{"".join(self.done)}</div>'
-            f'<div class="md" id="live-open">{self._open_html()}</div>'
-        )
+        context = {"done": "".join(self.done), "open": self._open_html()}
+        return render("agent/live/_block.html", context)
 
     def frame(self) -> LiveFrame:
         """The changes since the last ``frame`` or ``html``."""

@@ -93,6 +93,8 @@ _LINK_START = re.compile(r"<a( [^>]*)?>")
 
 
 def _with_rel(match: re.Match) -> str:
+    """The sanitizer's link, with the rel and target every link gets (a rewrite of its
+    output, not the app's markup)."""
     attributes = match.group(1) or ""
     if ' href="' not in attributes:
         return match.group(0)
@@ -142,7 +144,7 @@ def render_markdown(text: str) -> str:
     """Sanitized HTML for untrusted markdown. The only function whose output templates may
     mark safe."""
     if len(text) > MAX_MARKDOWN:
-        return f"<pre>{escape(text, quote=False)}</pre>"
+        return f"<pre>{escape(text, quote=False)}</pre>"  # (as the renderer shows code)
     html = _cache.get(text)
     if html is None:
         html = render_uncached(text)
@@ -170,7 +172,7 @@ def _plain(text: str) -> bool:
 def render_uncached(text: str) -> str:
     """The markdown and sanitizer pass itself (also what the render worker runs)."""
     if "\n" not in text and _plain(text) and not _BLOCK_START.match(text) and text.strip():
-        return f"<p>{text.strip()}</p>"  # one paragraph of plain text
+        return f"<p>{text.strip()}</p>"  # what the renderer makes of one plain paragraph
     return sanitize(gfm.render(text)).strip()
 
 

@@ -1,4 +1,4 @@
-"""The live terminal of a CLI agent (interfaces §14): ``tmux capture-pane -e`` as safe HTML.
+"""The live terminal of a CLI agent: ``tmux capture-pane -e`` as safe HTML.
 
 The pane's text is hostile (the CLI prints what the model and the user's files say), so
 it is escaped first; of its escape sequences only colours and bold become ``<span>``s with
@@ -8,11 +8,11 @@ the result goes through the sanitizer (nh3) like every other path to HTML.
 
 from __future__ import annotations
 
-import html
 import re
 
 import nh3
-from django.template.loader import render_to_string
+
+from agent.ui.compiled import render
 
 MAX_CHARS = 200_000  # of the captured screen and scrollback
 _ESCAPES = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
@@ -38,34 +38,32 @@ def _classes(codes: list[int], state: dict[str, str | bool]) -> None:
             state.pop("fg", None)
 
 
-def ansi_to_html(text: str) -> str:
-    text = text[-MAX_CHARS:]
-    out: list[str] = []
+def _runs(text: str) -> list[dict[str, str]]:
+    """The screen as runs of text, each with the classes its escape sequences gave it (a
+    colour or bold starts a run; every other sequence is dropped)."""
+    runs = [{"classes": "", "text": ""}]
     state: dict[str, str | bool] = {}
-    open_span = False
     position = 0
     for match in _ESCAPES.finditer(text):
-        out.append(html.escape(_CONTROL.sub("", text[position : match.start()])))
+        runs[-1]["text"] += _CONTROL.sub("", text[position : match.start()])
         position = match.end()
         if match.group(2) != "m" or (match.group(1) or "").startswith("?"):
             continue  # a cursor move, a title, a mode: nothing to show
         codes = [int(c) for c in (match.group(1) or "0").split(";") if c.isdigit() and len(c) < 4]
         _classes(codes, state)
-        if open_span:
-            out.append("</span>")
-            open_span = False
         names = (["t-bold"] if state.get("bold") else []) + (
             [f"t-{state['fg']}"] if state.get("fg") else []
         )
-        if names:
-            out.append(f'<span class="{" ".join(names)}">')
-            open_span = True
-    out.append(html.escape(_CONTROL.sub("", text[position:])))
-    if open_span:
-        out.append("</span>")
-    return _cleaner.clean("".join(out).rstrip())
+        runs.append({"classes": " ".join(names), "text": ""})
+    runs[-1]["text"] += _CONTROL.sub("", text[position:])
+    return runs
+
+
+def ansi_to_html(text: str) -> str:
+    screen = render("agent/_terminal_screen.html", {"runs": _runs(text[-MAX_CHARS:])})
+    return _cleaner.clean(screen.rstrip())
 
 
 def terminal_fragment(screen: str, *, oob: bool = False) -> str:
     """The terminal's element (the first page and every push use this one template)."""
-    return render_to_string("agent/_terminal.html", {"screen": ansi_to_html(screen), "oob": oob})
+    return render("agent/_terminal.html", {"screen": ansi_to_html(screen), "oob": oob})

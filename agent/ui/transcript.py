@@ -1,4 +1,5 @@
-"""Parts (seed 000's user / text / tool / reasoning, plus error) built from stored events.
+"""Parts (user / text / tool / reasoning / approval / compaction / error) built from stored
+events.
 
 The same part objects feed the page and the live WebSocket fragments, so a reload shows
 exactly what streamed. Tool output is shown as text (templates escape it); only model text
@@ -7,10 +8,8 @@ goes through the markdown seam.
 
 from __future__ import annotations
 
-import difflib
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agent.core.events import (
@@ -29,7 +28,7 @@ from agent.core.events import (
     UnqueuedEvent,
     UserEvent,
 )
-from agent.ui.highlight import highlighted
+from agent.ui.cards import ApprovalView, ToolView, apply_result, approval_view, tool_view
 from agent.ui.markdown import render_markdown
 
 # Errors that say nothing about the prompt itself (the API was down, the stream broke, the
@@ -42,9 +41,8 @@ NOT_RETRYABLE = {
     "refusal",
     "invalid_tool_input",
 }
-RESULT_LINES = 100  # seed 000: tool results truncated to 100 lines in the UI
-LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
-TARGET_CHARS = 80  # a tool card's header names its target, cut to this
+# Errors that are the model's or the loop's limits, not a failure: labelled "Notice".
+NOTICES = frozenset({"max_turns", "max_tokens", "refusal", "nothing_to_compact"})
 STATUS_TEXT = {"thinking": "Thinking...", "running_tool": "Running: {message}...",
                "waiting_input": "{message}", "error": "Error: {message}", "idle": ""}  # fmt: skip
 
@@ -78,54 +76,18 @@ class Part:
     images: tuple = ()  # user parts: the attached images (``{"sha256", "media_type", "name"}``)
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
     approval: ApprovalView | None = None  # approval parts
-    prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate, interfaces §11)
-    switch: Any = None  # a branches.Switch: versions part just before this part (§11)
-
-
-@dataclass
-class ApprovalView:
-    """A tool call waiting for the user's decision (interfaces §9), and what exactly would
-    run: the command, the content written, the change an edit makes."""
-
-    id: str
-    name: str
-    target: str
-    preview: str = ""  # bash: the command; write: the content
-    diff: list[tuple[str, str]] = field(default_factory=list)  # edit: (css class, line)
-    decision: str = ""  # "" while undecided; approve | deny
-    by: str = ""
-    reason: str = ""
-    closed: bool = False  # the run ended without a decision (cancelled, interrupted)
+    prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate)
+    switch: Any = None  # a branches.Switch: versions part just before this part
 
     @property
-    def pending(self) -> bool:
-        return not self.decision and not self.closed
-
-
-def approval_view(event: ApprovalEvent) -> ApprovalView:
-    params = event.input if isinstance(event.input, dict) else {}
-    view = ApprovalView(event.id, event.name, tool_target(event.name, params))
-    if event.name == "bash":
-        view.preview = str(params.get("command", ""))
-    elif event.name == "write":
-        view.preview = str(params.get("content", ""))
-    elif event.name == "edit":
-        display = event.display if isinstance(event.display, dict) else {}
-        if isinstance(display.get("diff"), str):  # the file's change, read when it was asked
-            lines = display["diff"].splitlines()
-        else:  # (the edit will fail: old_str is not in the file once) its text alone
-            old, new = str(params.get("old_str", "")), str(params.get("new_str", ""))
-            lines = difflib.unified_diff(old.splitlines(), new.splitlines(), view.target,
-                                         view.target, lineterm="")  # fmt: skip
-        view.diff = [(_diff_class(line), line) for line in lines]
-    else:
-        view.preview = json.dumps(params, indent=2, ensure_ascii=False)
-    return view
+    def is_notice(self) -> bool:
+        """An error part that reports a limit, not a failure."""
+        return self.code in NOTICES
 
 
 @dataclass
 class QueuedView:
-    """A prompt waiting in the running prompt's queue (interfaces §8)."""
+    """A prompt waiting in the running prompt's queue."""
 
     id: str
     content: str
@@ -140,65 +102,6 @@ def is_queue_event(event: Event) -> bool:
     )
 
 
-@dataclass
-class ToolView:
-    id: str
-    name: str
-    input_json: str
-    status: str = "running"  # running | ok | error
-    head: str = ""
-    rest: str = ""
-    more_lines: int = 0
-    error: str = ""
-    diff: list[tuple[str, str]] = field(default_factory=list)  # (css class, line)
-    exit_code: int | None = None
-    target: str = ""  # what the call works on, for the collapsed header
-    lines: int = 0  # of the result's text (or its diff): a long one starts collapsed
-    path: str = ""  # the file a `read` shows: its result is highlighted by this name's type
-    head_html: str = ""  # head / rest highlighted (sanitized), when the file type is known
-    rest_html: str = ""
-
-    @property
-    def long(self) -> bool:
-        return self.lines > LONG_RESULT_LINES
-
-
-def _clip(text: str, limit: int = TARGET_CHARS) -> str:
-    first, *more = text.strip().splitlines() or [""]
-    if len(first) > limit or more:
-        return first[: limit - 1].rstrip() + "…"
-    return first
-
-
-def _line_range(start: Any, end: Any) -> str:
-    start = start if isinstance(start, int) and not isinstance(start, bool) else None
-    end = end if isinstance(end, int) and not isinstance(end, bool) else None
-    if start is None and end is None:
-        return ""
-    return f":{start if start is not None else 1}-{end if end is not None else ''}"
-
-
-def tool_target(name: str, params: Any) -> str:
-    """What a call works on, as its card's header names it: ``read src/app.py:10-40``,
-    ``bash ls -la``, ``grep pattern path``, ``edit path``. Plain text (templates escape it),
-    one line, cut to ``TARGET_CHARS``."""
-    if not isinstance(params, dict):
-        return ""
-
-    def text(key: str) -> str:
-        value = params.get(key)
-        return value if isinstance(value, str) else ""
-
-    if name == "bash":
-        return _clip(text("command"))
-    if name == "read":
-        path = text("path")
-        return _clip(path + _line_range(params.get("start_line"), params.get("end_line")))
-    if name == "grep":
-        return _clip(" ".join(part for part in (text("pattern"), text("path")) if part))
-    return _clip(text("path"))
-
-
 COMPACTING = "Compacting"  # the first status of a compaction asked for (core/loop.py)
 STOPPED_TEXT = "Stopped · Cancelled"  # a cancelled prompt: neutral, not an error
 WRITING_TEXT = "Writing…"  # a text block is streaming (the state is still `thinking`)
@@ -210,64 +113,13 @@ def status_text(state: str, message: str | None) -> str:
 
 @dataclass(frozen=True)
 class StatusView:
-    """What the status line shows: the state (interfaces §4's fixed values), its text,
-    and the code of the error that ended the prompt (``cancelled`` is shown as neutral)."""
+    """What the status line shows: the state (the fixed values of ``StatusEvent``), its
+    text, and the code of the error that ended the prompt (``cancelled`` is shown as
+    neutral)."""
 
     state: str = "idle"
     text: str = ""
     code: str = ""
-
-
-HIGHLIGHTED_TOOLS = frozenset({"read"})  # results that are a file's text (bash, grep: plain)
-
-
-def tool_view(call: ToolCallEvent) -> ToolView:
-    path = call.input.get("path") if isinstance(call.input, dict) else None
-    return ToolView(
-        id=call.id,
-        name=call.name,
-        input_json=json.dumps(call.input, indent=2, ensure_ascii=False),
-        target=tool_target(call.name, call.input),
-        path=path if call.name in HIGHLIGHTED_TOOLS and isinstance(path, str) else "",
-    )
-
-
-def _main_text(payload: Any, raw: str) -> str:
-    if not isinstance(payload, dict):
-        return raw
-    for key in ("content", "entries", "matches", "output", "result"):
-        if isinstance(payload.get(key), str):
-            return payload[key]
-    return raw
-
-
-def apply_result(view: ToolView, result: ToolResultEvent) -> None:
-    raw = str(result.result)
-    try:
-        payload = json.loads(raw)
-    except (TypeError, ValueError):
-        payload = None
-    view.status = "error" if result.isError else "ok"
-    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
-        view.error = payload["error"]
-        text = payload.get("output") if isinstance(payload.get("output"), str) else ""
-    else:
-        text = _main_text(payload, raw)
-    if isinstance(payload, dict) and isinstance(payload.get("exit_code"), int):
-        view.exit_code = payload["exit_code"]
-    lines = text.splitlines(keepends=True)
-    view.lines = len(lines)
-    view.head = "".join(lines[:RESULT_LINES])
-    view.rest = "".join(lines[RESULT_LINES:])
-    view.more_lines = max(0, len(lines) - RESULT_LINES)
-    if view.path and not view.error:  # a file's text: highlighted by its name's type
-        view.head_html = highlighted(view.head, view.path) or ""
-        if view.head_html and view.rest:
-            view.rest_html = highlighted(view.rest, view.path) or ""
-    display = result.display or {}
-    if display.get("kind") == "diff" and isinstance(display.get("diff"), str):
-        view.diff = [(_diff_class(line), line) for line in display["diff"].splitlines()]
-        view.lines = len(view.diff)  # the diff is what the card shows (and copies)
 
 
 def pending_highlights(transcript: Transcript, events: Iterable[Event]) -> list[tuple[str, str]]:
@@ -285,18 +137,6 @@ def pending_highlights(transcript: Transcript, events: Iterable[Event]) -> list[
             if not scratch.error:
                 jobs += [(text, paths[event.id]) for text in (scratch.head, scratch.rest) if text]
     return jobs
-
-
-def _diff_class(line: str) -> str:
-    if line.startswith(("+++", "---")):
-        return "diff-file"
-    if line.startswith("@@"):
-        return "diff-hunk"
-    if line.startswith("+"):
-        return "diff-add"
-    if line.startswith("-"):
-        return "diff-del"
-    return "diff-ctx"
 
 
 @dataclass
@@ -323,7 +163,7 @@ class Transcript:
         self.tools: dict[str, Part] = {}  # by tool call id
         self.approvals: dict[str, Part] = {}  # by tool call id, undecided ones
         self.last_prompt = ""  # the prompt the events since answer (an error retries it)
-        self.last_prompt_seq = 0  # … and its seq (an answer's Regenerate names it, §11)
+        self.last_prompt_seq = 0  # … and its seq (an answer's Regenerate names it)
         self.live: LiveText | None = None
         self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
         self.error_code = ""  # of the last error since the last prompt

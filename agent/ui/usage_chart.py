@@ -1,4 +1,4 @@
-"""The admin's usage charts and their CSV (interfaces §13), drawn on the server.
+"""The admin's usage charts and their CSV, drawn on the server.
 
 One bar per user per day, its height proportional to the day's largest figure, its
 ``<title>`` naming the user, the day and the value (what a pointer shows). Plain SVG with
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.utils.html import format_html, format_html_join
+from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
 # Distinguishable on light and dark backgrounds; users beyond them reuse the colours.
@@ -58,32 +58,24 @@ def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -
             continue
         value = getattr(row, metric)
         height = round(float(value) / float(top) * HEIGHT, 2)
-        x = LEFT + column[row.date] * slot + users.index(row.username) * BAR
         shown = f"${value:.4f}" if metric == "cost_usd" else f"{value:,} tokens"
-        bars.append((
-            x, TOP + HEIGHT - height, BAR - 1, height, colour[row.username],
-            row.username, row.date.isoformat(), row.username, row.date.isoformat(), shown,
-        ))  # fmt: skip
+        bars.append({
+            "x": LEFT + column[row.date] * slot + users.index(row.username) * BAR,
+            "y": TOP + HEIGHT - height, "width": BAR - 1, "height": height,
+            "colour": colour[row.username], "user": row.username, "date": row.date.isoformat(),
+            "title": f"{row.username} {row.date.isoformat()}: {shown}",
+        })  # fmt: skip
     width = LEFT * 2 + len(days) * slot
-    ticks = [(LEFT + n * slot, TOP + HEIGHT + 16, day.strftime("%d %b"))
+    ticks = [{"x": LEFT + n * slot, "y": TOP + HEIGHT + 16, "label": day.strftime("%d %b")}
              for n, day in enumerate(days) if n % 7 == 0 or n == len(days) - 1]  # fmt: skip
-    swatch = '<svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
-    swatch += 'fill="{}"/>'
-    legend = format_html_join("", "<li>" + swatch + "</svg> {}</li>",
-                              ((colour[u], u) for u in users))  # fmt: skip
-    return format_html(
-        '<figure class="usage-chart" data-metric="{}"><figcaption>{} (top: {})</figcaption>'
-        '<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{}" width="{}" '
-        'height="{}" viewBox="0 0 {} {}"><line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#888"/>'
-        "{}{}</svg><ul class=\"usage-legend\">{}</ul></figure>",
-        metric, label, f"${top:.4f}" if metric == "cost_usd" else f"{top:,}", label,
-        width, TOP + HEIGHT + BOTTOM, width, TOP + HEIGHT + BOTTOM,
-        LEFT, TOP + HEIGHT, width - LEFT, TOP + HEIGHT,
-        format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}" fill="{}" '
-                         'data-user="{}" data-date="{}"><title>{} {}: {}</title></rect>', bars),
-        format_html_join("", '<text x="{}" y="{}" font-size="10" fill="#888">{}</text>', ticks),
-        legend,
-    )  # fmt: skip
+    return render_to_string("admin/agent/_usage_chart.html", {
+        "metric": metric, "label": label,
+        "top": f"${top:.4f}" if metric == "cost_usd" else f"{top:,}",
+        "width": width, "height": TOP + HEIGHT + BOTTOM,
+        "axis": {"x1": LEFT, "x2": width - LEFT, "y": TOP + HEIGHT},
+        "bars": bars, "ticks": ticks,
+        "legend": [(user, colour[user]) for user in users],
+    })  # fmt: skip
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")

@@ -1,4 +1,4 @@
-"""The caller's workspace over the API (interfaces §13): ``GET /api/files/<path>`` lists a
+"""The caller's workspace over the API: ``GET /api/files/<path>`` lists a
 directory or downloads a file, ``PUT`` uploads the raw body, ``DELETE`` removes.
 
 Every path goes through the same confinement as the agent's tools (the workspace walked
@@ -20,7 +20,7 @@ from agent.core.tools.workspace import PathError, os_error_message
 from agent.runs.workspaces import workspace_for
 from agent.ui import browse
 from agent.web.api import api_error, api_view
-from agent.web.views import download_response
+from agent.web.file_views import download_response
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 FULL_MESSAGES = {os_error_message(OSError(code, "")) for code in FULL}

@@ -1,7 +1,7 @@
 """The one place a prompt is accepted, for the page's socket and the API alike.
 
 Its text first (present, within ``HARNESS_MAX_PROMPT_CHARS``) and its mode (none, or
-``follow_up`` / ``steer``: interfaces §8), then the run layer's claim: the conversation
+``follow_up`` / ``steer``), then the run layer's claim: the conversation
 reachable and idle, the owner active and within their quotas, the storage able to take it.
 With a mode, a prompt sent while one runs is queued on it instead (wherever it runs). A
 refusal is a ``RunRefused`` whose code each adapter shows in its medium.
@@ -85,7 +85,7 @@ def _edited_images(conversation_id, user_id: int, seq: int) -> list[Snapshot]:
 
 
 async def checked_images(conversation_id, user, value, queued: bool = False) -> list[Snapshot]:
-    """The prompt's ``images`` (workspace paths), each read and checked (interfaces §13);
+    """The prompt's ``images`` (workspace paths), each read and checked;
     or ``RunRefused`` (``bad_request``, ``bad_image``)."""
     try:
         paths = attachments.checked_paths(value)
@@ -104,8 +104,8 @@ async def accept_prompt(
     """Start the prompt on the conversation or, with a ``mode`` while one runs, queue it
     (its queue id is returned); or raise ``RunRefused`` saying why not. ``remember``: it
     joins the user's prompt history (the page's prompts, not the API's). ``edit_of``: the
-    seq of an earlier prompt this one replaces, on a new branch (interfaces §11).
-    ``images``: workspace paths of images attached to it (§13)."""
+    seq of an earlier prompt this one replaces, on a new branch.
+    ``images``: workspace paths of images attached to it."""
     text, mode = checked_text(content), checked_mode(mode)
     if edit_of is not None:
         checked_seq(edit_of)
@@ -128,7 +128,7 @@ async def accept_prompt(
 
 
 async def regenerate(conversation_id, user, of_seq=None) -> None:
-    """Answer a prompt again on a new branch (interfaces §11; default: the last prompt on
+    """Answer a prompt again on a new branch (default: the last prompt on
     the active branch); or ``RunRefused`` saying why not."""
     if of_seq is None:
         of_seq = await sync_to_async(last_prompt_seq)(conversation_id)
@@ -139,7 +139,7 @@ async def regenerate(conversation_id, user, of_seq=None) -> None:
 
 
 async def switch_branch(conversation_id, user, number) -> int:
-    """Show and continue another branch (interfaces §11); every open page re-draws and
+    """Show and continue another branch; every open page re-draws and
     every stream gets the ``branch`` event. Returns where the branches part; or
     ``RunRefused`` (``not_found``, ``prompt_running``, ``forbidden``)."""
     active, fork, events = await sync_to_async(switch_to, thread_sensitive=False)(
@@ -150,7 +150,7 @@ async def switch_branch(conversation_id, user, number) -> int:
 
 
 async def start_compaction(conversation_id, user) -> None:
-    """Compact the conversation's history now (interfaces §10), as a run of its own; or
+    """Compact the conversation's history now, as a run of its own; or
     raise ``RunRefused`` (``prompt_running`` while one runs, a quota…)."""
     await runs.start(conversation_id, user.pk, None)
 
@@ -167,7 +167,7 @@ REASON_MAX = 2000  # characters of a denial's reason given to the model
 
 
 def checked_decision(decision, reason) -> tuple[str, str | None]:
-    """A decision on a tool call (interfaces §9) and its reason, or ``RunRefused``
+    """A decision on a tool call and its reason, or ``RunRefused``
     (``bad_request``)."""
     if not isinstance(decision, str) or decision not in DECISIONS:
         raise RunRefused("bad_request", '\'decision\' must be "approve" or "deny".')

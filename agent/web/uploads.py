@@ -1,4 +1,4 @@
-"""Uploading from the page (interfaces §13): drag and drop, paste, the file picker.
+"""Uploading from the page: drag and drop, paste, the file picker.
 
 ``PUT /files/upload/<name>`` with the file's raw bytes stores it as ``uploads/<name>`` in
 the signed-in user's workspace; with ``?conversation=<id>``, in the workspace that

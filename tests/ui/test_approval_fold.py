@@ -1,4 +1,4 @@
-"""Approval parts in the transcript fold, its fragments and the export (interfaces §9):
+"""Approval parts in the transcript fold, its fragments and the export:
 pending with its controls, decided (by whom, why), closed with its run; what will run is
 shown escaped; a catch-up after the card re-renders it once decided."""
 

@@ -12,10 +12,11 @@ import pytest
 from django.template.loader import render_to_string
 
 from agent.core.events import ToolCallEvent, ToolResultEvent
+from agent.ui.cards import RESULT_LINES
 from agent.ui.fragments import FragmentRenderer
 from agent.ui.highlight import HIGHLIGHT_CAP, highlighted
 from agent.ui.markdown import ALLOWED_CLASSES
-from agent.ui.transcript import RESULT_LINES, Transcript, pending_highlights
+from agent.ui.transcript import Transcript, pending_highlights
 from tests.xss_corpus import xss_payloads
 
 PYTHON = "import os\n\n\ndef main():\n    return os.getcwd()  # where\n"

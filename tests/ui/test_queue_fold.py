@@ -1,4 +1,4 @@
-"""The queue in the transcript fold and its fragments (interfaces §8): queued, removed,
+"""The queue in the transcript fold and its fragments: queued, removed,
 delivered (the oldest waiting of its mode), dropped with the run (a "not sent" part), and
 every queued text escaped."""
 

@@ -1,4 +1,4 @@
-"""The live terminal of a CLI agent as HTML (interfaces §14): colours become spans with our
+"""The live terminal of a CLI agent as HTML: colours become spans with our
 own classes; everything else in the pane, hostile or not, is text."""
 
 from __future__ import annotations

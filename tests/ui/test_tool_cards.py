@@ -9,7 +9,8 @@ import pytest
 from django.template.loader import render_to_string
 
 from agent.core.events import ToolCallEvent, ToolResultEvent
-from agent.ui.transcript import Transcript, tool_target
+from agent.ui.cards import tool_target
+from agent.ui.transcript import Transcript
 
 
 @pytest.mark.parametrize(
