@@ -160,7 +160,7 @@ class RunManager:
         owner or a collaborator: the run works in the owner's workspace either way.
         ``remember`` also saves it in the sender's prompt history (the page's prompts).
         ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
-        branch (interfaces §11); open pages and streams are told before it streams.
+        branch; open pages and streams are told before it streams.
         ``images``: the attached images' snapshots (``agent/runs/attachments.py``)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
@@ -233,7 +233,7 @@ class RunManager:
         )
         return False
 
-    # -- the queue (interfaces §8) -----------------------------------------------------
+    # -- the queue -----------------------------------------------------------------------
     def _running_here(self, conversation_id) -> Run | None:
         run = self._runs.get(str(conversation_id))
         return run if run is not None and run.agent.running else None
@@ -246,9 +246,7 @@ class RunManager:
         if run is None:
             return None
         try:
-            if images:  # (a CLI agent's conversation takes none: refused before)
-                return run.agent.queue(content, mode, queue_id, author, images=tuple(images))
-            return run.agent.queue(content, mode, queue_id, author)
+            return run.agent.queue(content, mode, queue_id, author, images=tuple(images))
         except NotRunning:
             return None
         except QueueFull as exc:
@@ -335,7 +333,7 @@ class RunManager:
         answer = await self._ask(conversation_id, {"type": "run.unqueue", "id": queue_id})
         return bool(answer and answer.get("removed"))
 
-    # -- tool approval (interfaces §9) -----------------------------------------------------
+    # -- tool approval -------------------------------------------------------------------
     def decide_local(
         self,
         conversation_id,

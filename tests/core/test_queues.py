@@ -142,7 +142,7 @@ async def test_steer_while_text_streams_is_delivered_at_the_end_of_that_turn(
 
     events: list = []
     loop, _ = make_harness(tools=[], events=None)
-    loop._emit_fn = on_event
+    loop.on_event(on_event)
     model_server.enqueue(text_reply("a long answer " * 20, delay=0.005), text_reply("Short."))
     assert (await loop.prompt("explain")).state == "idle"
     kinds = types(events)
@@ -171,7 +171,7 @@ async def test_steer_while_a_turn_with_tool_calls_streams_runs_none_of_them(
 
     seen: set = set()
     loop, _ = make_harness(tools=build_tools(workspace, "off"))
-    loop._emit_fn = on_event
+    loop.on_event(on_event)
     model_server.enqueue(
         tool_reply(("write", {"path": "a.txt", "content": "a"}), text="Writing now", delay=0.005),
         text_reply("OK, stopped."),
