@@ -14,7 +14,7 @@ from agent.core.loop.context import AgentContext, TurnState, record_result, send
 from agent.core.loop.hooks import LoopConfig
 from agent.core.loop.types import STEERED, QueuedPrompt, denied_message
 from agent.core.tools.base import ToolResult, fail
-from agent.core.tools.workspace import os_error_message
+from agent.core.tools.oserrors import os_error_message
 
 log = logging.getLogger(__name__)
 
