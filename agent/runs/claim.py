@@ -57,9 +57,9 @@ class Setup:
     titled: bool = False  # the prompt just gave the conversation its title
     bash_mode: str = "off"
     author: str | None = None  # the ``user`` event's author (a shared conversation)
-    branched: bool = False  # it starts a new branch (interfaces §11): pages are re-drawn
+    branched: bool = False  # it starts a new branch: pages are re-drawn
     fork_seq: int = 0  # … after this seq
-    images: tuple[ImageRef, ...] = ()  # attached to the prompt (interfaces §13)
+    images: tuple[ImageRef, ...] = ()  # attached to the prompt
     # The owner's workspace and the system prompt, made on the claims' thread once the
     # claim is committed; or why they could not be (the run is then not started).
     workspace: Workspace | None = None
@@ -115,7 +115,7 @@ def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
 
 
 def _check_budget(owner) -> None:
-    """The owner's spend this month (UTC) against their budget (interfaces §13): a prompt
+    """The owner's spend this month (UTC) against their budget: a prompt
     that would start past it is refused (a running one's model calls are each checked as
     they are made: agent/runs/spend.py)."""
     over = usage.over_budget(owner)
@@ -156,7 +156,7 @@ def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
     """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
     carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer,
     or an inactive owner). The run works in the owner's workspace and spends the owner's
-    budget, whoever drives it (interfaces §12)."""
+    budget, whoever drives it."""
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
@@ -216,8 +216,8 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
     """Mark the conversation running, or refuse when a prompt already runs; a prompt typed
     in the page also joins the sender's prompt history. ``user_id``: who sends it, the
     owner or a collaborator (quotas and budget are the owner's). ``branch_from``:
-    (``edit`` or ``regenerate``, a prompt's seq): the run starts a new branch there
-    (interfaces §11), with the claim: a refused prompt leaves the tree as it was.
+    (``edit`` or ``regenerate``, a prompt's seq): the run starts a new branch there,
+    made with the claim: a refused prompt leaves the tree as it was.
     ``images``: snapshots of the attached images, kept with it too.
 
     A prompt's start is the largest fixed cost of a run (the benchmark's profile): the

@@ -1,4 +1,4 @@
-"""Compaction (interfaces §10) through the real SDK against the test model server: the
+"""Compaction through the real SDK against the test model server: the
 model summarises the older messages in a non-streamed, metered call; later calls send the
 summary in their place; tool_use / tool_result pairs are never split; and a history that
 cannot fit even then ends the run with a clear error, never a silently shortened one."""

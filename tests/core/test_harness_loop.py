@@ -1,4 +1,4 @@
-"""The agent loop against the test model server through the real SDK (seed 001's tables)."""
+"""The agent loop against the test model server through the real SDK."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attached images in the agent loop (interfaces §13), through the real SDK against the
+"""Attached images in the agent loop, through the real SDK against the
 test model server: the loader's data goes out as base64 blocks while the history keeps
 references; an image the API refused, steered in beside tool results, is named instead in
 every later request (else each would fail the same way)."""

@@ -1,4 +1,4 @@
-"""Instructions in layers (seed 004): the date, the working directory and the deployment's
+"""Instructions in layers: the date, the working directory and the deployment's
 text in the system prompt, and a subdirectory's AGENTS.md given to the model the first time
 a tool touches that directory, read as safely as any tool's file."""
 
@@ -81,7 +81,7 @@ async def test_a_subdirectorys_agents_md_reaches_the_model_once_beside_the_first
     assert '"content": "a = 1' in first["content"][0]["text"]  # the result itself is intact
     assert isinstance(second["content"], str) and "linter" not in second["content"]
     result = next(e for e in events if e.type == "tool_result")
-    assert "linter" not in result.result  # the event is the tool's result, as §6 says
+    assert "linter" not in result.result  # the event carries the tool's own result
 
     # A later prompt (a new run, from the stored history) does not repeat them.
     model_server.enqueue(tool_reply(("read", {"path": "src/a.py"})), text_reply("again"))

@@ -1,4 +1,4 @@
-"""Steer and follow-up queues in the agent loop (interfaces §8), through the real SDK
+"""Steer and follow-up queues in the agent loop, through the real SDK
 against the test model server. A gate tool holds a tool call running until the test has
 queued what it wants: the queue is exercised at the exact point each rule speaks of."""
 
@@ -275,7 +275,7 @@ def test_queue_events_round_trip_through_their_json():
 async def test_each_prompt_and_queued_prompt_carries_its_author_and_the_model_sees_text_only(
     harness, gate, model_server
 ):
-    """Sharing (interfaces §12): who sent a prompt is on its events, never in the history."""
+    """On a shared conversation, who sent a prompt is on its events, never in the history."""
     loop, events = harness
     model_server.enqueue(tool_reply(("gate", {})), text_reply("done"), text_reply("again"))
     task = asyncio.create_task(loop.prompt("from olga", "olga"))

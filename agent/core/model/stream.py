@@ -56,7 +56,7 @@ class BlockStart:
     data: str = ""  # a redacted_thinking block's payload
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen one costs more to make, once per delta
 class BlockDelta:
     """A piece of a block: ``kind`` is ``text_delta``, ``input_json_delta``,
     ``thinking_delta`` or ``signature_delta``; ``value`` its text."""
@@ -102,12 +102,15 @@ def parse(raw: Any) -> StreamEvent | None:
         return None
     kind = raw.get("type")
     if kind == "content_block_delta":  # by far the most frequent: first
-        index = raw.get("index")
-        delta = _dict(raw.get("delta"))
-        field = DELTA_FIELDS.get(delta.get("type"))
-        if not isinstance(index, int) or field is None:
+        index, delta = raw.get("index"), raw.get("delta")
+        if type(index) is not int or type(delta) is not dict:
             return None
-        return BlockDelta(index, delta["type"], _str(delta.get(field)))
+        delta_kind = delta.get("type")
+        field = DELTA_FIELDS.get(delta_kind)
+        if field is None:
+            return None
+        value = delta.get(field)
+        return BlockDelta(index, delta_kind, value if type(value) is str else "")
     if kind == "content_block_start":
         index = raw.get("index")
         if not isinstance(index, int):
