@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import anthropic
 
 
 class SSEParser:
@@ -57,7 +60,7 @@ class SSEParser:
         return out
 
 
-async def events(stream: Any) -> AsyncIterator[Any]:
+async def events(stream: anthropic.AsyncStream) -> AsyncIterator[Any]:
     """The events of ``client.messages.create(..., stream=True)``: dicts parsed from the
     body of the SDK's stream (its HTTP ``response``)."""
     response = stream.response
