@@ -68,14 +68,14 @@ class _Writer:
 async def _stream_once(base_url: str, tokens: int) -> _Writer:
     from agent.core.config import Config
     from agent.core.loop import AgentLoop
-    from agent.core.model.client import make_client
+    from agent.core.model.client import make_provider
 
     config = Config(api_key="bench", base_url=base_url, max_turns=1)
     writer = _Writer()
-    client = make_client(config)
-    harness = AgentLoop(client, [], config, writer.emit)
+    provider = make_provider(config)
+    harness = AgentLoop(provider, [], config, writer.emit)
     await harness.prompt("bench: a long answer")
-    await client.close()
+    await provider.close()
     if writer.deltas != tokens:
         raise RuntimeError(f"expected {tokens} deltas, saw {writer.deltas}")
     return writer

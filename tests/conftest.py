@@ -10,6 +10,7 @@ import pytest
 
 from agent.core.config import Config
 from agent.core.loop import AgentLoop
+from agent.core.model.anthropic import AnthropicProvider
 from agent.core.tools import Workspace, build_tools
 from testkit.model_server import ModelServer, echo_fallback
 
@@ -102,7 +103,7 @@ def make_harness(sdk_client, workspace):
         events = [] if events is None else events
         config.setdefault("api_key", "test-key")
         tools = build_tools(workspace, "sandbox") if tools is None else tools
-        harness = AgentLoop(sdk_client, tools, Config(**config), events.append)
+        harness = AgentLoop(AnthropicProvider(sdk_client), tools, Config(**config), events.append)
         return harness, events
 
     return build

@@ -1,4 +1,4 @@
-"""Compaction (seed 004, interfaces §10): when the history nears the model's context window,
+"""Compaction: when the history nears the model's context window,
 the model summarises the older exchanges and later calls send the summary in their place.
 
 Nothing is dropped silently: the event log keeps every event, the ``compaction`` event
@@ -113,14 +113,3 @@ def compacted(messages: list[Message], cut: int, summary: str) -> list[Message]:
         head = {**first, "content": [note, *blocks]}
         return [head, *rest]
     return [{"role": "user", "content": [note]}, first, *rest]
-
-
-def summary_text(message: Any) -> str:
-    """The text of a non-streamed response (an SDK ``Message`` or its dict)."""
-    content = message.get("content") if isinstance(message, dict) else message.content
-    parts = []
-    for block in content or []:
-        kind = block.get("type") if isinstance(block, dict) else block.type
-        if kind == "text":
-            parts.append(block.get("text") if isinstance(block, dict) else block.text)
-    return "".join(parts).strip()

@@ -1,4 +1,4 @@
-"""Agent configuration (seed 001's Config, plus base URL and thinking budget)."""
+"""Agent configuration."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ THINKING_MODELS = frozenset({"claude-haiku-4-5", "claude-sonnet-4-5", "claude-op
                              "claude-opus-4-1"})  # fmt: skip
 
 
-# A conversation's tool approval (interfaces §9): ``auto`` runs every tool at once, ``ask``
+# A conversation's tool approval: ``auto`` runs every tool at once, ``ask``
 # waits for a decision before the tools that change things, ``read_only`` does not offer them.
 APPROVAL_MODES = ("auto", "ask", "read_only")
 GATED_TOOLS = frozenset({"write", "edit", "bash"})

@@ -1,4 +1,4 @@
-"""The closed set of events an agent run emits (interfaces §6).
+"""The closed set of events an agent run emits.
 
 Every event carries ``seq`` (1, 2, 3… per conversation, assigned by the harness) and
 ``timestamp`` (Unix milliseconds). Events stay these typed objects through the core and
@@ -28,7 +28,7 @@ class Event:
     type: ClassVar[str] = "event"
     seq: int = 0
     timestamp: int = field(default_factory=now_ms)
-    # The branch it belongs to when that is not the first (interfaces §11): set by the
+    # The branch it belongs to when that is not the first: set by the
     # event log's readers; the loop never knows branches.
     branch: int = 0
 
@@ -69,13 +69,13 @@ def _without_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserEvent(_ContentEvent):
     """A prompt; ``mode`` when it was queued while the agent ran and delivered in that run
-    (``steer`` or ``follow_up``, interfaces §8), absent for a prompt that started a run."""
+    (``steer`` or ``follow_up``), absent for a prompt that started a run."""
 
     type: ClassVar[str] = "user"
     mode: QueueMode | None = None
-    # Who sent it (a username), on a shared conversation (interfaces §12); absent otherwise.
+    # Who sent it (a username), on a shared conversation; absent otherwise.
     author: str | None = None
-    # Images attached to it (interfaces §13): ``[{"sha256", "media_type", "name"}]``.
+    # Images attached to it: ``[{"sha256", "media_type", "name"}]``.
     images: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,7 +157,7 @@ class CompactionEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueuedEvent(Event):
-    """A prompt sent while the agent ran, waiting in the run's queue (interfaces §8)."""
+    """A prompt sent while the agent ran, waiting in the run's queue."""
 
     type: ClassVar[str] = "queued"
     id: str
@@ -185,7 +185,7 @@ class UnqueuedEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalEvent(Event):
-    """A tool call waiting for the user's decision (interfaces §9); ``id`` is the call's."""
+    """A tool call waiting for the user's decision; ``id`` is the call's."""
 
     type: ClassVar[str] = "approval"
     id: str
@@ -216,7 +216,7 @@ class ApprovalDecisionEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BranchEvent(Event):
-    """The conversation now shows branch ``active`` (interfaces §11): what a reader has
+    """The conversation now shows branch ``active``: what a reader has
     after ``fork_seq`` is replaced by the events that follow. Never stored; its ``seq`` is
     ``fork_seq`` (a stream resumed from it replays the new branch from there)."""
 

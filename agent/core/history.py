@@ -3,7 +3,7 @@ context window is compacted, never trimmed: ``compaction.py``).
 
 The API needs strict alternation and a ``tool_result`` for every ``tool_use`` in the very
 next user message. After a failure, a cancel or a crash these invariants are restored here,
-so the next prompt always works (seed 002's lesson).
+so the next prompt always works.
 """
 
 from __future__ import annotations

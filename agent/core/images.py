@@ -1,4 +1,4 @@
-"""Images attached to a prompt (interfaces §13): what the model takes, and how the history
+"""Images attached to a prompt: what the model takes, and how the history
 keeps them.
 
 The history holds a small reference per image (``{"type": "image", "source": {"type":

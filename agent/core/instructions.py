@@ -1,4 +1,4 @@
-"""Instructions in layers (seed 004's progressive disclosure): the workspace's AGENTS.md is
+"""Instructions in layers (progressive disclosure): the workspace's AGENTS.md is
 in the system prompt; a subdirectory's AGENTS.md (or CLAUDE.md) reaches the model the first
 time a tool touches that directory, beside that tool's result, so a large repository's
 notes cost tokens only where the agent works.

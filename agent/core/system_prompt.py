@@ -1,4 +1,4 @@
-"""The system prompt (seed 004: short, in layers): the identity, tool notes, the date and the
+"""The system prompt (short, in layers): the identity, tool notes, the date and the
 working directory, the deployment's instructions (staff edit them in the admin) and the
 workspace's AGENTS.md. A subdirectory's AGENTS.md comes later, when a tool first touches
 that directory (``instructions.py``)."""

@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_by
+from agent.core.agent import Refused
 from agent.core.config import Config
 from agent.core.images import ImageRef
 from agent.core.system_prompt import build_system_prompt
@@ -44,12 +45,8 @@ STORAGE_REFUSED = (
 ALREADY_RUNNING = "A prompt is already running; wait or cancel it."
 
 
-class RunRefused(Exception):
+class RunRefused(Refused):
     """A prompt that is not run: ``code`` for programs, ``message`` for people."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 @dataclass

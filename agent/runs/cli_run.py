@@ -1,6 +1,7 @@
-"""A prompt of a conversation whose agent is an external CLI (interfaces §14): what the
-built-in loop is to ``Run``, with the same face (prompt, cancel, messages, next_seq…), so
-the run's writer stores, broadcasts and renders its events exactly as the loop's.
+"""A prompt of a conversation whose agent is an external CLI: an ``Agent``
+(``agent/core/agent.py``) like the built-in loop, so the run's writer stores, broadcasts and
+renders its events exactly as the loop's. What a CLI cannot do (queue a prompt on a running
+one, compact, answer again) it refuses through that same interface.
 
 The prompt goes into the conversation's tmux session; the CLI's structured output comes
 back through the provider's parser as ``text``, ``tool_call``, ``tool_result``, ``status``
@@ -30,6 +31,7 @@ from agent.core.events import (
     UsageEvent,
     UserEvent,
 )
+from agent.core.images import ImageRef
 from agent.core.loop import Guard, NotRunning
 from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import sessions
@@ -66,7 +68,7 @@ class CliAgent:
         self._decided: set[str] = set()
         self._sending: set[asyncio.Task] = set()  # answers to the CLI on their way
 
-    # -- the loop's face ----------------------------------------------------------------------
+    # -- the Agent protocol --------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return self._task is not None
@@ -84,7 +86,7 @@ class CliAgent:
         return True
 
     def queue(self, content: str, mode: str, queue_id: str | None = None,
-              author: str | None = None) -> str:  # fmt: skip
+              author: str | None = None, *, images: tuple[ImageRef, ...] = ()) -> str:  # fmt: skip
         if self._task is None:
             raise NotRunning()
         # A CLI takes one prompt at a time (no steering into its turn): 409, said plainly.
@@ -99,7 +101,8 @@ class CliAgent:
 
     def decide(self, call_id: str, decision: str, reason: str | None = None, by: str = "", *,
                approve_all: bool = False) -> str:  # fmt: skip
-        """Answer the CLI's permission request for ``call_id`` (interfaces §9's outcomes)."""
+        """Answer the CLI's permission request for ``call_id``: ``decided``, ``unknown`` or
+        ``already``, as the loop's ``decide``."""
         pending = getattr(self._parser, "pending", {})
         if call_id not in pending:
             return "already" if call_id in self._decided else "unknown"
@@ -124,7 +127,9 @@ class CliAgent:
             log.exception("event handler failed on %s", event.type)
 
     # -- a prompt ------------------------------------------------------------------------------
-    async def prompt(self, content: str | None, author: str | None = None) -> None:
+    async def prompt(self, content: str | None, author: str | None = None, *,
+                     images: tuple[ImageRef, ...] = ()) -> None:  # fmt: skip
+        """``images``: refused before a CLI's prompt is claimed (it takes none)."""
         self._task = asyncio.current_task()
         self._cancel_requested = False
         try:
@@ -132,8 +137,11 @@ class CliAgent:
         finally:
             self._task = None
 
+    async def compact(self) -> None:
+        await self.prompt(None)
+
     async def answer_again(self) -> None:
-        """Regenerating an answer (a new branch, §11): the CLI keeps its own history, which
+        """Regenerating an answer (a new branch): the CLI keeps its own history, which
         cannot branch, so it is refused as events (one error status)."""
         self._task = asyncio.current_task()
         try:

@@ -1,4 +1,4 @@
-"""The tmux sessions of this process's CLI agents (interfaces §14, seed 003's life cycle).
+"""The tmux sessions of this process's CLI agents.
 
 One session per conversation: started on its first prompt, reused by the next, ended when
 the conversation is deleted, when unused for HARNESS_AGENT_IDLE_MINUTES, and when the
@@ -32,7 +32,7 @@ from agent.sandbox import drop
 
 log = logging.getLogger(__name__)
 
-PREFIX = "ah"  # seed 003's session prefix (agent-harness)
+PREFIX = "ah"  # the sessions' prefix (agent-harness)
 REAP_INTERVAL = 30.0
 
 
@@ -172,7 +172,7 @@ class CliSessions:
             await asyncio.sleep(REAP_INTERVAL)
 
     async def reap_orphans(self) -> list[str]:
-        """seed 003's start-up scan: sessions of ours that no process uses (left by a
+        """The start-up scan: sessions of ours that no process uses (left by a
         server that stopped or crashed) end once tmux saw no activity in them for the idle
         time; until then the conversation's next prompt may re-attach to one."""
         from agent.runs.manager import runs
@@ -206,8 +206,8 @@ class CliSessions:
         return ended
 
     async def shutdown(self) -> None:
-        """The server stops: end every session of this process (seed 003 leaves them for
-        inspection; ours hold a per-run credential and a user's processes, so they end)."""
+        """The server stops: end every session of this process (they hold a per-run
+        credential and a user's processes)."""
         for key in list(self._entries):
             with contextlib.suppress(Exception):
                 await self.end(key)

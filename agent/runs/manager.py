@@ -2,9 +2,9 @@
 
 ``runs.start`` claims the conversation, prepares the owner's workspace and starts a
 ``Run``; ``runs.cancel``, ``runs.submit`` (a prompt queued on the running one) and
-``runs.unqueue`` reach a run in whichever process has it. Each process listens
-on a channel of its own and joins a control group per running conversation, and reaps the
-runs (of any process) whose lease lapsed.
+``runs.unqueue`` reach a run in whichever process has it, through the control channel
+(``control.py``: each process listens on a channel of its own and joins a control group per
+running conversation, and reaps the runs, of any process, whose lease lapsed).
 """
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ import contextvars
 import logging
 import uuid
 
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.conf import settings
 
-from agent.core.images import ImageRef
 from agent.core.loop import NotRunning, QueueFull
-from agent.runs import eventlog
+from agent.runs import control, eventlog
 from agent.runs.attachments import Snapshot
-from agent.runs.broadcast import announce_branch, announce_interrupted
+from agent.runs.broadcast import announce_branch
 from agent.runs.claim import (
     ALREADY_RUNNING,
     STORAGE_REFUSED,
@@ -34,8 +30,9 @@ from agent.runs.claim import (
     release,
     remember_prompt,
 )
+from agent.runs.control import cancel_from_sync as cancel_from_sync
+from agent.runs.control import drop_author_from_sync as drop_author_from_sync
 from agent.runs.groups import control_group
-from agent.runs.recovery import expired, interrupt
 from agent.runs.run import Run
 from agent.server import logs, metrics
 from agent.server.storage import StorageError
@@ -43,13 +40,6 @@ from agent.server.storage import StorageError
 log = logging.getLogger(__name__)
 
 
-def _cancel_message(conversation_id) -> dict:
-    return {"type": "run.cancel", "conversation": str(conversation_id)}
-
-
-# How long a process waits for the one running a conversation to answer a queue request
-# (seconds); no answer: no process runs it any more.
-REPLY_TIMEOUT = 5.0
 SUBMIT_ATTEMPTS = 3  # a run may end between "running" and the queue request: start it then
 QUEUE_FULL = "Too many prompts are queued on this one already; wait, or remove one."
 NOT_REACHED = "A prompt is running but could not be reached to queue this one; try again."
@@ -76,75 +66,15 @@ class RunManager:
             self._channel = await layer.new_channel()
             self._loop = loop
             fresh = contextvars.Context  # not the request's context (see start())
-            self._listener = loop.create_task(self._listen(layer, self._channel), context=fresh())
-            self._reaper = loop.create_task(self._reap(), context=fresh())
+            self._listener = loop.create_task(
+                control.listen(self, layer, self._channel), context=fresh()
+            )
+            self._reaper = loop.create_task(control.reap(), context=fresh())
         return self._channel
-
-    async def _reap(self) -> None:
-        """Interrupt runs (of any process) whose lease lapsed: their process is gone."""
-        while True:
-            try:
-                done = await database_sync_to_async(
-                    lambda: interrupt(expired()), thread_sensitive=False
-                )()
-                await announce_interrupted(done)
-            except Exception:
-                log.exception("reaping expired runs failed")
-            await asyncio.sleep(max(1.0, settings.HARNESS_RUN_LEASE / 3))
 
     async def start_background(self) -> None:
         """Start this process's control listener and reaper (idempotent, per event loop)."""
         await self._ensure_listener()
-
-    async def _listen(self, layer, channel: str) -> None:
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a broken layer connection: retry shortly
-                log.exception("run control channel failed")
-                await asyncio.sleep(1)
-                continue
-            kind = message.get("type")
-            if kind == "run.cancel":
-                self.cancel_local(message.get("conversation"))
-            elif kind == "run.drop_author" and isinstance(message.get("author"), str):
-                self.drop_author_local(message.get("conversation"), message["author"])
-            elif kind in ("run.queue", "run.unqueue", "run.decide") and isinstance(
-                message.get("reply"), str
-            ):
-                await self._answer(layer, message)
-
-    async def _answer(self, layer, message: dict) -> None:
-        """A queue request from another process: done here if this process runs the
-        conversation (only then is it in the control group), answered on its channel."""
-        conversation = message.get("conversation")
-        try:
-            if message["type"] == "run.unqueue":
-                answer = {"removed": self.unqueue_local(conversation, str(message.get("id")))}
-            elif message["type"] == "run.decide":
-                reason = message.get("reason")
-                outcome = self.decide_local(
-                    conversation, str(message.get("id")), str(message.get("decision")),
-                    reason if isinstance(reason, str) else None, str(message.get("by", "")),
-                    approve_all=bool(message.get("approve_all")),
-                )  # fmt: skip
-                answer = {"outcome": outcome}
-            else:
-                author = message.get("author")
-                refs = [ImageRef.from_dict(image) for image in message.get("images") or ()]
-                queued = self.queue_local(
-                    conversation, str(message.get("content")), str(message.get("mode")),
-                    str(message.get("id")), author if isinstance(author, str) else None, refs,
-                )  # fmt: skip
-                answer = {"queued": queued} if queued else {"refused": "not_running"}
-        except RunRefused as refused:
-            answer = {"refused": refused.code}
-        try:
-            await layer.send(message["reply"], {"type": "run.reply", **answer})
-        except Exception:
-            log.exception("could not answer a queue request for %s", conversation)
 
     async def start(
         self,
@@ -160,7 +90,7 @@ class RunManager:
         owner or a collaborator: the run works in the owner's workspace either way.
         ``remember`` also saves it in the sender's prompt history (the page's prompts).
         ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
-        branch (interfaces §11); open pages and streams are told before it streams.
+        branch; open pages and streams are told before it streams.
         ``images``: the attached images' snapshots (``agent/runs/attachments.py``)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
@@ -229,11 +159,11 @@ class RunManager:
         if self.cancel_local(conversation_id):
             return True
         await get_channel_layer().group_send(
-            control_group(conversation_id), _cancel_message(conversation_id)
+            control_group(conversation_id), control.cancel_message(conversation_id)
         )
         return False
 
-    # -- the queue (interfaces §8) -----------------------------------------------------
+    # -- the queue -----------------------------------------------------------------------
     def _running_here(self, conversation_id) -> Run | None:
         run = self._runs.get(str(conversation_id))
         return run if run is not None and run.agent.running else None
@@ -246,9 +176,7 @@ class RunManager:
         if run is None:
             return None
         try:
-            if images:  # (a CLI agent's conversation takes none: refused before)
-                return run.agent.queue(content, mode, queue_id, author, images=tuple(images))
-            return run.agent.queue(content, mode, queue_id, author)
+            return run.agent.queue(content, mode, queue_id, author, images=tuple(images))
         except NotRunning:
             return None
         except QueueFull as exc:
@@ -261,19 +189,6 @@ class RunManager:
     def unqueue_local(self, conversation_id, queue_id: str) -> bool:
         run = self._running_here(conversation_id)
         return run.agent.unqueue(queue_id) if run is not None else False
-
-    async def _ask(self, conversation_id, message: dict) -> dict | None:
-        """Send a request to the process running the conversation and wait for its answer
-        (None: no answer in time, so none runs it)."""
-        layer = get_channel_layer()
-        reply = await layer.new_channel()
-        await layer.group_send(control_group(conversation_id), {
-            **message, "conversation": str(conversation_id), "reply": reply,
-        })  # fmt: skip
-        try:
-            return await asyncio.wait_for(layer.receive(reply), REPLY_TIMEOUT)
-        except TimeoutError:
-            return None
 
     async def submit(
         self,
@@ -310,7 +225,7 @@ class RunManager:
             # (the claim: running)
             author = await check_queueing(conversation_id, user_id, images)
             queue_id = uuid.uuid4().hex  # chosen here: the answer need only confirm it
-            answer = await self._ask(conversation_id, {
+            answer = await control.ask(conversation_id, {
                 "type": "run.queue", "id": queue_id, "content": content, "mode": mode,
                 "author": author, "images": [ref.to_dict() for ref in refs],
             })  # fmt: skip
@@ -332,10 +247,10 @@ class RunManager:
         if str(conversation_id) in self._runs or not running:
             return self.unqueue_local(conversation_id, queue_id)
         await self._ensure_listener()
-        answer = await self._ask(conversation_id, {"type": "run.unqueue", "id": queue_id})
+        answer = await control.ask(conversation_id, {"type": "run.unqueue", "id": queue_id})
         return bool(answer and answer.get("removed"))
 
-    # -- tool approval (interfaces §9) -----------------------------------------------------
+    # -- tool approval -------------------------------------------------------------------
     def decide_local(
         self,
         conversation_id,
@@ -374,7 +289,7 @@ class RunManager:
         if outcome is not None or str(conversation_id) in self._runs or not running:
             return outcome
         await self._ensure_listener()
-        answer = await self._ask(conversation_id, {
+        answer = await control.ask(conversation_id, {
             "type": "run.decide", "id": call_id, "decision": decision, "reason": reason,
             "by": by, "approve_all": approve_all,
         })  # fmt: skip
@@ -387,19 +302,3 @@ class RunManager:
 
 
 runs = RunManager()
-
-
-def drop_author_from_sync(conversation_id, author: str) -> None:
-    """Drop what ``author`` queued on the conversation's run, wherever it runs (they lost
-    access): through the channel layer, like a cancel."""
-    async_to_sync(get_channel_layer().group_send)(control_group(conversation_id), {
-        "type": "run.drop_author", "conversation": str(conversation_id), "author": author,
-    })  # fmt: skip
-
-
-def cancel_from_sync(conversation_id) -> None:
-    """Cancel a run from synchronous code (a view, a signal): through the channel layer,
-    which reaches the run's event loop safely, in this process or another."""
-    async_to_sync(get_channel_layer().group_send)(
-        control_group(conversation_id), _cancel_message(conversation_id)
-    )

@@ -4,8 +4,8 @@ A run holds a lease that its process renews; when the lease has lapsed (the proc
 killed, the machine rebooted) the conversation is marked interrupted: the partial text that
 was streaming becomes a text event, the history is repaired (a tool call without a result
 gets an error result, the partial text is kept) so the next prompt works, and the
-transcript gets an error and a final status. Prompts still queued on the run (interfaces
-§8) are dropped as not sent (an ``unqueued`` each, their text kept in the log and shown).
+transcript gets an error and a final status. Prompts still queued on the run are dropped
+as not sent (an ``unqueued`` each, their text kept in the log and shown).
 Tool side effects are never replayed. Any
 process may do this; the row lock makes it happen once.
 """

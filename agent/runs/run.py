@@ -15,6 +15,7 @@ import time
 
 from django.conf import settings
 
+from agent.core.agent import Agent
 from agent.core.events import (
     CompactionEvent,
     ErrorEvent,
@@ -25,18 +26,14 @@ from agent.core.events import (
     ToolResultEvent,
     UsageEvent,
 )
-from agent.core.instructions import DirectoryInstructions
-from agent.core.loop import AgentLoop
-from agent.core.tools import Workspace, build_tools
+from agent.core.tools import Workspace
 from agent.models import Conversation
-from agent.runs import attachments, eventlog
+from agent.runs import eventlog
+from agent.runs.agents import agent_for
 from agent.runs.broadcast import broadcast
 from agent.runs.claim import Setup, finish, renew_lease
-from agent.runs.cli_run import CliAgent
-from agent.runs.clients import client_for
 from agent.runs.inbox import Inbox
 from agent.runs.pacing import loop_lag
-from agent.runs.sandbox import sandbox_limits
 from agent.runs.spend import SpendGuard
 from agent.server import metrics
 from agent.ui.fragments import FragmentRenderer, title_fragments
@@ -91,24 +88,7 @@ class Run:
         # The owner's budget, checked before each model call of the run (the offline demo
         # model costs nothing).
         self.guard = None if self.config.offline else SpendGuard(self.conversation.owner_id)
-        if self.conversation.agent != "harness":
-            # An external CLI agent (interfaces §14): its events take the same way.
-            self.agent = CliAgent(self.conversation, self._put,
-                                  self.conversation.last_seq + 1, self.config.approval,
-                                  self.config.model, guard=self.guard)  # fmt: skip
-            return
-        self.agent = AgentLoop(
-            client_for(self.config),
-            build_tools(workspace, setup.bash_mode, sandbox_limits=sandbox_limits()),
-            self.config,
-            self._put,
-            system=system,
-            messages=self.conversation.history,
-            next_seq=self.conversation.last_seq + 1,
-            instructions=DirectoryInstructions(workspace, self.conversation.history),
-            images=attachments.loader(self.conversation.id),
-            guard=self.guard,
-        )
+        self.agent: Agent = agent_for(setup, workspace, system, self._put, self.guard)
 
     def _put(self, event: Event) -> None:
         """An event of the agent's into the inbox; what it cost is spent already, though
@@ -130,10 +110,10 @@ class Run:
         try:
             if self.again:
                 await self.agent.answer_again()
-            elif self.images:  # (only the built-in loop takes them: interfaces §13)
-                await self.agent.prompt(self.content, self.author, images=self.images)
+            elif self.content is None:
+                await self.agent.compact()
             else:
-                await self.agent.prompt(self.content, self.author)
+                await self.agent.prompt(self.content, self.author, images=self.images)
         except Exception:  # the loop ends runs as events; this is a bug guard
             self.failed = True
             log.exception("run of %s crashed", self.conversation.id)

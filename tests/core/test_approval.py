@@ -1,4 +1,4 @@
-"""Tool approval in the agent loop (interfaces §9), through the real SDK against the test
+"""Tool approval in the agent loop, through the real SDK against the test
 model server: ``ask`` waits on the user's decision for write/edit/bash only, ``read_only``
 does not offer them, ``auto`` runs them at once."""
 

@@ -37,10 +37,10 @@ def refused_at_the_end(events) -> None:
 
 @pytest.mark.parametrize("mode", ["follow_up", "steer"])
 async def test_a_queued_prompt_past_the_budget_never_reaches_the_model(
-    sdk_client, model_server, mode
+    provider, model_server, mode
 ):
     gate, events, guard = GateTool(), [], Allowance(2)
-    loop = AgentLoop(sdk_client, [gate], Config(api_key="k"), events.append, guard=guard)
+    loop = AgentLoop(provider, [gate], Config(api_key="k"), events.append, guard=guard)
     model_server.enqueue(tool_reply(("gate", {})), text_reply("first done"))
     if mode == "steer":  # (delivered after the tool: the turn it ends is the second call)
         guard.left = 1
@@ -52,9 +52,9 @@ async def test_a_queued_prompt_past_the_budget_never_reaches_the_model(
         assert "and more" not in str(loop.messages)
 
 
-async def test_an_automatic_compaction_past_the_budget_is_not_made(sdk_client, model_server):
+async def test_an_automatic_compaction_past_the_budget_is_not_made(provider, model_server):
     events = []
-    loop = AgentLoop(sdk_client, [], small_window(), events.append, messages=long_history(3),
+    loop = AgentLoop(provider, [], small_window(), events.append, messages=long_history(3),
                      guard=Allowance(0))  # fmt: skip
     model_server.enqueue(message_reply("summary"), text_reply("ok"))
     assert (await loop.prompt("next")).code == "budget_exceeded"
@@ -62,11 +62,11 @@ async def test_an_automatic_compaction_past_the_budget_is_not_made(sdk_client, m
     refused_at_the_end(events)
 
 
-async def test_a_compaction_asked_for_past_the_budget_is_not_made(sdk_client, model_server):
+async def test_a_compaction_asked_for_past_the_budget_is_not_made(provider, model_server):
     events = []
     history = [user("first"), answer("one"), user("second"), answer("two"), user("third"),
                answer("three")]  # fmt: skip
-    loop = AgentLoop(sdk_client, [], Config(api_key="k"), events.append, messages=history,
+    loop = AgentLoop(provider, [], Config(api_key="k"), events.append, messages=history,
                      guard=Allowance(0))  # fmt: skip
     assert (await loop.compact()).code == "budget_exceeded"
     assert model_server.requests == [] and loop.messages == history

@@ -1,4 +1,4 @@
-"""The CLI agents' structured output as the core's events (interfaces §14), on output
+"""The CLI agents' structured output as the core's events, on output
 recorded from the real CLIs (Claude Code 2.1, Pi 0.73, OpenCode 1.18 through its pane loop)
 against the test model server: a prompt whose answer runs one shell command, then answers."""
 

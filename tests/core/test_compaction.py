@@ -1,4 +1,4 @@
-"""Compaction (interfaces §10) through the real SDK against the test model server: the
+"""Compaction through the real SDK against the test model server: the
 model summarises the older messages in a non-streamed, metered call; later calls send the
 summary in their place; tool_use / tool_result pairs are never split; and a history that
 cannot fit even then ends the run with a clear error, never a silently shortened one."""
@@ -27,9 +27,9 @@ def small_window(**more) -> Config:
     return Config(api_key="k", max_tokens=1000, context_window=12_000, compact_at=0.8, **more)
 
 
-async def test_a_history_near_the_window_is_compacted_before_the_call(sdk_client, model_server):
+async def test_a_history_near_the_window_is_compacted_before_the_call(provider, model_server):
     events = []
-    loop = AgentLoop(sdk_client, [], small_window(), events.append, messages=long_history(3))
+    loop = AgentLoop(provider, [], small_window(), events.append, messages=long_history(3))
     model_server.enqueue(message_reply("They asked three things; all done."), text_reply("ok"))
     assert (await loop.prompt("next")).state == "idle"
     summary_call, answer_call = model_server.bodies
@@ -52,11 +52,11 @@ async def test_a_history_near_the_window_is_compacted_before_the_call(sdk_client
     assert usages[-1].context_window == 12_000 and usages[-1].context_tokens > 0
 
 
-async def test_a_compaction_asked_for_keeps_the_last_exchanges(sdk_client, model_server):
+async def test_a_compaction_asked_for_keeps_the_last_exchanges(provider, model_server):
     events = []
     history = [user("first"), answer("one"), user("second"), answer("two"), user("third"),
                answer("three")]  # fmt: skip
-    loop = AgentLoop(sdk_client, [], Config(api_key="k"), events.append, messages=history)
+    loop = AgentLoop(provider, [], Config(api_key="k"), events.append, messages=history)
     model_server.enqueue(message_reply("The user said first."))
     assert (await loop.compact()).state == "idle"
     assert [e.type for e in events] == ["status", "usage", "compaction", "status"]
@@ -66,10 +66,10 @@ async def test_a_compaction_asked_for_keeps_the_last_exchanges(sdk_client, model
     assert_valid_history(compaction.for_request(kept))
 
 
-async def test_nothing_to_compact_is_said_and_changes_nothing(sdk_client, model_server):
+async def test_nothing_to_compact_is_said_and_changes_nothing(provider, model_server):
     events = []
     history = [user("only"), answer("one")]
-    loop = AgentLoop(sdk_client, [], Config(api_key="k"), events.append, messages=history)
+    loop = AgentLoop(provider, [], Config(api_key="k"), events.append, messages=history)
     assert (await loop.compact()).state == "idle"
     assert [(e.type, getattr(e, "code", None)) for e in events][1] == (
         "error",
@@ -78,9 +78,9 @@ async def test_nothing_to_compact_is_said_and_changes_nothing(sdk_client, model_
     assert events[-1].state == "idle" and model_server.requests == [] and loop.messages == history
 
 
-async def test_a_history_that_cannot_fit_ends_with_a_clear_error(sdk_client, model_server):
+async def test_a_history_that_cannot_fit_ends_with_a_clear_error(provider, model_server):
     events = []
-    loop = AgentLoop(sdk_client, [], small_window(), events.append,
+    loop = AgentLoop(provider, [], small_window(), events.append,
                      messages=[user("a"), answer("b")])  # fmt: skip
     model_server.enqueue(message_reply("short"))
     result = await loop.prompt("huge " + "y" * 60_000)
@@ -91,12 +91,12 @@ async def test_a_history_that_cannot_fit_ends_with_a_clear_error(sdk_client, mod
 
 
 async def test_a_compaction_mid_run_never_separates_a_tool_call_from_its_result(
-    sdk_client, model_server, workspace
+    provider, model_server, workspace
 ):
     from agent.core.tools import build_tools
 
     (workspace.root / "big.txt").write_text(BIG)
-    loop = AgentLoop(sdk_client, build_tools(workspace, "off"), small_window(), None,
+    loop = AgentLoop(provider, build_tools(workspace, "off"), small_window(), None,
                      messages=long_history(3))  # fmt: skip
     model_server.enqueue(
         message_reply("summary"),

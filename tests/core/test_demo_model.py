@@ -6,15 +6,15 @@ import json
 
 from agent.core.config import Config
 from agent.core.loop import AgentLoop
-from agent.core.model.demo import DemoClient, plan
+from agent.core.model.demo import DemoProvider, plan
 from agent.core.tools import build_tools
 from tests.history_check import assert_valid_history
 
 
 async def run_demo(workspace, prompt, bash_mode="off"):
     events = []
-    harness = AgentLoop(DemoClient(delay=0), build_tools(workspace, bash_mode), Config(),
-                      events.append)  # fmt: skip
+    harness = AgentLoop(DemoProvider(delay=0), build_tools(workspace, bash_mode), Config(),
+                        events.append)  # fmt: skip
     result = await harness.prompt(prompt)
     return result, events, harness
 

@@ -1,5 +1,5 @@
 """Upstream failures through the real SDK: each ends the run as events, keeps what was
-produced, and leaves a history the next prompt can use (seed 002's lessons)."""
+produced, and leaves a history the next prompt can use."""
 
 from __future__ import annotations
 

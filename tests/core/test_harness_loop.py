@@ -1,4 +1,4 @@
-"""The agent loop against the test model server through the real SDK (seed 001's tables)."""
+"""The agent loop against the test model server through the real SDK."""
 
 from __future__ import annotations
 
@@ -178,18 +178,18 @@ async def test_cancel_during_a_tool_stops_it_and_closes_the_tool_call(
     assert not (workspace.root / "late.txt").exists()
 
 
-async def test_nil_event_handler_is_valid(sdk_client, workspace, model_server):
-    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"), None)
+async def test_nil_event_handler_is_valid(provider, workspace, model_server):
+    harness = AgentLoop(provider, build_tools(workspace, "off"), Config(api_key="k"), None)
     model_server.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("silent"))
     assert (await harness.prompt("quietly")).state == "idle"
     assert len(harness.messages) == 4
 
 
-async def test_a_failing_event_handler_does_not_break_the_run(sdk_client, workspace, model_server):
+async def test_a_failing_event_handler_does_not_break_the_run(provider, workspace, model_server):
     def broken(event):
         raise RuntimeError("handler bug")
 
-    harness = AgentLoop(sdk_client, [], Config(api_key="k"), broken)
+    harness = AgentLoop(provider, [], Config(api_key="k"), broken)
     model_server.enqueue(text_reply("still fine"))
     assert (await harness.prompt("hi")).state == "idle"
 
@@ -220,10 +220,10 @@ async def test_history_is_kept_across_prompts(make_harness, model_server):
 
 
 async def test_seq_numbers_are_consecutive_and_continue_across_prompts(
-    sdk_client, workspace, model_server
+    provider, workspace, model_server
 ):
     events = []
-    harness = AgentLoop(sdk_client, [], Config(api_key="k"), events.append, next_seq=41)
+    harness = AgentLoop(provider, [], Config(api_key="k"), events.append, next_seq=41)
     model_server.enqueue(text_reply("one"), text_reply("two"))
     await harness.prompt("a")
     await harness.prompt("b")
@@ -292,10 +292,10 @@ async def test_tool_with_empty_partial_json_gets_empty_input(make_harness, model
     assert call.input == {}
 
 
-async def test_system_prompt_carries_identity_and_agents_md(sdk_client, workspace, model_server):
+async def test_system_prompt_carries_identity_and_agents_md(provider, workspace, model_server):
     (workspace.root / "AGENTS.md").write_text("Always answer in haiku.")
     system = build_system_prompt(workspace.root, None)
-    harness = AgentLoop(sdk_client, [], Config(api_key="k"), None, system=system)
+    harness = AgentLoop(provider, [], Config(api_key="k"), None, system=system)
     model_server.enqueue(text_reply("ok"))
     await harness.prompt("hi")
     sent = model_server.bodies[0]["system"]

@@ -1,4 +1,4 @@
-"""History repair and trimming at exchange boundaries (seed 002)."""
+"""History repair and trimming at exchange boundaries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attached images in the agent loop (interfaces §13), through the real SDK against the
+"""Attached images in the agent loop, through the real SDK against the
 test model server: the loader's data goes out as base64 blocks while the history keeps
 references; an image the API refused, steered in beside tool results, is named instead in
 every later request (else each would fail the same way)."""
@@ -34,11 +34,11 @@ def texts(body) -> list[str]:
             for block in message["content"] if block.get("type") == "text"]  # fmt: skip
 
 
-async def test_the_loaders_data_is_sent_and_the_history_keeps_a_reference(sdk_client,
+async def test_the_loaders_data_is_sent_and_the_history_keeps_a_reference(provider,
                                                                          model_server):  # fmt: skip
     calls: list = []
     events: list = []
-    loop = AgentLoop(sdk_client, [], Config(api_key="test-key"), events.append,
+    loop = AgentLoop(provider, [], Config(api_key="test-key"), events.append,
                      images=loader_of({SHOT.sha256: "QUJD"}, calls))  # fmt: skip
     model_server.enqueue(text_reply("a chart"), text_reply("still a chart"))
     await loop.prompt("what is it?", images=(SHOT,))
@@ -52,10 +52,10 @@ async def test_the_loaders_data_is_sent_and_the_history_keeps_a_reference(sdk_cl
     assert user.images == [SHOT.to_dict()]
 
 
-async def test_an_image_the_api_refused_is_named_in_every_later_request(sdk_client,
+async def test_an_image_the_api_refused_is_named_in_every_later_request(provider,
                                                                       model_server):  # fmt: skip
     gate = GateTool()
-    loop = AgentLoop(sdk_client, [gate], Config(api_key="test-key"), lambda e: None,
+    loop = AgentLoop(provider, [gate], Config(api_key="test-key"), lambda e: None,
                      images=loader_of({SHOT.sha256: "QUJD"}, []))  # fmt: skip
     model_server.enqueue(
         tool_reply(("gate", {})),

@@ -1,4 +1,4 @@
-"""Images attached to a prompt, in the core (interfaces §13): recognised by their bytes
+"""Images attached to a prompt, in the core: recognised by their bytes
 within the API's limits, kept in the history as references and expanded into the API's
 base64 blocks only for a request, named (not re-sent) in a compaction's summary request,
 and counted by the context estimate."""

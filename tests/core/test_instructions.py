@@ -1,4 +1,4 @@
-"""Instructions in layers (seed 004): the date, the working directory and the deployment's
+"""Instructions in layers: the date, the working directory and the deployment's
 text in the system prompt, and a subdirectory's AGENTS.md given to the model the first time
 a tool touches that directory, read as safely as any tool's file."""
 
@@ -60,14 +60,14 @@ def test_the_directories_a_call_touches(tool, params, expected):
 
 
 async def test_a_subdirectorys_agents_md_reaches_the_model_once_beside_the_first_result(
-    sdk_client, workspace, model_server
+    provider, workspace, model_server
 ):
     (workspace.root / "src").mkdir()
     (workspace.root / "src" / "AGENTS.md").write_text("In src/, run the linter after edits.")
     (workspace.root / "src" / "a.py").write_text("a = 1\n")
     (workspace.root / "src" / "b.py").write_text("b = 2\n")
     events = []
-    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"),
+    harness = AgentLoop(provider, build_tools(workspace, "off"), Config(api_key="k"),
                         events.append, instructions=DirectoryInstructions(workspace))  # fmt: skip
     model_server.enqueue(
         tool_reply(("read", {"path": "src/a.py"})),
@@ -81,11 +81,11 @@ async def test_a_subdirectorys_agents_md_reaches_the_model_once_beside_the_first
     assert '"content": "a = 1' in first["content"][0]["text"]  # the result itself is intact
     assert isinstance(second["content"], str) and "linter" not in second["content"]
     result = next(e for e in events if e.type == "tool_result")
-    assert "linter" not in result.result  # the event is the tool's result, as §6 says
+    assert "linter" not in result.result  # the event carries the tool's own result
 
     # A later prompt (a new run, from the stored history) does not repeat them.
     model_server.enqueue(tool_reply(("read", {"path": "src/a.py"})), text_reply("again"))
-    later = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"), None,
+    later = AgentLoop(provider, build_tools(workspace, "off"), Config(api_key="k"), None,
                       messages=harness.messages,
                       instructions=DirectoryInstructions(workspace, harness.messages))  # fmt: skip
     await later.prompt("read it again")
@@ -94,7 +94,7 @@ async def test_a_subdirectorys_agents_md_reaches_the_model_once_beside_the_first
 
 
 async def test_an_agents_md_that_links_outside_or_is_a_fifo_gives_nothing(
-    sdk_client, workspace, model_server, tmp_path_factory
+    provider, workspace, model_server, tmp_path_factory
 ):
     outside = tmp_path_factory.mktemp("host") / "secret.md"
     outside.write_text("HOST SECRET")
@@ -160,7 +160,7 @@ async def test_a_marker_inside_an_agents_md_does_not_pass_for_another_directorys
 
 
 async def test_without_notes_gives_the_history_back_as_the_events_show_it(
-    sdk_client, workspace, model_server
+    provider, workspace, model_server
 ):
     """A fork for someone else carries no AGENTS.md text (agent/runs/branches.py): on the
     history the loop itself leaves, every result is the tool's own again."""
@@ -168,7 +168,7 @@ async def test_without_notes_gives_the_history_back_as_the_events_show_it(
     (workspace.root / "src" / "AGENTS.md").write_text("The deploy key is K-77.")
     (workspace.root / "src" / "a.py").write_text("a = 1\n")
     events = []
-    harness = AgentLoop(sdk_client, build_tools(workspace, "off"), Config(api_key="k"),
+    harness = AgentLoop(provider, build_tools(workspace, "off"), Config(api_key="k"),
                         events.append, instructions=DirectoryInstructions(workspace))  # fmt: skip
     model_server.enqueue(tool_reply(("read", {"path": "src/a.py"})), text_reply("done"))
     await harness.prompt("read it")

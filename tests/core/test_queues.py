@@ -1,4 +1,4 @@
-"""Steer and follow-up queues in the agent loop (interfaces §8), through the real SDK
+"""Steer and follow-up queues in the agent loop, through the real SDK
 against the test model server. A gate tool holds a tool call running until the test has
 queued what it wants: the queue is exercised at the exact point each rule speaks of."""
 
@@ -142,7 +142,7 @@ async def test_steer_while_text_streams_is_delivered_at_the_end_of_that_turn(
 
     events: list = []
     loop, _ = make_harness(tools=[], events=None)
-    loop._emit_fn = on_event
+    loop.on_event(on_event)
     model_server.enqueue(text_reply("a long answer " * 20, delay=0.005), text_reply("Short."))
     assert (await loop.prompt("explain")).state == "idle"
     kinds = types(events)
@@ -171,7 +171,7 @@ async def test_steer_while_a_turn_with_tool_calls_streams_runs_none_of_them(
 
     seen: set = set()
     loop, _ = make_harness(tools=build_tools(workspace, "off"))
-    loop._emit_fn = on_event
+    loop.on_event(on_event)
     model_server.enqueue(
         tool_reply(("write", {"path": "a.txt", "content": "a"}), text="Writing now", delay=0.005),
         text_reply("OK, stopped."),
@@ -275,7 +275,7 @@ def test_queue_events_round_trip_through_their_json():
 async def test_each_prompt_and_queued_prompt_carries_its_author_and_the_model_sees_text_only(
     harness, gate, model_server
 ):
-    """Sharing (interfaces §12): who sent a prompt is on its events, never in the history."""
+    """On a shared conversation, who sent a prompt is on its events, never in the history."""
     loop, events = harness
     model_server.enqueue(tool_reply(("gate", {})), text_reply("done"), text_reply("again"))
     task = asyncio.create_task(loop.prompt("from olga", "olga"))

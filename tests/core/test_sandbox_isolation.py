@@ -22,15 +22,13 @@ import pytest
 
 from agent.core.tools import Workspace
 from agent.core.tools.bash import BashTool
-from agent.core.tools.cgroups import (
-    SandboxCgroups,
+from agent.core.tools.cgroup_host import (
     SandboxLimits,
     make_plan,
     parse_mountinfo,
     parse_proc_cgroup,
-    sandbox_cgroups,
-    workspace_key,
 )
+from agent.core.tools.cgroups import SandboxCgroups, sandbox_cgroups, workspace_key
 from tests.conftest import require_bwrap, require_service
 
 UID_A, UID_B, UID_C = 231_001, 231_002, 231_003  # used by nothing else on a test host
@@ -361,7 +359,7 @@ def test_v2_setup_moves_the_servers_processes_into_a_leaf_when_the_kernel_asks(
     paths = {"mountinfo": tmp_path / "mountinfo", "cgroup": tmp_path / "self-cgroup"}
     paths["mountinfo"].write_text(mountinfo)
     paths["cgroup"].write_text(cgroup)
-    monkeypatch.setattr("agent.core.tools.cgroups._delegated", lambda directory: True)
+    monkeypatch.setattr("agent.core.tools.cgroup_host.delegated", lambda directory: True)
     writes: list[tuple[str, str]] = []
     busy = threading.Event()
 
@@ -372,7 +370,7 @@ def test_v2_setup_moves_the_servers_processes_into_a_leaf_when_the_kernel_asks(
             raise OSError(errno.EBUSY, "Device or resource busy")
         path.write_text(value)
 
-    monkeypatch.setattr("agent.core.tools.cgroups._write", write)
+    monkeypatch.setattr("agent.core.tools.cgroup_host.write_value", write)
     manager = SandboxCgroups(SandboxLimits(), str(paths["mountinfo"]), str(paths["cgroup"]))
     assert manager.enforced() == {"pids", "memory", "cpu"}
     assert writes == [

@@ -1,4 +1,4 @@
-"""Seed 000's GREP test matrix: system grep, BRE, case-sensitive, confined."""
+"""The grep tool's test matrix: system grep, BRE, case-sensitive, confined."""
 
 from __future__ import annotations
 

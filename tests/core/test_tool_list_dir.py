@@ -1,4 +1,4 @@
-"""Seed 000's LIST_DIR test matrix: raw `ls -al` output, confined to the workspace."""
+"""The list_dir tool's test matrix: raw `ls -al` output, confined to the workspace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 000's READ test matrix, plus seed 002's limits, inside a confined workspace."""
+"""The read tool's test matrix and limits, inside a confined workspace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""External CLI coding agents (interfaces §14, seed 003), Django-free.
+"""External CLI coding agents, Django-free.
 
 ``providers``: per CLI, how to find it, its version, its command line and environment, how
 to send input and interrupt it, and the parser of its structured output into the core's

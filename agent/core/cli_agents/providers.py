@@ -50,7 +50,7 @@ class Provider:
     name: str = ""
     binary: str = ""  # the executable looked up on PATH
     majors: tuple[int, ...] = ()  # major versions whose output we parse
-    # seed 003's pane patterns, for the state where the structured channel says nothing
+    # the pane's patterns, for the state where the structured channel says nothing
     idle_pattern = re.compile(r"^[>❯]\s*$", re.MULTILINE)
     waiting_pattern = re.compile(r"Do you want to|\(y/n\)|Allow|Approve", re.IGNORECASE)
 
@@ -84,7 +84,7 @@ class Provider:
         """The command line. ``model``: the conversation's (else the CLI's default);
         ``resume``: the CLI's own session to continue (after the tmux session ended: idle, a
         restart, a cancel that had to kill it); ``approval``: the conversation's tool
-        approval (interfaces §9), where the CLI can ask."""
+        approval, where the CLI can ask."""
         raise NotImplementedError
 
     def approval_response(self, request_id: str, allow: bool, call_input: dict,
@@ -117,7 +117,7 @@ class Provider:
         raise NotImplementedError
 
     def pane_state(self, pane: str) -> str:
-        """seed 003's status from the pane's text: idle, waiting_input or processing."""
+        """The status read from the pane's text: idle, waiting_input or processing."""
         tail = "\n".join(pane.rstrip().splitlines()[-15:])
         if self.waiting_pattern.search(tail):
             return "waiting_input"

@@ -1,4 +1,4 @@
-"""One CLI agent kept alive in a tmux session for one conversation (seed 003's life cycle).
+"""One CLI agent kept alive in a tmux session for one conversation.
 
 The CLI runs inside the user's bubblewrap sandbox (the bash tool's arguments: only the
 workspace writable, no host files, a cleared environment, no network: the model gateway's
@@ -7,7 +7,7 @@ the user's own area (never the server's home). Its structured output reaches the
 through ``pipe-pane`` into a log outside the sandbox, read here from where the last read
 stopped; the pane itself is the live terminal.
 
-Session naming (seed 003): session ``{prefix}-{conversation id}``, window
+Session naming: session ``{prefix}-{conversation id}``, window
 ``{provider}-{4 hex}``; the target is ``{session}:{window}``.
 """
 

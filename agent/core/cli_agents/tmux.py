@@ -1,4 +1,4 @@
-"""The tmux client (seed 003): every call an asyncio subprocess, never a blocking one.
+"""The tmux client: every call an asyncio subprocess, never a blocking one.
 
 One tmux server per deployment, on its own socket (``-S``), so the harness's sessions are
 apart from anyone else's on the machine. Input goes through ``load-buffer`` (from stdin) and
@@ -72,7 +72,7 @@ class Tmux:
     async def new_session(self, name: str, window: str, cwd: str, argv: list[str],
                           width: int = 160, height: int = 48) -> None:  # fmt: skip
         # One chain: the options hold before the pane's process can exit (a dead pane is
-        # kept, so its exit is seen: seed 003's #{pane_dead}).
+        # kept, so its exit is seen: tmux's #{pane_dead}).
         await self.run("start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
                        "set-option", "-g", "history-limit", "5000", ";",
                        "new-session", "-d", "-s", name, "-n", window, "-c", cwd,

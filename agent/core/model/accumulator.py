@@ -1,11 +1,9 @@
-"""Accumulate the raw events of one streamed Messages API response into content blocks.
+"""Accumulate the typed stream events of one response (``stream.py``) into content blocks.
 
-We read ``messages.create(..., stream=True)`` directly rather than the SDK's ``stream()``
-helper: the helper costs about five times the CPU per delta (shared/notes), which caps how
-many sessions a process can serve. So the accumulation is ours: text joins its deltas; a
-tool's input joins its ``partial_json`` strings (``""`` alone means ``{}``) and is parsed at
-``content_block_stop``; thinking and its signature likewise. Events may be SDK models or
-plain dicts (unknown types); both are read through ``_get``.
+Text joins its deltas; a tool's input joins its ``partial_json`` strings (``""`` alone means
+``{}``) and is parsed at the block's stop; thinking and its signature likewise. The loop gets
+the harness's events as the blocks finish and, at the end, the assistant message as the API
+wants it back in the history.
 """
 
 from __future__ import annotations
@@ -14,20 +12,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.core.events import (
-    USAGE_FIELDS,
-    Event,
-    ReasoningEvent,
-    TextDeltaEvent,
-    TextEvent,
-    ToolCallEvent,
+from agent.core.events import Event, ReasoningEvent, TextDeltaEvent, TextEvent, ToolCallEvent
+from agent.core.model.stream import (
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    MessageDelta,
+    MessageStart,
+    StreamEvent,
+    Usage,
 )
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 @dataclass(slots=True)
@@ -42,24 +36,8 @@ class _Block:
     api_block: dict[str, Any] | None = None  # the finished block as the API wants it back
 
 
-@dataclass(slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-
-    def update(self, usage: Any) -> None:
-        if usage is None:
-            return
-        for name in USAGE_FIELDS:
-            value = _get(usage, name)
-            if isinstance(value, int):  # message_delta counts are cumulative
-                setattr(self, name, value)
-
-
 class TurnAccumulator:
-    """Feed raw stream events in; get harness events out and the finished message."""
+    """Feed a response's stream events in; get harness events out and the finished message."""
 
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
@@ -69,65 +47,51 @@ class TurnAccumulator:
         # Tools whose call came with input that is not a JSON object: not run.
         self.invalid_tool_names: list[str] = []
 
-    def feed(self, event: Any) -> list[Event]:
-        kind = _get(event, "type")
-        if kind == "content_block_delta":  # by far the most frequent: first
+    def feed(self, event: StreamEvent) -> list[Event]:
+        if type(event) is BlockDelta:  # by far the most frequent: first
             return self._delta(event)
-        if kind == "content_block_start":
+        if type(event) is BlockStart:
             return self._start(event)
-        if kind == "content_block_stop":
+        if type(event) is BlockStop:
             return self._stop(event)
-        if kind == "message_start":
-            message = _get(event, "message")
-            self.model = _get(message, "model")
-            self.usage.update(_get(message, "usage"))
-        elif kind == "message_delta":
-            delta = _get(event, "delta")
-            self.stop_reason = _get(delta, "stop_reason") or self.stop_reason
-            self.usage.update(_get(event, "usage"))
-        # message_stop, ping and unknown event types are tolerated and ignored
+        if type(event) is MessageStart:
+            self.model = event.model
+            self.usage.update(event.usage)
+        elif type(event) is MessageDelta:
+            self.stop_reason = event.stop_reason or self.stop_reason
+            self.usage.update(event.usage)
         return []
 
-    def _start(self, event: Any) -> list[Event]:
-        index = _get(event, "index")
-        if not isinstance(index, int):
-            return []  # an event without an index cannot be placed: skip, never guess
-        cb = _get(event, "content_block")
-        block = _Block(type=_get(cb, "type") or "unknown")
-        if block.type == "text" and _get(cb, "text"):
-            block.parts.append(_get(cb, "text"))
-        elif block.type == "tool_use":
-            block.id, block.name = _get(cb, "id") or "", _get(cb, "name") or ""
+    def _start(self, event: BlockStart) -> list[Event]:
+        block = _Block(type=event.kind)
+        if block.type in ("text", "thinking") and event.text:
+            block.parts.append(event.text)
+        if block.type == "tool_use":
+            block.id, block.name = event.id, event.name
         elif block.type == "thinking":
-            if _get(cb, "thinking"):
-                block.parts.append(_get(cb, "thinking"))
-            block.signature = _get(cb, "signature") or ""
+            block.signature = event.signature
         elif block.type == "redacted_thinking":
-            block.data = _get(cb, "data") or ""
-        self.blocks[index] = block
+            block.data = event.data
+        self.blocks[event.index] = block
         return []
 
-    def _delta(self, event: Any) -> list[Event]:
-        block = self.blocks.get(_get(event, "index"))
+    def _delta(self, event: BlockDelta) -> list[Event]:
+        block = self.blocks.get(event.index)
         if block is None or block.done:
             return []
-        delta = _get(event, "delta")
-        kind = _get(delta, "type")
+        kind = event.kind
         if kind == "text_delta":
-            text = _get(delta, "text") or ""
-            if text and block.type == "text":
-                block.parts.append(text)
-                return [TextDeltaEvent(content=text)]
-        elif kind == "input_json_delta":
-            block.parts.append(_get(delta, "partial_json") or "")
-        elif kind == "thinking_delta":
-            block.parts.append(_get(delta, "thinking") or "")
+            if event.value and block.type == "text":
+                block.parts.append(event.value)
+                return [TextDeltaEvent(content=event.value)]
         elif kind == "signature_delta":
-            block.signature += _get(delta, "signature") or ""
+            block.signature += event.value
+        else:  # input_json_delta, thinking_delta
+            block.parts.append(event.value)
         return []
 
-    def _stop(self, event: Any) -> list[Event]:
-        block = self.blocks.get(_get(event, "index"))
+    def _stop(self, event: BlockStop) -> list[Event]:
+        block = self.blocks.get(event.index)
         if block is None or block.done:
             return []
         block.done = True

@@ -1,16 +1,21 @@
-"""The model client: the real AsyncAnthropic, or the offline demo model without a key."""
+"""The model behind a ``Config``: the real API through the SDK, or the offline demo model
+when there is no key."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.core.config import Config
-from agent.core.model.demo import DemoClient
+from agent.core.model.anthropic import AnthropicProvider
+from agent.core.model.demo import DemoProvider
+from agent.core.model.provider import Provider
+
+if TYPE_CHECKING:
+    import anthropic
 
 
-def make_client(config: Config) -> Any:
-    if config.offline:
-        return DemoClient()
+def make_client(config: Config) -> anthropic.AsyncAnthropic:
+    """The SDK's client for the configured key and endpoint."""
     import anthropic  # here, not at import time: the SDK takes a second to import
 
     kwargs: dict[str, Any] = {
@@ -26,3 +31,9 @@ def make_client(config: Config) -> Any:
     # 429 and 5xx before the stream starts are retried by the SDK (with retry-after);
     # an error event mid-stream is never retried (the answer may have had side effects).
     return anthropic.AsyncAnthropic(**kwargs)
+
+
+def make_provider(config: Config) -> Provider:
+    if config.offline:
+        return DemoProvider()
+    return AnthropicProvider(make_client(config))

@@ -1,7 +1,7 @@
 """The offline demo model: used when no ANTHROPIC_API_KEY is set.
 
-It answers through the very same loop as Claude: ``messages.create(stream=True)`` yields
-the Messages API's raw stream events (as dicts), with live text deltas, markdown and real
+It answers through the very same loop as Claude, behind the same ``Provider`` seam: it
+writes the Messages API's stream events, with live text deltas, markdown and real
 tool calls into the workspace, so the whole product can be tried and tested without a key.
 Every answer says it is the offline demo. It understands a few requests:
 "list files", "read PATH", "grep PATTERN", "write PATH", "run COMMAND", "think …".
@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agent.core.config import DEMO_MODEL
+from agent.core.model.provider import Completion, Request
+from agent.core.model.stream import StreamEvent, Usage, parse
 
 _ids = itertools.count(1)
 
@@ -154,22 +156,47 @@ def fenced(body: str) -> str:
     return f"{fence}\n{body}\n{fence}"
 
 
-class _Messages:
-    def __init__(self, delay: float):
+def _summary(messages: list[dict[str, Any]]) -> str:
+    """The demo's summary of a conversation: its prompts, as a list."""
+    prompts = [
+        block["text"] for m in messages if m["role"] == "user" and isinstance(m["content"], list)
+        for block in m["content"] if block.get("type") == "text"
+    ][:-1]  # the last is the instruction to summarise  # fmt: skip
+    lines = "\n".join(f"- {p[:200]}" for p in prompts) or "- (no prompts)"
+    return f"The user asked (offline demo summary):\n{lines}"
+
+
+class DemoProvider:
+    """The offline demo as a ``Provider``: it writes the Messages API's stream events, which
+    are read as the real API's are (``stream.parse``)."""
+
+    def __init__(self, delay: float = 0.02):
         self.delay = delay
 
-    async def create(self, **request: Any) -> AsyncIterator[dict[str, Any]] | dict[str, Any]:
-        messages = request.get("messages", [])
-        if not request.get("stream"):  # a compaction's summary: one message, not streamed
-            return _summary_message(messages, len(json.dumps(request, default=str)) // 4)
-        tools = {t["name"] for t in request.get("tools", [])}
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        params = {**request.to_api(), "stream": True}
+        messages = request.messages
+        tools = {t["name"] for t in request.tools}
         prompt, results = _last_user(messages)
         if results:
             text, call = summarize(results, _tool_names(messages)), None
         else:
             text, call = plan(prompt, tools)
-        input_tokens = len(json.dumps(request, default=str)) // 4
-        return self._stream(text, call, input_tokens)
+        input_tokens = len(json.dumps(params, default=str)) // 4
+        async for raw in self._stream(text, call, input_tokens):
+            event = parse(raw)
+            if event is not None:
+                yield event
+
+    async def complete(self, request: Request) -> Completion:
+        """A compaction's summary: the conversation's prompts, as a list."""
+        input_tokens = len(json.dumps(request.to_api(), default=str)) // 4
+        text = _summary(request.messages)
+        return Completion(text, Usage(input_tokens=input_tokens, output_tokens=len(text) // 4),
+                          DEMO_MODEL)  # fmt: skip
+
+    async def close(self) -> None:
+        pass
 
     async def _stream(
         self, text: str, call: tuple[str, dict[str, Any]] | None, input_tokens: int
@@ -202,24 +229,3 @@ class _Messages:
                "delta": {"stop_reason": "tool_use" if call else "end_turn"},
                "usage": {"output_tokens": max(1, len(text) // 4)}}  # fmt: skip
         yield {"type": "message_stop"}
-
-
-def _summary_message(messages: list[dict[str, Any]], input_tokens: int) -> dict[str, Any]:
-    """The demo's summary of a conversation: its prompts, as a list."""
-    prompts = [
-        block["text"] for m in messages if m["role"] == "user" and isinstance(m["content"], list)
-        for block in m["content"] if block.get("type") == "text"
-    ][:-1]  # the last is the instruction to summarise  # fmt: skip
-    lines = "\n".join(f"- {p[:200]}" for p in prompts) or "- (no prompts)"
-    text = f"The user asked (offline demo summary):\n{lines}"
-    return {"id": f"msg_demo_{next(_ids)}", "type": "message", "role": "assistant",
-            "model": DEMO_MODEL, "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "usage": {"input_tokens": input_tokens, "output_tokens": len(text) // 4}}  # fmt: skip
-
-
-class DemoClient:
-    """Duck-types ``AsyncAnthropic`` for the one call the harness makes."""
-
-    def __init__(self, delay: float = 0.02):
-        self.messages = _Messages(delay)

@@ -4,7 +4,7 @@ The SDK still makes the request (auth, retries with retry-after, status errors b
 stream, the connection pool); we only read the body ourselves. Iterating the SDK's stream
 builds a pydantic model of every event (``construct_type``), which the server profile at
 250 sessions showed as its largest single cost per delta, and the accumulator
-(``stream.py``) needs only the dicts. The parsing follows the SSE spec as the SDK's own
+(``stream.parse``) needs only the dicts. The parsing follows the SSE spec as the SDK's own
 decoder does: lines end in LF, CRLF or CR; comments are skipped; ``data`` lines join with
 LF; an event is dispatched at a blank line, and one left unterminated at the end of the
 body is dropped. ``ping`` and events without a name are skipped; an ``error`` event raises
@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import anthropic
 
 
 class SSEParser:
@@ -57,15 +60,10 @@ class SSEParser:
         return out
 
 
-async def events(stream: Any) -> AsyncIterator[Any]:
+async def events(stream: anthropic.AsyncStream) -> AsyncIterator[Any]:
     """The events of ``client.messages.create(..., stream=True)``: dicts parsed from the
-    body of the SDK's stream, or, for a client whose stream has no HTTP response (the
-    offline demo model), whatever its stream yields."""
-    response = getattr(stream, "response", None)
-    if response is None or not hasattr(response, "aiter_bytes"):
-        async for event in stream:
-            yield event
-        return
+    body of the SDK's stream (its HTTP ``response``)."""
+    response = stream.response
     parser = SSEParser()
     async for chunk in response.aiter_bytes():
         for name, data in parser.feed(chunk):

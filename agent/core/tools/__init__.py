@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.core.tools.base import Tool, ToolResult, tool_spec
 from agent.core.tools.bash import MODES as BASH_MODES
 from agent.core.tools.bash import BashTool
-from agent.core.tools.cgroups import SandboxLimits
+from agent.core.tools.cgroup_host import SandboxLimits
 from agent.core.tools.files import EditTool, ReadTool, WriteTool
 from agent.core.tools.search import GrepTool, ListDirTool
 from agent.core.tools.workspace import PathError, Workspace

@@ -1,4 +1,4 @@
-"""The Tool protocol and the result every tool returns (seed 001 + seed 004's split results)."""
+"""The Tool protocol and the result every tool returns (for the model, and for the page)."""
 
 from __future__ import annotations
 

@@ -24,14 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.core.tools.base import ParamError, ToolResult, fail, object_schema, ok, require_str
-from agent.core.tools.cgroups import (
-    CONTROLLERS,
-    RunCgroup,
-    RunStats,
-    SandboxCgroups,
-    SandboxLimits,
-    sandbox_cgroups,
-)
+from agent.core.tools.cgroup_host import CONTROLLERS, SandboxLimits
+from agent.core.tools.cgroup_run import RunCgroup, RunStats
+from agent.core.tools.cgroups import SandboxCgroups, sandbox_cgroups
 from agent.core.tools.process import run_process
 from agent.core.tools.workspace import Workspace
 

@@ -33,323 +33,27 @@ import itertools
 import logging
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+
+from agent.core.tools import cgroup_host as host
+from agent.core.tools.cgroup_host import (
+    ALL,
+    MOUNTINFO,
+    PROC_CGROUP,
+    SERVER_LEAF,
+    CgroupError,
+    Plan,
+    SandboxLimits,
+    make_plan,
+)
+from agent.core.tools.cgroup_run import RunCgroup, RunStats
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("pids", "memory")  # the limits; both are needed for "required"
-# Shared fairly, not limited: each workspace's cgroup has the same weight, so one user's
-# busy commands get no more CPU than another's when both want it.
-FAIR = ("cpu",)
-ALL = CONTROLLERS + FAIR
-MODES = ("auto", "off", "required")
-SERVER_LEAF = "server"  # v2: the leaf the server's own processes move into
-PARENT_NAME = "harness"
-MOUNTINFO = "/proc/self/mountinfo"
-PROC_CGROUP = "/proc/self/cgroup"
 RELEASE_SECONDS = 3.0  # how long a finished call's cgroup may take to empty
-
-
-class CgroupError(OSError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxLimits:
-    """What every sandbox of one workspace may hold at once, all its bash calls together.
-
-    ``cgroups``: ``auto`` uses cgroups where the host allows and falls back to rlimits;
-    ``required`` refuses to run bash without both controllers; ``off`` uses rlimits only.
-    ``cgroup_path``: the parent cgroup, as a path from the hierarchy's root (v1: in both the
-    pids and the memory hierarchy); empty: ``harness`` below the server's own cgroup."""
-
-    pids: int = 256
-    memory_mb: int = 2048
-    cgroups: str = "auto"
-    cgroup_path: str = ""
-
-    def __post_init__(self) -> None:
-        if self.cgroups not in MODES:
-            raise ValueError(f"cgroups must be one of {', '.join(MODES)}, not {self.cgroups!r}")
-        if self.pids < 1 or self.memory_mb < 1:
-            raise ValueError("the process and memory limits must be positive")
-        if self.cgroup_path and not self.cgroup_path.startswith("/"):
-            raise ValueError(f"the cgroup path must start with '/', not {self.cgroup_path!r}")
-
-
-# -- What the host offers (read-only) ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    point: str
-    root: str  # the cgroup mounted there, as a path from the hierarchy's root
-    fstype: str  # cgroup | cgroup2
-    options: frozenset[str]
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), text)
-
-
-def parse_mountinfo(text: str) -> list[Mount]:
-    mounts = []
-    for line in text.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
-            continue
-        options = frozenset(tail[2].split(","))
-        mounts.append(Mount(_unescape(fields[4]), _unescape(fields[3]), tail[0], options))
-    return mounts
-
-
-def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """Controller name -> the process's cgroup path; "" is the v2 hierarchy's."""
-    found = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, names, path = parts
-        if parts[0] == "0" and names == "":
-            found[""] = path
-        for name in names.split(","):
-            if name:
-                found[name] = path
-    return found
-
-
-def cgroup_dir(mount: Mount, path: str) -> Path | None:
-    """Where the cgroup ``path`` appears under ``mount``; None when it is not below it."""
-    root = mount.root.rstrip("/")
-    if path != root and not path.startswith(root + "/"):
-        return None
-    return Path(mount.point + path[len(root) :])
-
-
-def _read(path: Path) -> str:
-    with open(path) as f:
-        return f.read()
-
-
-def _write(path: Path, value: str) -> None:
-    # One write(2): cgroup files take one value per write, and a partial write of a
-    # buffered file object would be a different value.
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _keyed(path: Path, key: str) -> int:
-    """The number after ``key`` in a flat-keyed cgroup file (memory.events, pids.events,
-    memory.oom_control); 0 when absent."""
-    with contextlib.suppress(OSError):
-        for line in _read(path).splitlines():
-            name, _, value = line.partition(" ")
-            if name == key and value.strip().isdigit():
-                return int(value)
-    return 0
-
-
-def _delegated(directory: Path) -> bool:
-    """systemd marks a cgroup it delegated (Delegate=yes) with this extended attribute."""
-    for name in ("trusted.delegate", "user.delegate"):
-        with contextlib.suppress(OSError):
-            if os.getxattr(directory, name).strip(b"\0").strip() == b"1":
-                return True
-    return False
-
-
-@dataclass(slots=True)
-class Plan:
-    """Where the sandbox cgroups go, before anything is written."""
-
-    version: int = 0  # 1 or 2; 0: no cgroups
-    parents: dict[str, Path] = field(default_factory=dict)  # controller -> parent cgroup
-    enable_in: Path | None = None  # v2: whose subtree_control must list the controllers
-    may_move: bool = False  # v2: the processes in ``enable_in`` may move to a leaf
-    own_parent: bool = False  # the parent is ours to remove when empty
-    reason: str = ""  # why a controller is missing
-
-    @property
-    def controllers(self) -> frozenset[str]:
-        return frozenset(self.parents)
-
-    def where(self) -> str:
-        return ", ".join(sorted({str(p) for p in self.parents.values()}))
-
-
-def _plan_v2(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -> Plan:
-    v2 = [m for m in mounts if m.fstype == "cgroup2"]
-    if not v2:
-        return Plan(reason="no cgroup2 file system is mounted")
-    # A pure v2 host mounts it at /sys/fs/cgroup; a hybrid one elsewhere (…/unified).
-    mount = min(v2, key=lambda m: (m.point != "/sys/fs/cgroup", len(m.point)))
-    plan = Plan(version=2)
-    if limits.cgroup_path:
-        parent = cgroup_dir(mount, limits.cgroup_path)
-        if parent is None or parent == Path(mount.point):
-            return Plan(reason=f"HARNESS_CGROUP {limits.cgroup_path} is not below {mount.point}")
-        plan.enable_in = parent.parent
-    else:
-        own = mine.get("")
-        own_dir = cgroup_dir(mount, own) if own is not None else None
-        if own is None or own_dir is None:
-            return Plan(reason=f"the server's cgroup v2 is not visible under {mount.point}")
-        if PurePosixPath(own).name == SERVER_LEAF:  # this server moved itself there before
-            own, own_dir = str(PurePosixPath(own).parent), own_dir.parent
-        if own != "/" and not _delegated(own_dir):
-            return Plan(
-                reason=f"the server's cgroup {own} is not delegated to it (systemd: "
-                "Delegate=yes) and HARNESS_CGROUP is not set"
-            )
-        plan.enable_in, plan.may_move, plan.own_parent = own_dir, True, True
-        parent = own_dir / PARENT_NAME
-    try:
-        offered = set(_read(plan.enable_in / "cgroup.controllers").split())
-    except OSError as exc:
-        return Plan(reason=f"cannot read {plan.enable_in}/cgroup.controllers ({exc.strerror})")
-    plan.parents = {c: parent for c in ALL if c in offered}
-    if not any(c in plan.parents for c in CONTROLLERS):
-        plan.parents = {}  # CPU alone is no reason to make cgroups: rlimits then
-    missing = [c for c in CONTROLLERS if c not in offered]
-    if missing:
-        plan.reason = f"cgroup v2 offers no {' or '.join(missing)} controller at {plan.enable_in}"
-    return plan
-
-
-def _plan_v1(limits: SandboxLimits, mounts: list[Mount], mine: dict[str, str]) -> Plan:
-    plan = Plan(version=1, own_parent=not limits.cgroup_path)
-    missing = []
-    for controller in ALL:
-        mount = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
-        own = mine.get(controller)
-        if mount is None or own is None:
-            missing.append(controller)
-            continue
-        path = limits.cgroup_path or str(PurePosixPath(own) / PARENT_NAME)
-        parent = cgroup_dir(mount, path)
-        if parent is None:
-            missing.append(controller)
-            continue
-        plan.parents[controller] = parent
-    missing = [c for c in missing if c in CONTROLLERS]  # sharing CPU is a bonus
-    if not any(c in plan.parents for c in CONTROLLERS):
-        plan.parents = {}
-    if missing:
-        plan.reason = f"no cgroup v1 hierarchy for {' or '.join(missing)}"
-    return plan
-
-
-def make_plan(limits: SandboxLimits, mountinfo: str, proc_cgroup: str) -> Plan:
-    if limits.cgroups == "off":
-        return Plan(reason="HARNESS_SANDBOX_CGROUPS=off")
-    mounts, mine = parse_mountinfo(mountinfo), parse_proc_cgroup(proc_cgroup)
-    v2 = _plan_v2(limits, mounts, mine)
-    if v2.controllers >= frozenset(CONTROLLERS):
-        return v2
-    v1 = _plan_v1(limits, mounts, mine)
-    best = v1 if len(v1.controllers) >= len(v2.controllers) and v1.controllers else v2
-    if not best.controllers:
-        best = Plan(reason=f"{v2.reason}; {v1.reason}")
-    return best
-
-
-# -- One bash call's cgroup --------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class RunStats:
-    oom_kills: int  # processes the kernel killed for want of memory
-    pids_limit_hits: int  # forks refused by the process limit (any call of this workspace)
-
-
-class RunCgroup:
-    """The cgroup(s) of one bash call: one directory per hierarchy (one on v2)."""
-
-    def __init__(self, version: int, runs: dict[str, Path], fds: list[int], pids_before: int):
-        self.version = version
-        self.runs = runs  # controller -> this call's cgroup
-        self.fds = fds  # cgroup.procs of each, opened by the server
-        self.pids_before = pids_before
-
-    @property
-    def controllers(self) -> frozenset[str]:
-        return frozenset(self.runs)
-
-    @property
-    def dirs(self) -> list[Path]:
-        return sorted(set(self.runs.values()))
-
-    def join(self) -> None:
-        """Move the calling process in. Runs in the child between fork and exec (the
-        preexec_fn): writing 0 to cgroup.procs moves the writer, so the command and all it
-        starts are in the cgroup from its first instruction. An error aborts the exec."""
-        for fd in self.fds:
-            os.write(fd, b"0")
-
-    def close_fds(self) -> None:
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds = []
-
-    def stats(self) -> RunStats:
-        oom = 0
-        memory = self.runs.get("memory")
-        if memory is not None:
-            if self.version == 2:
-                oom = _keyed(memory / "memory.events", "oom_kill")
-            else:
-                oom = _keyed(memory / "memory.oom_control", "oom_kill")
-        hits = 0
-        pids = self.runs.get("pids")
-        if pids is not None:
-            # v1 counts a refused fork in the forking cgroup (this call's); v2 in the cgroup
-            # whose limit refused it (the workspace's) and its ancestors.
-            hits = _keyed(pids / "pids.events", "max")
-            hits += max(0, _keyed(pids.parent / "pids.events", "max") - self.pids_before)
-        return RunStats(oom, hits)
-
-    def kill(self) -> bool:
-        """Kill every process left in the call's cgroups; True when none was left."""
-        left: set[int] = set()
-        for directory in self.dirs:
-            if self.version == 2:
-                # cgroup.kill (Linux 5.14+) kills the whole subtree at once, forks included.
-                with contextlib.suppress(OSError):
-                    _write(directory / "cgroup.kill", "1")
-            with contextlib.suppress(OSError):
-                left.update(int(p) for p in _read(directory / "cgroup.procs").split())
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return not left
-
-    def remove(self) -> bool:
-        """rmdir the call's cgroups; True when all are gone."""
-        gone = True
-        for directory in self.dirs:
-            try:
-                directory.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
-                    raise
-                gone = False
-        return gone
-
-
-# -- The server's sandbox cgroups ---------------------------------------------------------------
 
 
 def workspace_key(root: str) -> str:
@@ -384,7 +88,7 @@ class SandboxCgroups:
         """Where the cgroups would go (read-only: nothing is created)."""
         if self._plan is None:
             try:
-                texts = [_read(Path(p)) for p in self._sources]
+                texts = [host.read_text(Path(p)) for p in self._sources]
             except OSError as exc:
                 self._plan = Plan(reason=f"cannot read {exc.filename} ({exc.strerror})")
             else:
@@ -485,10 +189,12 @@ class SandboxCgroups:
                 with contextlib.suppress(FileExistsError):
                     workspace.mkdir()
                 if plan.version == 2:
-                    _write(workspace / "cgroup.subtree_control", _enable_text(controllers))
+                    host.write_value(
+                        workspace / "cgroup.subtree_control", host.enable_text(controllers)
+                    )
                 self._set_limits(plan.version, workspace, controllers)
                 if "pids" in controllers:
-                    pids_before = _keyed(workspace / "pids.events", "max")
+                    pids_before = host.keyed(workspace / "pids.events", "max")
                 run = workspace / name
                 run.mkdir()
                 made.append(run)
@@ -496,7 +202,7 @@ class SandboxCgroups:
                     # On an out-of-memory kill, kill the whole call, not one of its
                     # processes: a half-killed command leaves confusing output.
                     with contextlib.suppress(OSError):
-                        _write(run / "memory.oom.group", "1")
+                        host.write_value(run / "memory.oom.group", "1")
                 for controller in controllers:
                     runs[controller] = run
                 fds.append(os.open(run / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
@@ -562,19 +268,19 @@ class SandboxCgroups:
                 self._ensure_parent(plan, parent)
             return
         assert plan.enable_in is not None
-        text = _enable_text(plan.parents)
+        text = host.enable_text(plan.parents)
         try:
-            _write(plan.enable_in / "cgroup.subtree_control", text)
+            host.write_value(plan.enable_in / "cgroup.subtree_control", text)
         except OSError as exc:
             if exc.errno != errno.EBUSY or not plan.may_move:
                 raise
             leaf = plan.enable_in / SERVER_LEAF
             with contextlib.suppress(FileExistsError):
                 leaf.mkdir()
-            for pid in _read(plan.enable_in / "cgroup.procs").split():
+            for pid in host.read_text(plan.enable_in / "cgroup.procs").split():
                 with contextlib.suppress(ProcessLookupError):
-                    _write(leaf / "cgroup.procs", pid)
-            _write(plan.enable_in / "cgroup.subtree_control", text)
+                    host.write_value(leaf / "cgroup.procs", pid)
+            host.write_value(plan.enable_in / "cgroup.subtree_control", text)
             log.info("bash sandbox: moved the server's processes into %s (cgroup v2)", leaf)
         self._ensure_parent(plan, next(iter(plan.parents.values())))
 
@@ -590,35 +296,35 @@ class SandboxCgroups:
                 raise
             parent.mkdir(parents=True, exist_ok=True)
         if plan.version == 2:
-            _write(parent / "cgroup.subtree_control", _enable_text(plan.parents))
+            host.write_value(parent / "cgroup.subtree_control", host.enable_text(plan.parents))
         elif "memory" in plan.parents and plan.parents["memory"] == parent:
             # Old v1 kernels count a child's memory in its parent only with this on (new
             # ones always do and refuse the write).
             with contextlib.suppress(OSError):
-                if _read(parent / "memory.use_hierarchy").strip() == "0":
-                    _write(parent / "memory.use_hierarchy", "1")
+                if host.read_text(parent / "memory.use_hierarchy").strip() == "0":
+                    host.write_value(parent / "memory.use_hierarchy", "1")
 
     def _set_limits(self, version: int, workspace: Path, controllers: list[str]) -> None:
         limit = self.limits.memory_mb * 1024**2
         if "pids" in controllers:
-            _write_if_changed(workspace / "pids.max", str(self.limits.pids))
+            host.write_if_changed(workspace / "pids.max", str(self.limits.pids))
         if "memory" not in controllers:
             return
         if version == 2:
-            _write_if_changed(workspace / "memory.max", str(limit))
+            host.write_if_changed(workspace / "memory.max", str(limit))
             # Without this the limit only pushes the sandbox's memory into swap.
             if (workspace / "memory.swap.max").exists():
-                _write_if_changed(workspace / "memory.swap.max", "0")
+                host.write_if_changed(workspace / "memory.swap.max", "0")
             return
         # v1: memory+swap may not be below memory, so the order depends on the direction.
         memsw = workspace / "memory.memsw.limit_in_bytes"
-        current = int(_read(workspace / "memory.limit_in_bytes"))
+        current = int(host.read_text(workspace / "memory.limit_in_bytes"))
         order = [workspace / "memory.limit_in_bytes", memsw]
         if limit > current:
             order.reverse()
         for path in order:
             if path.exists():
-                _write_if_changed(path, str(limit))
+                host.write_if_changed(path, str(limit))
 
     def _sweep(self, plan: Plan) -> None:
         """Remove call cgroups that a dead server process left (it crashed mid-call)."""
@@ -629,7 +335,7 @@ class SandboxCgroups:
                         continue
                     for run in workspace.iterdir():
                         match = re.fullmatch(r"run-(\d+)-\d+", run.name)
-                        if match and not _alive(int(match[1])):
+                        if match and not host.alive(int(match[1])):
                             stale = RunCgroup(plan.version, {"": run}, [], 0)
                             stale.kill()
                             with contextlib.suppress(OSError):
@@ -666,28 +372,6 @@ class SandboxCgroups:
                             directory.rmdir()
                 with contextlib.suppress(OSError):
                     parent.rmdir()
-
-
-def _enable_text(controllers: Iterable[str]) -> str:
-    return " ".join(f"+{c}" for c in ALL if c in set(controllers))
-
-
-def _write_if_changed(path: Path, value: str) -> None:
-    # Rewriting an unchanged v1 memory limit may fail (EBUSY) when usage is near it.
-    with contextlib.suppress(OSError):
-        if _read(path).strip() == value:
-            return
-    _write(path, value)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _managers: dict[SandboxLimits, SandboxCgroups] = {}

@@ -1,4 +1,4 @@
-"""read, write and edit: file tools confined to a workspace (seed 000 formats, seed 002 limits)."""
+"""read, write and edit: file tools confined to a workspace."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agent.core.tools.base import (
 from agent.core.tools.fileio import TIMEOUT, workers
 from agent.core.tools.workspace import PathError, Workspace, os_error_message
 
-READ_CAP = 1_000_000  # bytes a read returns at most (seed 002)
+READ_CAP = 1_000_000  # bytes a read returns at most
 SCAN_CAP = 100_000_000  # bytes a line-range read may pass over to find its lines
 WRITE_CAP = 10_000_000  # bytes write/edit accept
 BINARY_SNIFF = 8192  # a NUL byte in the first 8 KB marks a file as binary
@@ -197,7 +197,7 @@ class EditTool(FileTool):
 
     async def preview(self, params: dict[str, Any]) -> dict[str, Any] | None:
         """The diff this edit would make, read only (nothing is written): what an approval
-        card shows (interfaces §9). None when the edit would fail."""
+        card shows. None when the edit would fail."""
         try:
             if self.workspace.sandbox is not None:
                 return await self.workspace.sandbox.preview(self.name, params, TIMEOUT)

@@ -1,7 +1,7 @@
 """Run a child process with a timeout, an output cap and a process-group kill.
 
 Output is drained concurrently while the child runs (a full pipe would otherwise block it
-forever, seed 002's deadlock). Beyond the cap the middle is dropped, keeping the head and
+forever). Beyond the cap the middle is dropped, keeping the head and
 the tail, where errors usually are. On timeout or cancellation the whole process group is
 killed, so a backgrounded grandchild cannot outlive the tool call.
 """

@@ -1,4 +1,4 @@
-"""list_dir (raw ``ls -al``) and grep (system grep, BRE), exactly as seed 000 specifies.
+"""list_dir (raw ``ls -al``) and grep (system grep, BRE).
 
 Both run the system command on a descriptor opened by the workspace's walk (``cwd=
 /proc/self/fd/N`` for a directory, standard input for a file), never on a path string that

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.core.tools.oserrors import ERRNO_MESSAGES, node_kind, os_error_message
+
 OUTSIDE = "path is outside the workspace"
 SANDBOX_ROOT = "/workspace"  # where the bash sandbox shows the workspace
 MAX_SYMLINKS = 40  # as the kernel's own limit
@@ -42,42 +44,6 @@ _DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 class PathError(Exception):
     """A path was refused or could not be opened; the message is safe to show the model
     (it never names a host path)."""
-
-
-_ERRNO_MESSAGES = {
-    errno.ENOENT: "file not found",
-    errno.ENOTDIR: "not a directory",
-    errno.EISDIR: "path is a directory",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.ELOOP: "too many levels of symbolic links",
-    errno.ENAMETOOLONG: "path is too long",
-    errno.ENOSPC: "no space left in the workspace",
-    errno.EDQUOT: "the workspace's disk quota is exhausted",
-    errno.EROFS: "the workspace is read-only",
-    errno.EFBIG: "file too large",
-}
-
-
-def os_error_message(exc: OSError) -> str:
-    """A message for ``exc`` without its file name: OSError's str() names the host path."""
-    return _ERRNO_MESSAGES.get(exc.errno, exc.strerror or "cannot open path")
-
-
-def node_kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    return "special file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +201,7 @@ class Workspace:
                         os.close(fd)
                     links += 1
                     if links > MAX_SYMLINKS:
-                        raise PathError(_ERRNO_MESSAGES[errno.ELOOP])
+                        raise PathError(ERRNO_MESSAGES[errno.ELOOP])
                     if target.startswith("/"):
                         raise PathError(OUTSIDE)
                     parts = [p for p in target.split("/") if p not in ("", ".")] + parts

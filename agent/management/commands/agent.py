@@ -1,4 +1,5 @@
-"""``python manage.py agent``: print mode (interfaces §3), the same core as the web app."""
+"""``python manage.py agent``: print mode (one prompt, the answer streamed to standard output),
+the same core as the web app."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from agent.core.events import (
 )
 from agent.core.instructions import DirectoryInstructions
 from agent.core.loop import AgentLoop, Decision
-from agent.core.model.client import make_client
+from agent.core.model.client import make_provider
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import TOOL_NAMES, UnknownToolError, Workspace, build_tools
 from agent.runs.config import agent_config
@@ -83,10 +84,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         system = build_system_prompt(workspace, config.system_prompt)
         printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
-        harness = AgentLoop(make_client(config), tools, config, printer, system=system,
-                            instructions=DirectoryInstructions(workspace))  # fmt: skip
-        if opts["approve"]:
-            harness.approver = TerminalApprover(answers, sys.stderr)
+        approver = TerminalApprover(answers, sys.stderr) if opts["approve"] else None
+        harness = AgentLoop(make_provider(config), tools, config, printer, system=system,
+                            instructions=DirectoryInstructions(workspace),
+                            approver=approver)  # fmt: skip
         printer.on_closed = harness.cancel  # stdout went away (`| head`): stop the run
         result = asyncio.run(_run(harness, prompt))
         if printer.closed:
@@ -113,8 +114,7 @@ async def _run(harness: AgentLoop, prompt: str):
         return await harness.prompt(prompt)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
-        if hasattr(harness.client, "close"):  # the SDK's HTTP session, on this loop
-            await harness.client.close()
+        await harness.provider.close()  # the SDK's HTTP session, on this loop
 
 
 class TerminalApprover:
