@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test bench lint format install install-dev system-deps cli-agents lock clean
+.PHONY: run test test-bench bench lint format install install-dev system-deps cli-agents lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ system-deps:
 
 test: install-dev system-deps cli-agents
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The benchmark's own test (tests/deploy/test_bench.py, marked `bench`): `manage.py bench`
+# end to end at a small scale, every figure checked. Minutes of the machine, so not part of
+# `make test` (pyproject.toml's addopts deselect the marker; this selects it).
+test-bench: install-dev system-deps
+	$(BIN)/python -m pytest -m bench $(PYTEST_ARGS)
 
 # The external CLI agents (README "External CLI agents"), at the versions the tests pin, into
 # var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the

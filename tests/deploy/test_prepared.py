@@ -172,9 +172,9 @@ def test_prepared_queries_and_hand_built_writes_behave_the_same_on_postgresql(tm
     from testkit.live import LiveServer
     from tests.services import fresh_pg_database
 
-    with fresh_pg_database() as database_url:
+    with fresh_pg_database(migrated=True) as database_url:
         server = LiveServer(tmp_path, DATABASE_URL=database_url)
-        server.manage("migrate", "-v", "0")
+        server.migrate()
         code = ("from tests.deploy.test_prepared import check_against_querysets, check_writes\n"
                 "print(check_against_querysets(), check_writes())")  # fmt: skip
         assert server.manage("shell", "-c", code).strip().splitlines()[-1] == "30 written"
