@@ -127,7 +127,7 @@ class LiveServer:
              "harness_site.asgi:application"],
             cwd=REPO, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded machine (a parallel run) starts slowly
         while True:
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:

@@ -15,7 +15,22 @@ from urllib.parse import urlparse
 from tests.conftest import require_service
 
 PG_URL = os.environ.get("HARNESS_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("HARNESS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def worker_redis_url(url: str) -> str:
+    """Under pytest-xdist, worker gwN uses the Redis database N above the given one: a
+    test's flush, or a cluster's channel groups (user.1 of a fresh database), must not reach
+    the servers of a test on the other worker. (The modules with a fixed database of their
+    own, 11 and 12, each run on one worker.)"""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parsed = urlparse(url)
+    database = int(parsed.path.strip("/") or 0) + int(worker[2:])
+    return parsed._replace(path=f"/{database}").geturl()
+
+
+REDIS_URL = worker_redis_url(os.environ.get("HARNESS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 
 def pg_admin():
