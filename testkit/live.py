@@ -130,7 +130,8 @@ class LiveServer:
         deadline = time.monotonic() + 60  # a loaded machine (a parallel run) starts slowly
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
+                # A generous wait per probe: under load /healthz (its checks) answers slowly.
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=15) as response:
                     if json.loads(response.read())["status"] == "ok":
                         return self
             except OSError:
