@@ -51,8 +51,12 @@ system-deps:
 		echo "note: missing$$missing (not root: tests that need them will skip)"; \
 	fi
 
+# Two pytest-xdist workers, each given a whole test file at a time (--dist loadfile: a
+# module's live server starts once, on one worker); most of a run waits on servers, the
+# browser and subprocesses, so two share two cores well. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install-dev system-deps cli-agents
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The benchmark's own test (tests/deploy/test_bench.py, marked `bench`): `manage.py bench`
 # end to end at a small scale, every figure checked. Minutes of the machine, so not part of
