@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test bench lint format install install-dev system-deps cli-agents lock clean
+.PHONY: run test test-bench bench lint format install install-dev system-deps cli-agents lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +52,18 @@ system-deps:
 		echo "note: missing$$missing (not root: tests that need them will skip)"; \
 	fi
 
+# Two pytest-xdist workers, each given a whole test file at a time (--dist loadfile: a
+# module's live server starts once, on one worker); most of a run waits on servers, the
+# browser and subprocesses, so two share two cores well. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install-dev system-deps cli-agents
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The benchmark's own test (tests/deploy/test_bench.py, marked `bench`): `manage.py bench`
+# end to end at a small scale, every figure checked. Minutes of the machine, so not part of
+# `make test` (pyproject.toml's addopts deselect the marker; this selects it).
+test-bench: install-dev system-deps
+	$(BIN)/python -m pytest -m bench $(PYTEST_ARGS)
 
 # The external CLI agents (docs/FEATURES.md), at the versions the tests pin, into
 # var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the

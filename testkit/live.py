@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
+from testkit.manage_worker import ManageWorker
+
 REPO = Path(__file__).resolve().parent.parent
+# Commands a long-lived worker runs (no Django start-up each); the others (migrate, check:
+# what a test of start-up runs) get a process of their own, as `manage.py` would.
+WORKER_COMMANDS = frozenset({"shell", "create_api_token"})
+# DATABASE_URLs migrated in this process: a second server on one database (a restart, a
+# cluster's second node) does not migrate it again.
+MIGRATED: set[str] = set()
+_template_lock = threading.Lock()
+_template: list[Path] = []
+
+
+def migrated_sqlite_template() -> Path:
+    """An empty, migrated SQLite database, made once per process: a server's database is a
+    copy of it rather than a `migrate` of its own (seconds per server)."""
+    with _template_lock:
+        if not _template:
+            directory = Path(tempfile.mkdtemp(prefix="harness-migrated-"))
+            atexit.register(shutil.rmtree, directory, True)
+            LiveServer(directory).manage("migrate", "-v", "0")
+            _template.append(directory / "db.sqlite3")
+        return _template[0]
 
 
 def free_port() -> int:
@@ -60,13 +85,46 @@ class LiveServer:
         })  # fmt: skip
         self.process: subprocess.Popen | None = None
         self.log = root / "daphne.log"
+        self.worker: ManageWorker | None = None
+        self.worker_lock = threading.Lock()
 
     def manage(self, *args: str, input: str | None = None) -> str:
-        proc = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env,
-                              capture_output=True, text=True, input=input, timeout=120)  # fmt: skip
-        if proc.returncode:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stderr}")
-        return proc.stdout
+        if input is None and args[:1] and args[0] in WORKER_COMMANDS:
+            with self.worker_lock:
+                status, stdout, stderr = self._worker().run(args)
+        else:
+            proc = subprocess.run(
+                [sys.executable, "manage.py", *args], cwd=REPO, env=self.env,
+                capture_output=True, text=True, input=input, timeout=120,
+            )  # fmt: skip
+            status, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        if status:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{stderr}")
+        return stdout
+
+    def _worker(self) -> ManageWorker:
+        if self.worker is not None and self.worker.env != self.env:  # a test changed env
+            self.close_worker()
+        if self.worker is None:
+            self.worker = ManageWorker(self.env, self.root / "manage.log")
+        return self.worker
+
+    def close_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def migrate(self) -> None:
+        """Migrates the server's database, unless this process did already: a new SQLite
+        file is a copy of the migrated template."""
+        url = self.env["DATABASE_URL"]
+        path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+        if path is not None and not path.exists():
+            shutil.copyfile(migrated_sqlite_template(), path)
+            os.chmod(path, 0o600)
+        elif url not in MIGRATED:
+            self.manage("migrate", "-v", "0")
+        MIGRATED.add(url)
 
     def create_users(self, *names: str) -> None:
         code = (
@@ -77,17 +135,18 @@ class LiveServer:
         self.manage("shell", "-c", code)
 
     def start(self) -> LiveServer:
-        self.manage("migrate", "-v", "0")
+        self.migrate()
         collect_static(self)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
              "harness_site.asgi:application"],
             cwd=REPO, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded machine (a parallel run) starts slowly
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
+                # A generous wait per probe: under load /healthz (its checks) answers slowly.
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=15) as response:
                     if json.loads(response.read())["status"] == "ok":
                         return self
             except OSError:
@@ -104,6 +163,7 @@ class LiveServer:
             self.process.wait(timeout=10)
 
     def stop(self) -> None:
+        self.close_worker()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.bench  # make test-bench
 def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "DJANGO_"))}
     env["DJANGO_DEBUG"] = "1"

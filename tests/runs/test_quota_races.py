@@ -29,10 +29,10 @@ AT_ONCE = 2
 def postgres(tmp_path_factory):
     from tests.services import fresh_pg_database
 
-    with fresh_pg_database() as database_url:
+    with fresh_pg_database(migrated=True) as database_url:
         server = LiveServer(tmp_path_factory.mktemp("races"), DATABASE_URL=database_url,
                             ANTHROPIC_API_KEY="test-key")  # fmt: skip
-        server.manage("migrate", "-v", "0")
+        server.migrate()
         yield server
 
 

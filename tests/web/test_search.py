@@ -21,7 +21,7 @@ def live(request, tmp_path_factory, model):
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": model.url,
            "HARNESS_BASH": "off", "HARNESS_RUNS_PER_MINUTE": "100"}  # fmt: skip
     if request.param == "postgresql":
-        with fresh_pg_database() as url:
+        with fresh_pg_database(migrated=True) as url:
             server = LiveServer(tmp_path_factory.mktemp("search-pg"), DATABASE_URL=url, **env)
             server.start()
             server.create_users("sara", "tom")

@@ -44,7 +44,7 @@ def live(tmp_path_factory, model):
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
-    with fresh_pg_database() as database_url:
+    with fresh_pg_database(migrated=True) as database_url:
         server = LiveServer(tmp_path_factory.mktemp("sharing"), ANTHROPIC_API_KEY="test-key",
                             DATABASE_URL=database_url, REDIS_URL=redis_url,
                             ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
