@@ -1,7 +1,7 @@
 """Who may reach which conversation, and how far: the one access helper.
 
 Every view, socket frame, SSE stream, API endpoint, run claim and credential re-check
-asks here, so the rule lives in one place. A conversation's readers (interfaces §12):
+asks here, so the rule lives in one place. A conversation's readers:
 
 - its owner (role ``owner``): everything;
 - a member the owner made ``collaborator``: reads, and drives (prompt, queue, cancel,
@@ -110,12 +110,6 @@ def conversation_for(user, conversation_id) -> Conversation | None:
     return _readable_one(user.pk, key)
 
 
-def readable(user, conversation_id) -> Conversation | None:
-    """The READ-level lookup: what a viewer may copy (the fork of interfaces §11 starts
-    here: a conversation the caller may read, whatever their role)."""
-    return conversation_for(user, conversation_id)
-
-
 def inspectable(user, conversation_id) -> Conversation | None:
     """What the conversation's attached images may be shown to: a reader, or staff who may
     view every conversation in the admin (its transcript shows them too)."""
@@ -125,14 +119,6 @@ def inspectable(user, conversation_id) -> Conversation | None:
         if key is not None and user.has_perm("agent.view_conversation"):
             return Conversation.objects.filter(id=key).first()
     return conversation
-
-
-def role_of(user_id, conversation_id) -> str | None:
-    """The user's role on the conversation now (None: cannot read it). One query."""
-    key = _key(conversation_id)
-    if key is None:
-        return None
-    return readable_by(user_id).filter(id=key).values_list("role", flat=True).first()
 
 
 def conversations_of(user) -> QuerySet[Conversation]:

@@ -14,13 +14,13 @@ from agent.sandbox import drop  # noqa: E402
 
 drop.start()
 
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
+from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit, cap_server_bodies  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
-from agent.server.socket_session import socket_auth_stack  # noqa: E402
 from agent.server.staticfiles import StaticFilesApp  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
@@ -49,7 +49,7 @@ application = ProtocolTypeRouter(
         "http": BodyLimit(StaticFilesApp(django_asgi_app), body_limit),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
-        "websocket": SameOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 
