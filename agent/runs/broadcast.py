@@ -1,12 +1,14 @@
-"""Persisted batches out to every socket and stream on a conversation.
+"""Persisted batches out to every socket and stream on a conversation: their events.
 
 The edge of the run layer towards the channel layer: typed events become their wire JSON
-here (the SSE stream forwards them as they are), beside the HTML the page applies.
+here. Each listening process renders them for its pages (agent/web/live_frames.py), and the
+API's event streams send them as they are.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -16,27 +18,46 @@ from agent.models import Conversation
 from agent.runs.eventlog import wire
 from agent.runs.groups import group_name
 from agent.runs.recovery import interrupt
-from agent.ui.fragments import FragmentRenderer, sync_marker
 
 log = logging.getLogger(__name__)
 
+# The conversation's figures a page's live fragments show: the title, the meter.
+SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
+         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window")  # fmt: skip
 
-async def broadcast(conversation_id, events: list[Event], html: str, branch: int = 0) -> None:
+
+def shown(conversation: Conversation) -> dict[str, Any]:
+    """``SHOWN`` of the conversation, as the layer carries them (the cost as a string)."""
+    values = {name: getattr(conversation, name) for name in SHOWN}
+    values["cost_usd"] = str(values["cost_usd"])
+    return values
+
+
+async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, run: int,
+                    conversation: Conversation | None = None, title: bool = False,
+                    **extra: Any) -> None:  # fmt: skip
     """Send a persisted batch to every socket and stream on the conversation, with its seq
-    range (pages apply it only where it continues what they have)."""
-    first, last = events[0].seq, events[-1].seq
-    await get_channel_layer().group_send(group_name(conversation_id), {
+    range (pages apply it only where it continues what they have), the run's first seq
+    (``run``: where its rendering starts), the figures pages show and whether the title
+    changed."""
+    message = {
         "type": "conversation.batch",
-        "seq_from": first,
-        "seq_to": last,
-        "html": sync_marker(first, last) + html,
+        "seq_from": events[0].seq,
+        "seq_to": events[-1].seq,
         "events": wire(events, branch),
-    })  # fmt: skip
+        "run": run,
+        **extra,
+    }
+    if conversation is not None:
+        message["shown"] = shown(conversation)
+    if title:
+        message["title"] = True
+    await get_channel_layer().group_send(group_name(conversation_id), message)
 
 
 async def announce_branch(conversation_id, active: int, fork_seq: int,
                           events: list[dict] | None = None) -> None:  # fmt: skip
-    """The conversation now shows another branch (interfaces §11): pages re-draw their
+    """The conversation now shows another branch (docs/API.md, branches): pages re-draw their
     transcript; streams get ``branch {active, fork_seq}`` and the new path's events after
     ``fork_seq`` (``events``: their JSON; none yet for a branch just started)."""
     await get_channel_layer().group_send(group_name(conversation_id), {
@@ -48,14 +69,13 @@ async def announce_branch(conversation_id, active: int, fork_seq: int,
 
 
 async def announce_interrupted(done: list[tuple[Conversation, list[Event]]]) -> None:
+    """Runs of a dead process, ended here: pages replace the run's live block and show the
+    prompts dropped from its queue as not sent, with their text (agent/runs/recovery.py
+    keeps the queue's events on the instance)."""
     for conversation, events in done:
-        renderer = FragmentRenderer()
-        renderer.live = True  # pages may hold the dead run's live block: replace it
-        # Prompts dropped from the dead run's queue are shown as not sent, with their text
-        # (agent/runs/recovery.py keeps the queue's events on the instance).
-        for event in getattr(conversation, "queue_events", ()):
-            renderer.transcript.fold_queue(event)
-        await broadcast(conversation.id, events, renderer.render(events, conversation))
+        dropped = wire(list(getattr(conversation, "queue_events", ())))
+        await broadcast(conversation.id, events, run=events[0].seq, conversation=conversation,
+                        interrupted=True, dropped=dropped)  # fmt: skip
 
 
 def interrupt_and_announce(queryset) -> None:

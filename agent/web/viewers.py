@@ -3,10 +3,11 @@ group is joined once per process, not once per socket.
 
 A streamed batch is one group message, whoever watches: each process that has a socket on
 the conversation takes it off its one channel (``Viewers``, through the channel layer's
-public ``new_channel``/``group_add``/``receive``) and writes the frame to each of its
-sockets in turn. A socket's frames therefore reach it in the order they were sent, and a
-batch costs one layer message per process (one Redis PUBLISH with ``REDIS_URL``), not one
-per socket. The sockets still join their user's and session's groups themselves: those
+public ``new_channel``/``group_add``/``receive``), renders it once
+(agent/web/live_frames.py) and writes the frame to each of its sockets in turn. A socket's
+frames therefore reach it in the order they were sent, and a batch costs one layer
+message per process (one Redis PUBLISH with ``REDIS_URL``) and one render, not one per
+socket. The sockets still join their user's and session's groups themselves: those
 messages (revocation) reach each socket through its own channel, as Channels delivers
 them.
 
@@ -27,6 +28,7 @@ from typing import Protocol
 from channels.layers import get_channel_layer
 
 from agent.runs.groups import group_name
+from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Viewers:
         self.channel: str | None = None
         self.task: asyncio.Task | None = None
         self.ready = asyncio.Event()
+        self.frames = LiveFrames(conversation_id)
 
     async def start(self) -> None:
         self.channel = await self.layer.new_channel()
@@ -92,6 +95,12 @@ class Viewers:
 
     async def _hand_out(self, message: dict) -> None:
         kind = message.get("type")
+        if kind == "conversation.batch":
+            try:
+                message = {"type": kind, "html": await self.frames.render(message)}
+            except Exception:  # the pages see a gap, and catch up from the event log
+                log.exception("could not render a batch of %s", self.conversation_id)
+                return
         for channel, socket in list(self.sockets.items()):
             try:
                 if kind in FRAMES:

@@ -19,6 +19,7 @@ from agent.models import Conversation, Event
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.pacing import MIN_INTERVAL, loop_lag
+from agent.ui.fragments import sync_marker
 from harness_site.asgi import application
 from testkit.model_server import text_reply, tool_reply
 
@@ -490,9 +491,9 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     sent_at = []  # when the writer broadcast each frame (what the interval bounds)
     real_broadcast = runs_module.broadcast
 
-    async def timed_broadcast(conversation_id, events, html, branch=0):
+    async def timed_broadcast(conversation_id, events, *args, **kwargs):
         sent_at.append((time.monotonic(), events))
-        await real_broadcast(conversation_id, events, html, branch)
+        await real_broadcast(conversation_id, events, *args, **kwargs)
 
     monkeypatch.setattr(runs_module, "broadcast", timed_broadcast)
     deltas = 300  # 300 deltas 2 ms apart: far more than one per frame interval
@@ -563,8 +564,9 @@ async def test_the_first_delta_goes_out_at_once_not_paced_by_the_status_frame_be
 
 # -- the live feed: one subscription per conversation per process (agent/web/viewers.py) --
 def _batch(n: int) -> dict:
-    """A broadcast batch as agent/runs/broadcast.py sends it, its html naming its seq."""
-    return {"type": "conversation.batch", "seq_from": n, "seq_to": n,
+    """A broadcast batch as agent/runs/broadcast.py sends it (a run's first, of no events:
+    rendered, only its sync marker); its html, as the feed hands it on, naming its seq."""
+    return {"type": "conversation.batch", "seq_from": n, "seq_to": n, "run": n,
             "html": f"<frame {n}>", "events": []}  # fmt: skip
 
 
@@ -611,7 +613,7 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
             redrawn += 1
         else:
             await layer.group_send(group, _batch(n))
-            expected.append(f"<frame {n}>")
+            expected.append(str(sync_marker(n, n)))
         pause = random.choice((0, 0, 1, 2, 3, 0.0002, 0.001, 0.003))
         if isinstance(pause, float):
             await asyncio.sleep(pause)  # the socket catches up: the next frame may go direct
