@@ -3,11 +3,21 @@
 The edge of the run layer towards the channel layer: typed events become their wire JSON
 here. Each listening process renders them for its pages (agent/web/live_frames.py), and the
 API's event streams send them as they are.
+
+The batches of every run of this process written in one turn of its event loop go out
+together, as one message to ``LIVE_GROUP`` (each process's receiver, agent/web/dispatch.py,
+hands them to that conversation's listeners there): a channel-layer message costs the same
+with one batch or fifty, so under load the frames share it. An idle process sends each
+batch as soon as its turn ends. A conversation's batches keep their order: one sender per
+process, one message after the other.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -21,6 +31,8 @@ from agent.runs.recovery import interrupt
 
 log = logging.getLogger(__name__)
 
+LIVE_GROUP = "live.batches"  # every process's receiver of the live batches
+
 # The conversation's figures a page's live fragments show: the title, the meter.
 SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
          "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window")  # fmt: skip
@@ -33,15 +45,66 @@ def shown(conversation: Conversation) -> dict[str, Any]:
     return values
 
 
+class _Outbox:
+    """The batches this event loop's runs wrote and not yet sent; one sender at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: list[tuple[dict[str, Any], asyncio.Future]] = []
+        self.sending: asyncio.Task | None = None
+
+    def add(self, batch: dict[str, Any]) -> asyncio.Future:
+        sent = self.loop.create_future()
+        self.pending.append((batch, sent))
+        if self.sending is None:
+            self.sending = self.loop.create_task(self._send(), context=contextvars.Context())
+        return sent
+
+    async def _send(self) -> None:
+        try:
+            while self.pending:
+                await asyncio.sleep(0)  # the other runs' batches of this turn join in
+                taken, self.pending = self.pending, []
+                message = {"type": "live.batches", "batches": [batch for batch, _ in taken]}
+                try:
+                    await get_channel_layer().group_send(LIVE_GROUP, message)
+                except Exception as exc:  # each run's writer learns it
+                    for _, sent in taken:
+                        if not sent.done():
+                            sent.set_exception(exc)
+                    continue
+                for _, sent in taken:
+                    if not sent.done():
+                        sent.set_result(None)
+        finally:
+            self.sending = None
+
+
+_outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+_lock = threading.Lock()
+
+
+def _outbox() -> _Outbox:
+    loop = asyncio.get_running_loop()
+    with _lock:
+        found = _outboxes.get(loop)
+        if found is None:
+            for closed in [other for other in _outboxes if other.is_closed()]:
+                del _outboxes[closed]
+            found = _outboxes[loop] = _Outbox(loop)
+    return found
+
+
 async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, run: int,
                     conversation: Conversation | None = None, title: bool = False,
                     **extra: Any) -> None:  # fmt: skip
     """Send a persisted batch to every socket and stream on the conversation, with its seq
     range (pages apply it only where it continues what they have), the run's first seq
     (``run``: where its rendering starts), the figures pages show and whether the title
-    changed."""
-    message = {
+    changed. Sent with the other batches of this turn of the loop; returns once sent."""
+    batch = {
         "type": "conversation.batch",
+        "conversation": str(conversation_id),
         "seq_from": events[0].seq,
         "seq_to": events[-1].seq,
         "events": wire(events, branch),
@@ -49,10 +112,10 @@ async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, ru
         **extra,
     }
     if conversation is not None:
-        message["shown"] = shown(conversation)
+        batch["shown"] = shown(conversation)
     if title:
-        message["title"] = True
-    await get_channel_layer().group_send(group_name(conversation_id), message)
+        batch["title"] = True
+    await _outbox().add(batch)
 
 
 async def announce_branch(conversation_id, active: int, fork_seq: int,

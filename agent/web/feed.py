@@ -2,15 +2,15 @@
 the live ones, with no gap and no duplicate, until the reader's access ends.
 
 ``ConversationFeed.events()`` joins the conversation's group (and the reader's credential
-groups) before reading the event log, so nothing falls in between, and skips by seq what
-the log already gave. A batch that does not continue what was sent (a message lost by the
-layer) is filled from the log. A branch switch yields a ``branch`` event, then the new
-path's events after the point where the paths part; a feed of one named branch is not
-moved. The feed ends when the credential is revoked or the conversation deleted (a
-message to one of its groups: agent/web/revocation.py), when a re-check fails (on
-``access.recheck``, at each heartbeat, and at most once a second while events flow), or
-when the conversation can no longer be read. ``None`` is yielded for a heartbeat: nothing
-happened for ``heartbeat`` seconds.
+groups) and this process's receiver of the live batches before reading the event log, so
+nothing falls in between, and skips by seq what the log already gave. A batch that does
+not continue what was sent (a message lost by the layer) is filled from the log. A branch
+switch yields a ``branch`` event, then the new path's events after the point where the
+paths part; a feed of one named branch is not moved. The feed ends when the credential is
+revoked or the conversation deleted (a message to one of its groups:
+agent/web/revocation.py), when a re-check fails (on ``access.recheck``, at each heartbeat,
+and at most once a second while events flow), or when the conversation can no longer be
+read. ``None`` is yielded for a heartbeat: nothing happened for ``heartbeat`` seconds.
 
 The API's event stream (agent/web/api_events.py) serialises what it yields as SSE.
 """
@@ -29,6 +29,7 @@ from agent.core.events import BranchEvent
 from agent.runs.branches import resume_point
 from agent.runs.groups import group_name
 from agent.runs.snapshot import snapshot
+from agent.web import dispatch
 
 # While events flow, the credential is re-checked at most this often (seconds).
 RECHECK_INTERVAL = 1.0
@@ -96,6 +97,9 @@ class ConversationFeed:
         channel = await layer.new_channel()
         for group in self.groups:  # joined before reading the log: nothing falls between
             await layer.group_add(group, channel)
+        # The batches come through this process's receiver of them (agent/web/dispatch.py).
+        batches = await dispatch.dispatcher()
+        batches.add_stream(self.conversation_id, channel)
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
         # pub/sub layer drop the channel (what arrives meanwhile would be lost).
         receiving: asyncio.Future | None = None
@@ -151,6 +155,7 @@ class ConversationFeed:
                 for item in items:
                     yield item
         finally:
+            batches.drop_stream(self.conversation_id, channel)
             for pending in (receiving, checking):
                 if pending is not None:
                     pending.cancel()

@@ -28,6 +28,7 @@ from typing import Protocol
 from channels.layers import get_channel_layer
 
 from agent.runs.groups import group_name
+from agent.web import dispatch
 from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,14 @@ class Viewers:
         self.task: asyncio.Task | None = None
         self.ready = asyncio.Event()
         self.frames = LiveFrames(conversation_id)
+        self.handing = asyncio.Lock()  # one message at a time, from either source
+        self.dispatcher: dispatch.Dispatcher | None = None
 
     async def start(self) -> None:
+        # The batches come through this process's receiver (agent/web/dispatch.py); the
+        # conversation's other messages through its group.
+        self.dispatcher = await dispatch.dispatcher()
+        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self._hand_out
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(group_name(self.conversation_id), self.channel)
         self.task = asyncio.create_task(self._forward())
@@ -65,6 +72,10 @@ class Viewers:
 
     async def stop(self) -> None:
         await self.ready.wait()
+        if self.dispatcher is not None:
+            listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
+            if listeners.get(key) == self._hand_out:  # (not a newer feed's)
+                del listeners[key]
         if self.task is not None and self.task is asyncio.current_task():
             # The last socket left while handling one of the feed's own messages (a
             # redraw found the conversation gone): the feed ends after this message.
@@ -94,6 +105,10 @@ class Viewers:
             await self._hand_out(message)
 
     async def _hand_out(self, message: dict) -> None:
+        async with self.handing:
+            await self._hand_out_now(message)
+
+    async def _hand_out_now(self, message: dict) -> None:
         kind = message.get("type")
         if kind == "conversation.batch":
             try:

@@ -170,6 +170,30 @@ async def test_group_send_reaches_every_member_in_order():
     await layer.flush()
 
 
+async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_message():
+    """Runs' batches share a channel-layer message (agent/runs/broadcast.py), each
+    conversation's in the order written; a batch written later goes in the next."""
+    import uuid
+
+    from channels.layers import get_channel_layer
+
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import LIVE_GROUP, broadcast
+
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(LIVE_GROUP, channel)
+    conversations = [uuid.uuid4() for _ in range(5)]
+    await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
+                           for n in (1, 2) for c in conversations))  # fmt: skip
+    message = await layer.receive(channel)
+    got = [(b["conversation"], b["seq_from"]) for b in message["batches"]]
+    assert got == [(str(c), n) for n in (1, 2) for c in conversations]
+    await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
+    assert [b["seq_from"] for b in (await layer.receive(channel))["batches"]] == [3]
+    await layer.group_discard(LIVE_GROUP, channel)
+
+
 def test_the_embedded_default_layer_is_channels_own_configured(settings):
     layer = settings.CHANNEL_LAYERS["default"]
     assert layer["BACKEND"] == "channels.layers.InMemoryChannelLayer"
