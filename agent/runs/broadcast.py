@@ -68,10 +68,11 @@ class _Outbox:
                 message = {"type": "live.batches", "batches": [batch for batch, _ in taken]}
                 try:
                     await get_channel_layer().group_send(LIVE_GROUP, message)
-                except Exception as exc:  # each run's writer learns it
+                except Exception:  # the pages see a gap and catch up from the event log
+                    log.exception("could not send %d live batches", len(taken))
                     for _, sent in taken:
                         if not sent.done():
-                            sent.set_exception(exc)
+                            sent.set_result(None)
                     continue
                 for _, sent in taken:
                     if not sent.done():
@@ -101,7 +102,8 @@ async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, ru
     """Send a persisted batch to every socket and stream on the conversation, with its seq
     range (pages apply it only where it continues what they have), the run's first seq
     (``run``: where its rendering starts), the figures pages show and whether the title
-    changed. Sent with the other batches of this turn of the loop; returns once sent."""
+    changed. Sent with the other batches of this turn of the loop; ``flushed`` waits for
+    it (a run's writer goes on meanwhile: the sender logs a failure, the pages catch up)."""
     batch = {
         "type": "conversation.batch",
         "conversation": str(conversation_id),
@@ -115,7 +117,17 @@ async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, ru
         batch["shown"] = shown(conversation)
     if title:
         batch["title"] = True
-    await _outbox().add(batch)
+    _outbox().add(batch)
+
+
+async def flushed() -> None:
+    """Returns once the batches this loop has broadcast so far are sent (a caller whose
+    loop ends next: ``async_to_sync``)."""
+    outbox = _outbox()
+    if outbox.pending:
+        await asyncio.gather(*(sent for _, sent in outbox.pending), return_exceptions=True)
+    elif outbox.sending is not None:
+        await asyncio.shield(outbox.sending)
 
 
 async def announce_branch(conversation_id, active: int, fork_seq: int,
@@ -139,6 +151,7 @@ async def announce_interrupted(done: list[tuple[Conversation, list[Event]]]) -> 
         dropped = wire(list(getattr(conversation, "queue_events", ())))
         await broadcast(conversation.id, events, run=events[0].seq, conversation=conversation,
                         interrupted=True, dropped=dropped)  # fmt: skip
+    await flushed()
 
 
 def interrupt_and_announce(queryset) -> None:

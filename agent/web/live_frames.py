@@ -38,13 +38,26 @@ def _stored(conversation_id, first: int, before: int) -> list[Event]:
     return from_stored(rows.values_list("payload", flat=True))
 
 
-def shown_conversation(conversation_id, shown: dict | None) -> Conversation:
-    """An unsaved conversation holding the figures the fragments show."""
-    values = {name: (shown or {}).get(name) for name in SHOWN}
-    values = {name: value for name, value in values.items() if value is not None}
-    if "cost_usd" in values:
-        values["cost_usd"] = Decimal(values["cost_usd"])
-    return Conversation(id=conversation_id, **values)
+class Shown:
+    """The figures of a conversation the fragments show (what the templates read of one),
+    without a model instance per frame."""
+
+    def __init__(self, conversation_id, shown: dict | None) -> None:
+        self.id = conversation_id
+        for name in SHOWN:
+            setattr(self, name, (shown or {}).get(name) or _DEFAULTS.get(name, 0))
+        self.cost_usd = Decimal(self.cost_usd)
+
+    @property
+    def display_title(self) -> str:
+        return self.title or Conversation(title="").display_title
+
+
+_DEFAULTS = {"title": "", "cost_usd": "0"}
+
+
+def shown_conversation(conversation_id, shown: dict | None) -> Shown:
+    return Shown(conversation_id, shown)
 
 
 class LiveFrames:
