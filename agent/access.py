@@ -104,12 +104,6 @@ def conversation_for(user, conversation_id) -> Conversation | None:
     return _readable_one(user.pk, key)
 
 
-def readable(user, conversation_id) -> Conversation | None:
-    """The READ-level lookup: what a viewer may copy (a fork starts
-    here: a conversation the caller may read, whatever their role)."""
-    return conversation_for(user, conversation_id)
-
-
 def inspectable(user, conversation_id) -> Conversation | None:
     """What the conversation's attached images may be shown to: a reader, or staff who may
     view every conversation in the admin (its transcript shows them too)."""
@@ -119,14 +113,6 @@ def inspectable(user, conversation_id) -> Conversation | None:
         if key is not None and user.has_perm("agent.view_conversation"):
             return Conversation.objects.filter(id=key).first()
     return conversation
-
-
-def role_of(user_id, conversation_id) -> str | None:
-    """The user's role on the conversation now (None: cannot read it). One query."""
-    key = _key(conversation_id)
-    if key is None:
-        return None
-    return readable_by(user_id).filter(id=key).values_list("role", flat=True).first()
 
 
 def conversations_of(user) -> QuerySet[Conversation]:

@@ -14,12 +14,12 @@ from agent.sandbox import drop  # noqa: E402
 
 drop.start()
 
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
+from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
-from agent.server.socket_session import socket_auth_stack  # noqa: E402
 from agent.web.routing import websocket_urlpatterns  # noqa: E402
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
@@ -31,7 +31,7 @@ application = ProtocolTypeRouter(
         "http": BodyLimit(django_asgi_app),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
-        "websocket": SameOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -131,11 +131,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     })  # fmt: skip
 
 REDIS_URL = env_secret("REDIS_URL")  # may hold a password
+# Each process keeps one subscription per conversation its sockets watch and renders each
+# batch once for them (agent/web/viewers.py), so a group message has few recipients: a
+# process's viewers, and each API event stream. The queues hold a burst's frames (a
+# full one drops messages; pages and streams fill such gaps from the event log).
+LAYER_CAPACITY = 1000
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            # channels-redis's pub/sub layer, local first (agent/server/layers.py explains why).
-            "BACKEND": "agent.server.layers.RedisLayer",
+            # channels-redis's pub/sub layer: a group message is one PUBLISH, delivered to
+            # each process that subscribed (not a round trip per recipient).
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             # redis-py 8 defaults to a 5 s socket timeout and to a small connection pool
             # that raises when exhausted.
             "CONFIG": {
@@ -150,7 +156,12 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "agent.server.layers.LocalChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": LAYER_CAPACITY},
+        }
+    }
 
 # The cache holds the rate-limit counters (agent/web/throttle.py): with REDIS_URL every process
 # counts against the same limits; without, each process keeps its own.

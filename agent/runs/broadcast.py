@@ -1,12 +1,24 @@
-"""Persisted batches out to every socket and stream on a conversation.
+"""Persisted batches out to every socket and stream on a conversation: their events.
 
 The edge of the run layer towards the channel layer: typed events become their wire JSON
-here (the SSE stream forwards them as they are), beside the HTML the page applies.
+here. Each listening process renders them for its pages (agent/web/live_frames.py), and the
+API's event streams send them as they are.
+
+The batches of every run of this process written in one turn of its event loop go out
+together, as one message to ``LIVE_GROUP`` (each process's receiver, agent/web/dispatch.py,
+hands them to that conversation's listeners there): a channel-layer message costs the same
+with one batch or fifty, so under load the frames share it. An idle process sends each
+batch as soon as its turn ends. A conversation's batches keep their order: one sender per
+process, one message after the other.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
+import threading
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -16,27 +28,111 @@ from agent.models import Conversation
 from agent.runs.eventlog import wire
 from agent.runs.groups import group_name
 from agent.runs.recovery import interrupt
-from agent.ui.fragments import FragmentRenderer, sync_marker
 
 log = logging.getLogger(__name__)
 
+LIVE_GROUP = "live.batches"  # every process's receiver of the live batches
 
-async def broadcast(conversation_id, events: list[Event], html: str, branch: int = 0) -> None:
+# The conversation's figures a page's live fragments show: the title, the meter.
+SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
+         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window")  # fmt: skip
+
+
+def shown(conversation: Conversation) -> dict[str, Any]:
+    """``SHOWN`` of the conversation, as the layer carries them (the cost as a string)."""
+    values = {name: getattr(conversation, name) for name in SHOWN}
+    values["cost_usd"] = str(values["cost_usd"])
+    return values
+
+
+class _Outbox:
+    """The batches this event loop's runs wrote and not yet sent; one sender at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: list[tuple[dict[str, Any], asyncio.Future]] = []
+        self.sending: asyncio.Task | None = None
+
+    def add(self, batch: dict[str, Any]) -> asyncio.Future:
+        sent = self.loop.create_future()
+        self.pending.append((batch, sent))
+        if self.sending is None:
+            self.sending = self.loop.create_task(self._send(), context=contextvars.Context())
+        return sent
+
+    async def _send(self) -> None:
+        try:
+            while self.pending:
+                await asyncio.sleep(0)  # the other runs' batches of this turn join in
+                taken, self.pending = self.pending, []
+                message = {"type": "live.batches", "batches": [batch for batch, _ in taken]}
+                try:
+                    await get_channel_layer().group_send(LIVE_GROUP, message)
+                except Exception:  # the pages see a gap and catch up from the event log
+                    log.exception("could not send %d live batches", len(taken))
+                    for _, sent in taken:
+                        if not sent.done():
+                            sent.set_result(None)
+                    continue
+                for _, sent in taken:
+                    if not sent.done():
+                        sent.set_result(None)
+        finally:
+            self.sending = None
+
+
+_outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+_lock = threading.Lock()
+
+
+def _outbox() -> _Outbox:
+    loop = asyncio.get_running_loop()
+    with _lock:
+        found = _outboxes.get(loop)
+        if found is None:
+            for closed in [other for other in _outboxes if other.is_closed()]:
+                del _outboxes[closed]
+            found = _outboxes[loop] = _Outbox(loop)
+    return found
+
+
+async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, run: int,
+                    conversation: Conversation | None = None, title: bool = False,
+                    **extra: Any) -> None:  # fmt: skip
     """Send a persisted batch to every socket and stream on the conversation, with its seq
-    range (pages apply it only where it continues what they have)."""
-    first, last = events[0].seq, events[-1].seq
-    await get_channel_layer().group_send(group_name(conversation_id), {
+    range (pages apply it only where it continues what they have), the run's first seq
+    (``run``: where its rendering starts), the figures pages show and whether the title
+    changed. Sent with the other batches of this turn of the loop; ``flushed`` waits for
+    it (a run's writer goes on meanwhile: the sender logs a failure, the pages catch up)."""
+    batch = {
         "type": "conversation.batch",
-        "seq_from": first,
-        "seq_to": last,
-        "html": sync_marker(first, last) + html,
+        "conversation": str(conversation_id),
+        "seq_from": events[0].seq,
+        "seq_to": events[-1].seq,
         "events": wire(events, branch),
-    })  # fmt: skip
+        "run": run,
+        **extra,
+    }
+    if conversation is not None:
+        batch["shown"] = shown(conversation)
+    if title:
+        batch["title"] = True
+    _outbox().add(batch)
+
+
+async def flushed() -> None:
+    """Returns once the batches this loop has broadcast so far are sent (a caller whose
+    loop ends next: ``async_to_sync``)."""
+    outbox = _outbox()
+    if outbox.pending:
+        await asyncio.gather(*(sent for _, sent in outbox.pending), return_exceptions=True)
+    elif outbox.sending is not None:
+        await asyncio.shield(outbox.sending)
 
 
 async def announce_branch(conversation_id, active: int, fork_seq: int,
                           events: list[dict] | None = None) -> None:  # fmt: skip
-    """The conversation now shows another branch (interfaces §11): pages re-draw their
+    """The conversation now shows another branch (docs/API.md, branches): pages re-draw their
     transcript; streams get ``branch {active, fork_seq}`` and the new path's events after
     ``fork_seq`` (``events``: their JSON; none yet for a branch just started)."""
     await get_channel_layer().group_send(group_name(conversation_id), {
@@ -48,14 +144,14 @@ async def announce_branch(conversation_id, active: int, fork_seq: int,
 
 
 async def announce_interrupted(done: list[tuple[Conversation, list[Event]]]) -> None:
+    """Runs of a dead process, ended here: pages replace the run's live block and show the
+    prompts dropped from its queue as not sent, with their text (agent/runs/recovery.py
+    keeps the queue's events on the instance)."""
     for conversation, events in done:
-        renderer = FragmentRenderer()
-        renderer.live = True  # pages may hold the dead run's live block: replace it
-        # Prompts dropped from the dead run's queue are shown as not sent, with their text
-        # (agent/runs/recovery.py keeps the queue's events on the instance).
-        for event in getattr(conversation, "queue_events", ()):
-            renderer.transcript.fold_queue(event)
-        await broadcast(conversation.id, events, renderer.render(events, conversation))
+        dropped = wire(list(getattr(conversation, "queue_events", ())))
+        await broadcast(conversation.id, events, run=events[0].seq, conversation=conversation,
+                        interrupted=True, dropped=dropped)  # fmt: skip
+    await flushed()
 
 
 def interrupt_and_announce(queryset) -> None:

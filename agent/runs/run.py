@@ -1,5 +1,5 @@
 """One prompt's run in the server process: the agent loop, and the writer that stores its
-events (batched) and broadcasts them, rendered, to the conversation's viewers.
+events (batched) and broadcasts them to the conversation's viewers.
 
 A run belongs to the process, not to a browser connection: sockets come and go, the run
 goes on. Events stay typed here; the event log and the broadcast turn them into JSON.
@@ -36,9 +36,6 @@ from agent.runs.inbox import Inbox
 from agent.runs.pacing import loop_lag
 from agent.runs.spend import SpendGuard
 from agent.server import metrics
-from agent.ui.fragments import FragmentRenderer, title_fragments
-from agent.ui.render_pool import prehighlight, prerender
-from agent.ui.transcript import pending_highlights
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +79,7 @@ class Run:
         self.author = setup.author
         self.images = setup.images
         self.inbox = Inbox()
-        self.renderer = FragmentRenderer()
+        self.first_seq = setup.conversation.last_seq + 1  # where the pages' rendering starts
         self.task: asyncio.Task | None = None
         self._saving: asyncio.Task | None = None  # partial text being stored
         # The owner's budget, checked before each model call of the run (the offline demo
@@ -317,10 +314,6 @@ class Run:
                 self._note_store_failure(exc)  # unless the disk is full: that ends the run
 
     async def _send(self, batch: list[Event], conversation: Conversation) -> None:
-        await prerender([e.content for e in batch if isinstance(e, TextEvent)])
-        await prehighlight(pending_highlights(self.renderer.transcript, batch))
-        html = self.renderer.render(batch, conversation)
-        if self.announce_title:
-            html = title_fragments(conversation) + html
-            self.announce_title = False
-        await broadcast(self.conversation.id, batch, html, self.branch)
+        title, self.announce_title = self.announce_title, False
+        await broadcast(self.conversation.id, batch, self.branch, run=self.first_seq,
+                        conversation=conversation, title=title)  # fmt: skip

@@ -1,5 +1,5 @@
-"""Full-text search over the conversations a user may read (interfaces §13): their own,
-those shared with them and the team's (the access helper's rule, agent/access.py, as SQL).
+"""Full-text search over the conversations a user may read: their own, those shared with
+them and the team's (the access helper's rule: agent/access.py's ``readable_by``).
 
 Prompts and answers are added to ``SearchEntry`` as their events are stored (in the event
 log's transaction), and the database's own full-text index answers (migration 0009):
@@ -12,14 +12,16 @@ query fail.
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
+from django.db.models import BooleanField, CharField, FloatField
+from django.db.models.expressions import RawSQL
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
+from agent.access import readable_by
 from agent.core.events import TextEvent, UserEvent
 from agent.models import SearchEntry
 
@@ -57,44 +59,50 @@ def index(conversation_id, rows: list[dict[str, Any]]) -> None:
     ])  # fmt: skip
 
 
-# Readable by the caller (%s: their id, twice): as access.readable_by, the owner active.
-_READABLE = (
-    "(c.owner_id = %s OR c.team OR EXISTS (SELECT 1 FROM agent_membership m "
-    "WHERE m.conversation_id = c.id AND m.user_id = %s)) "
-    "AND EXISTS (SELECT 1 FROM agent_user o WHERE o.id = c.owner_id AND o.is_active)"
-)
+def _matches(words: list[str]) -> tuple[RawSQL, RawSQL, RawSQL]:
+    """The engine's full-text test of a search entry, its rank (lower is better) and its
+    snippet: raw SQL, for what the ORM does not say (FTS5; PostgreSQL's expression
+    index)."""
+    if connection.vendor == "postgresql":
+        text = " ".join(words)
+        query = "websearch_to_tsquery('simple', %s)"
+        vector = "to_tsvector('simple', agent_searchentry.text)"
+        options = f"StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=8, MaxFragments=1"
+        return (
+            RawSQL(f"{vector} @@ {query}", [text], output_field=BooleanField()),
+            RawSQL(f"-ts_rank({vector}, {query})", [text], output_field=FloatField()),
+            RawSQL(
+                f"ts_headline('simple', agent_searchentry.text, {query}, %s)",
+                [text, options],
+                output_field=CharField(),
+            ),  # fmt: skip
+        )
+    match = (" ".join(f'"{w}"' for w in words[:-1]) + f' "{words[-1]}"*').strip()
+    hit = "agent_searchentry_fts MATCH %s AND agent_searchentry_fts.rowid = agent_searchentry.id"
+    return (
+        RawSQL("agent_searchentry.id IN (SELECT rowid FROM agent_searchentry_fts "
+               "WHERE agent_searchentry_fts MATCH %s)", [match], output_field=BooleanField()),
+        RawSQL(f"(SELECT rank FROM agent_searchentry_fts WHERE {hit})", [match],
+               output_field=FloatField()),
+        RawSQL("(SELECT snippet(agent_searchentry_fts, 0, %s, %s, '…', 16) "
+               f"FROM agent_searchentry_fts WHERE {hit})", [START, STOP, match],
+               output_field=CharField()),
+    )  # fmt: skip
 
 
 def search(user_id: int, query: str) -> list[Found]:
-    """The best matches in the conversations the user may read, newest conversations
-    first among equals; [] for a query without words."""
+    """The best matches in the conversations the user may read (agent/access.py's rule),
+    newest conversations first among equals; [] for a query without words."""
     words = _WORD.findall(query[:MAX_QUERY])
     if not words:
         return []
-    if connection.vendor == "postgresql":
-        sql = (
-            "SELECT e.conversation_id, e.seq, ts_headline('simple', e.text, q, %s), c.title "
-            "FROM agent_searchentry e JOIN agent_conversation c ON c.id = e.conversation_id, "
-            "websearch_to_tsquery('simple', %s) q "
-            f"WHERE {_READABLE} AND to_tsvector('simple', e.text) @@ q "
-            "ORDER BY ts_rank(to_tsvector('simple', e.text), q) DESC, c.updated DESC LIMIT %s"
-        )
-        options = f"StartSel={START}, StopSel={STOP}, MaxWords=24, MinWords=8, MaxFragments=1"
-        params = [options, " ".join(words), user_id, user_id, LIMIT]
-    else:
-        match = " ".join(f'"{w}"' for w in words[:-1]) + f' "{words[-1]}"*'
-        sql = (
-            "SELECT e.conversation_id, e.seq, "
-            "snippet(agent_searchentry_fts, 0, %s, %s, '…', 16), c.title "
-            "FROM agent_searchentry_fts f JOIN agent_searchentry e ON e.id = f.rowid "
-            "JOIN agent_conversation c ON c.id = e.conversation_id "
-            f"WHERE agent_searchentry_fts MATCH %s AND {_READABLE} "
-            "ORDER BY f.rank, c.updated DESC LIMIT %s"
-        )
-        params = [START, STOP, match.strip(), user_id, user_id, LIMIT]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    # (SQLite gives a UUID as its 32 hex digits, PostgreSQL as a UUID)
-    return [Found(str(uuid.UUID(str(c))), int(seq), snippet or "", title or "")
-            for c, seq, snippet, title in rows]  # fmt: skip
+    matches, rank, snippet = _matches(words)
+    rows = (
+        SearchEntry.objects.filter(conversation__in=readable_by(user_id).values("id"))
+        .filter(matches)
+        .annotate(rank=rank, snippet=snippet)
+        .order_by("rank", "-conversation__updated")
+        .values_list("conversation_id", "seq", "snippet", "conversation__title")[:LIMIT]
+    )
+    return [Found(str(c), int(seq), found or "", title or "")
+            for c, seq, found, title in rows]  # fmt: skip

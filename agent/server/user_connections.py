@@ -75,7 +75,7 @@ class UserConnections:
 
 
 # This process's count: every WebSocket (agent/web/consumers.py) and event stream
-# (agent/web/api.py) of every user.
+# (agent/web/api_events.py) of every user.
 connections = UserConnections()
 
 REFUSED_MESSAGE = (

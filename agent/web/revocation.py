@@ -19,7 +19,7 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 
 A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
 connection also re-checks its credential in the database: a socket on each frame it
-receives and at most once a second while it sends (``socket_refusal``), a stream at each
+receives and at most once a second while it sends (``socket_access``), a stream at each
 heartbeat and at most once a second while it sends (``agent.web.api_tokens.token_still_valid``).
 """
 
@@ -44,7 +44,7 @@ from django.utils.crypto import constant_time_compare
 
 log = logging.getLogger(__name__)
 
-# Why a socket was refused (socket_refusal).
+# Why a socket was refused (socket_access).
 NOT_FOUND = "not_found"
 SIGNED_OUT = "signed_out"
 
@@ -176,15 +176,6 @@ def _hash_matches(session_hash: str | None, user) -> bool:
     )
 
 
-def socket_refusal(
-    conversation_id, user_id: int, session_key: str | None, session_hash: str | None
-) -> tuple[str | None, str | None]:
-    """Whether a browser socket may go on: (None, the session's hash) if so, else
-    (NOT_FOUND or SIGNED_OUT, None). Blocking (call it from a thread)."""
-    reason, session_hash, _ = socket_access(conversation_id, user_id, session_key, session_hash)
-    return reason, session_hash
-
-
 def _socket_rows(user_id, conversation_id, session_key=None, now=None):
     """The credential check's one row: the user's password hash, their role on the
     conversation (None: cannot read it) and, with a session key, whether that session is
@@ -206,8 +197,9 @@ def _socket_rows(user_id, conversation_id, session_key=None, now=None):
 def socket_access(
     conversation_id, user_id: int, session_key: str | None, session_hash: str | None
 ) -> tuple[str | None, str | None, str | None]:
-    """``socket_refusal`` and the user's role on the conversation now (access.py's roles;
-    None when refused). Blocking (call it from a thread).
+    """Whether a browser socket may go on, and the user's role on the conversation now
+    (access.py's roles): (None, the session's hash, the role) if so, else (NOT_FOUND or
+    SIGNED_OUT, None, None). Blocking (call it from a thread).
 
     One query: the user active and the conversation still readable by them (their own,
     shared with them, or the team's; its owner active), their role, the session still

@@ -1,4 +1,4 @@
-"""The owner's sharing of a conversation (interfaces §12): members by username, the team.
+"""The owner's sharing of a conversation: members by username, the team.
 
 One module for the API and the page's share dialog alike. A change that could take access
 away (a member removed or made viewer, the team closed) tells every socket and event

@@ -1,5 +1,6 @@
 """The streaming path's mechanisms (docs/PERFORMANCE.md): group-committed event-log
-writes, the in-process channel layer's cheap group sends, no per-message thread hop."""
+writes, one live-feed subscription per conversation and process, no per-message thread
+hop."""
 
 from __future__ import annotations
 
@@ -11,13 +12,10 @@ import time
 from decimal import Decimal
 
 import pytest
-from channels.exceptions import ChannelFull
-from channels.layers import InMemoryChannelLayer
 
 import agent.runs.eventlog as eventlog
 from agent.core.events import from_dict
 from agent.models import Conversation, Event, UsageDay, User
-from agent.server.layers import LocalChannelLayer
 from tests.conftest import REPO
 
 
@@ -157,62 +155,49 @@ async def test_usage_batch_returns_the_updated_totals(conversations):
     assert await eventlog.store(conversations[0].id, typed([_delta(2)])) is None  # no re-read
 
 
-async def test_group_send_reaches_every_member_without_sweeping_each_time(monkeypatch):
-    layer = LocalChannelLayer()
+async def test_group_send_reaches_every_member_in_order():
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
     channels = [await layer.new_channel() for _ in range(3)]
     for channel in channels:
         await layer.group_add("conv.x", channel)
-    sweeps = []
-    real = InMemoryChannelLayer._clean_expired
-    monkeypatch.setattr(InMemoryChannelLayer, "_clean_expired",
-                        lambda self: (sweeps.append(1), real(self)))  # fmt: skip
     for n in range(50):
         await layer.group_send("conv.x", {"type": "conversation.batch", "n": n})
     for channel in channels:
         got = [(await layer.receive(channel))["n"] for _ in range(50)]
         assert got == list(range(50))  # every message, in order
-    assert len(sweeps) <= 1  # not once per send and receive (that is O(sockets) each)
+    await layer.flush()
 
 
-async def test_receivers_get_their_own_message_dict():
-    layer = LocalChannelLayer()
-    a, b = await layer.new_channel(), await layer.new_channel()
-    await layer.group_add("g", a)
-    await layer.group_add("g", b)
-    await layer.group_send("g", {"type": "t", "html": "<p>"})
-    first, second = await layer.receive(a), await layer.receive(b)
-    first["html"] = "changed"
-    assert second["html"] == "<p>"
+async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_message():
+    """Runs' batches share a channel-layer message (agent/runs/broadcast.py), each
+    conversation's in the order written; a batch written later goes in the next."""
+    import uuid
 
+    from channels.layers import get_channel_layer
 
-async def test_expired_messages_still_expire(monkeypatch):
-    layer = LocalChannelLayer(expiry=1)
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import LIVE_GROUP, broadcast
+
+    layer = get_channel_layer()
     channel = await layer.new_channel()
-    await layer.group_add("g", channel)
-    await layer.send(channel, {"type": "old"})
-    later = 10**10  # long after its expiry, and after the next sweep is due
-    monkeypatch.setattr("time.time", lambda: later)
-    monkeypatch.setattr("time.monotonic", lambda: later)
-    layer._clean_expired()
-    assert channel not in layer.channels  # swept: the expired message and the membership
-    assert channel not in layer.groups.get("g", {})
+    await layer.group_add(LIVE_GROUP, channel)
+    conversations = [uuid.uuid4() for _ in range(5)]
+    await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
+                           for n in (1, 2) for c in conversations))  # fmt: skip
+    message = await layer.receive(channel)
+    got = [(b["conversation"], b["seq_from"]) for b in message["batches"]]
+    assert got == [(str(c), n) for n in (1, 2) for c in conversations]
+    await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
+    assert [b["seq_from"] for b in (await layer.receive(channel))["batches"]] == [3]
+    await layer.group_discard(LIVE_GROUP, channel)
 
 
-async def test_full_channel_refuses_sends_and_group_sends_skip_it():
-    layer = LocalChannelLayer(capacity=2)
-    channel, other = await layer.new_channel(), await layer.new_channel()
-    for c in (channel, other):
-        await layer.group_add("g", c)
-    await layer.send(channel, {"type": "a"})
-    await layer.send(channel, {"type": "b"})
-    with pytest.raises(ChannelFull):
-        await layer.send(channel, {"type": "c"})
-    await layer.group_send("g", {"type": "d"})  # the full one is skipped, the other gets it
-    assert (await layer.receive(other))["type"] == "d"
-
-
-def test_the_embedded_default_layer_is_the_local_one(settings):
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "agent.server.layers.LocalChannelLayer"
+def test_the_embedded_default_layer_is_channels_own_configured(settings):
+    layer = settings.CHANNEL_LAYERS["default"]
+    assert layer["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert layer["CONFIG"]["capacity"] >= 1000  # a burst's frames fit a feed's queue
 
 
 async def test_long_answers_are_rendered_by_the_worker_and_cached(monkeypatch):

@@ -19,7 +19,7 @@ from agent.models import Conversation, Event
 from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.pacing import MIN_INTERVAL, loop_lag
-from agent.server.layers import LocalChannelLayer
+from agent.ui.fragments import sync_marker
 from harness_site.asgi import application
 from testkit.model_server import text_reply, tool_reply
 
@@ -491,9 +491,9 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
     sent_at = []  # when the writer broadcast each frame (what the interval bounds)
     real_broadcast = runs_module.broadcast
 
-    async def timed_broadcast(conversation_id, events, html, branch=0):
+    async def timed_broadcast(conversation_id, events, *args, **kwargs):
         sent_at.append((time.monotonic(), events))
-        await real_broadcast(conversation_id, events, html, branch)
+        await real_broadcast(conversation_id, events, *args, **kwargs)
 
     monkeypatch.setattr(runs_module, "broadcast", timed_broadcast)
     deltas = 300  # 300 deltas 2 ms apart: far more than one per frame interval
@@ -521,9 +521,11 @@ async def test_deltas_are_coalesced_into_frames_of_at_most_one_per_interval(
 
 
 async def test_streamed_frames_do_not_hop_to_the_sync_thread(alice, model_server, monkeypatch):
-    """Channels' default dispatch sends every message through the one thread-sensitive
-    worker thread (to close stale connections): per frame per socket, a queue on one
-    thread. The consumer skips it; its database calls clean up in their own threads."""
+    """Channels' dispatch sends every message a consumer handles through the one
+    thread-sensitive worker thread (to close stale connections): per frame per socket, that
+    would be a queue on one thread. Streamed frames reach the socket from the live feed
+    (agent/web/viewers.py), not as messages dispatched to it: only the socket's own
+    messages hop (its connect and the prompt it sends)."""
     user, conversation = alice
     hops = []
 
@@ -536,7 +538,7 @@ async def test_streamed_frames_do_not_hop_to_the_sync_thread(alice, model_server
     await ws.send_to(text_data=json.dumps({"content": "go"}))
     html = await collect_until_idle(ws)
     await runs.wait(conversation.id)
-    assert "streamed" in html and hops == []
+    assert "streamed" in html and len(hops) == 2  # connect, the prompt: no streamed frame
     await ws.disconnect()
 
 
@@ -560,59 +562,31 @@ async def test_the_first_delta_goes_out_at_once_not_paced_by_the_status_frame_be
     await ws.disconnect()
 
 
-async def test_a_sockets_frames_go_out_without_passing_the_session_wrapper(
-    alice, model_server, monkeypatch
-):
-    """Channels' session wrapper read the session on every frame a socket sent, for a save
-    that only an HTTP response makes (agent/server/socket_session.py)."""
-    from channels.sessions import InstanceSessionWrapper
-
-    wrapped: list[str] = []
-    send = InstanceSessionWrapper.send
-
-    async def counted(self, message):
-        wrapped.append(message["type"])
-        return await send(self, message)
-
-    monkeypatch.setattr(InstanceSessionWrapper, "send", counted)
-    user, conversation = alice
-    model_server.enqueue(text_reply("Hello there", delay=0.01))
-    ws = await connected(conversation, user)  # (signed in: the session was read)
-    await ws.send_to(text_data=json.dumps({"content": "say hi"}))
-    html = await collect_until_idle(ws)
-    await runs.wait(conversation.id)
-    assert "Hello there" in html
-    assert wrapped == []
-    await ws.disconnect()
-
-
-# -- frames handed straight to this process's idle sockets (agent/server/layers.py, attach) --
+# -- the live feed: one subscription per conversation per process (agent/web/viewers.py) --
 def _batch(n: int) -> dict:
-    """A broadcast batch as agent/runs/broadcast.py sends it, its html naming its seq."""
-    return {"type": "conversation.batch", "seq_from": n, "seq_to": n,
+    """A broadcast batch as agent/runs/broadcast.py sends it (a run's first, of no events:
+    rendered, only its sync marker); its html, as the feed hands it on, naming its seq."""
+    return {"type": "conversation.batch", "seq_from": n, "seq_to": n, "run": n,
             "html": f"<frame {n}>", "events": []}  # fmt: skip
 
 
-async def test_a_streamed_frame_reaches_an_idle_socket_without_its_queue(
-    alice, model_server, monkeypatch
+async def test_sockets_of_one_process_share_one_subscription_and_see_every_frame(
+    alice, model_server
 ):
-    queued: list[str] = []
-    put = LocalChannelLayer._put
-
-    def counted(self, channel, message):
-        queued.append(message["type"])
-        return put(self, channel, message)
-
-    monkeypatch.setattr(LocalChannelLayer, "_put", counted)
     user, conversation = alice
-    model_server.enqueue(text_reply("straight " * 30, chunk=3, delay=0.002))
-    ws = await connected(conversation, user)
-    await ws.send_to(text_data=json.dumps({"content": "go"}))
-    html = await collect_until_idle(ws)
+    model_server.enqueue(text_reply("shared " * 30, chunk=3, delay=0.002))
+    sockets = [await connected(conversation, user) for _ in range(3)]
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    assert len(layer.groups[group]) == 1  # one member for the process, not one per socket
+    await sockets[0].send_to(text_data=json.dumps({"content": "go"}))
+    seen = [await collect_until_idle(ws) for ws in sockets]
     await runs.wait(conversation.id)
-    assert html.count("straight") >= 30
-    assert "conversation.batch" not in queued
-    await ws.disconnect()
+    frames = [re.findall(r'data-from="(\d+)"', html) for html in seen]
+    assert frames[0] and frames[0] == frames[1] == frames[2]  # every frame, in order, each
+    assert all(html.count("shared") >= 30 for html in seen)
+    for ws in sockets:
+        await ws.disconnect()
+    assert group not in layer.groups  # the last socket ended the subscription
 
 
 async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alice, monkeypatch):
@@ -626,7 +600,7 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
         await asyncio.sleep(random.choice((0, 0, 0.0005, 0.002)))
         return f"<redraw {next(redraws)}>"
 
-    monkeypatch.setattr("agent.web.consumers._redraw", slow_redraw)
+    monkeypatch.setattr("agent.web.socket_frames._redraw", slow_redraw)
     ws = await connected(conversation, user)
     layer, group = get_channel_layer(), group_name(conversation.id)
     random.seed(18)
@@ -639,7 +613,7 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
             redrawn += 1
         else:
             await layer.group_send(group, _batch(n))
-            expected.append(f"<frame {n}>")
+            expected.append(str(sync_marker(n, n)))
         pause = random.choice((0, 0, 1, 2, 3, 0.0002, 0.001, 0.003))
         if isinstance(pause, float):
             await asyncio.sleep(pause)  # the socket catches up: the next frame may go direct
@@ -657,30 +631,31 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
     await ws.disconnect()
 
 
-async def test_a_socket_whose_task_ends_in_an_error_leaves_no_sink_behind(alice):
+async def test_a_socket_whose_task_ends_in_an_error_leaves_the_feed(alice):
     user, conversation = alice
     ws = await connected(conversation, user)
     layer, group = get_channel_layer(), group_name(conversation.id)
-    (channel,) = layer.groups[group]
-    assert channel in layer._sinks
+    assert len(layer.groups[group]) == 1
     await layer.group_send(group, {"type": "no.such.handler"})
     with pytest.raises(ValueError, match="No handler"):
         await ws.receive_output(timeout=5)
-    assert channel not in layer._sinks
+    await asyncio.sleep(0.05)
+    assert group not in layer.groups
 
 
-async def test_a_socket_cancelled_by_the_server_leaves_no_sink_and_its_channel_expires(
+async def test_a_socket_cancelled_by_the_server_leaves_the_feed_and_its_channel_expires(
     alice, monkeypatch
 ):
     """Daphne cancels a socket's task that outlives its client (a slow handler): no
-    disconnect() runs. Its sink goes, and frames for its channel queue, expire, and take
-    it out of its groups, as for any channel no one reads."""
+    disconnect() runs. It leaves the conversation's feed, and messages for its own channel
+    queue, expire, and take it out of its groups, as for any channel no one reads."""
     from agent.web import consumers
+    from agent.web.revocation import user_group
 
     user, conversation = alice
     ws = await connected(conversation, user)
     layer, group = get_channel_layer(), group_name(conversation.id)
-    (channel,) = layer.groups[group]
+    (channel,) = layer.groups[user_group(user.pk)]
 
     async def slow(*args):
         await asyncio.sleep(60)
@@ -690,18 +665,17 @@ async def test_a_socket_cancelled_by_the_server_leaves_no_sink_and_its_channel_e
     await asyncio.sleep(0.1)
     ws.future.cancel()  # what Daphne's application checker does
     await asyncio.sleep(0.1)
-    assert channel not in layer._sinks
+    assert group not in layer.groups
     monkeypatch.setattr(layer, "expiry", 0.05)
-    monkeypatch.setattr("agent.server.layers.SWEEP_INTERVAL", 0.0)
-    for n in range(5):
-        await layer.group_send(group, _batch(n))
+    for _ in range(5):
+        await layer.group_send(user_group(user.pk), {"type": "session.recheck"})
         await asyncio.sleep(0.1)
-    assert channel not in layer.groups.get(group, {})
+    assert channel not in layer.groups.get(user_group(user.pk), {})
 
 
-async def test_a_frame_taken_directly_is_written_without_the_socket_pausing():
-    """The layer awaits a sink in the run's task: a pause there would hold up the run
-    and let a later message reach another socket first. Stepped once, it must finish."""
+async def test_a_live_frame_is_written_without_the_socket_pausing():
+    """The feed hands frames to its sockets one after another: a pause in one would hold
+    up the others. Stepped once, it must finish."""
     from agent.web.consumers import ConversationConsumer
 
     written = []
@@ -712,7 +686,7 @@ async def test_a_frame_taken_directly_is_written_without_the_socket_pausing():
     consumer = ConversationConsumer()
     consumer.base_send = send
     consumer.refused, consumer.rechecking, consumer.checked_at = False, None, time.monotonic()
-    step = consumer.take_directly(_batch(1))
+    step = consumer.live_frame(_batch(1))
     with pytest.raises(StopIteration) as finished:
         step.send(None)
-    assert finished.value.value is True and written == ["<frame 1>"]
+    assert finished.value is not None and written == ["<frame 1>"]

@@ -66,7 +66,7 @@ async def test_every_refusal_goes_beside_the_composer(alice, monkeypatch, code):
     async def refuse(*args, **kwargs):
         raise RunRefused(code, f"Refused <because> {code}.")
 
-    monkeypatch.setattr("agent.web.consumers.accept_prompt", refuse)
+    monkeypatch.setattr("agent.web.socket_frames.accept_prompt", refuse)
     ws = await connected(conversation, user)
     await ws.send_to(text_data=json.dumps({"content": "keep me"}))
     reply = await ws.receive_from()

@@ -290,7 +290,7 @@ def test_an_inactive_user_cannot_be_added_nor_read_a_team_conversation(people):
 
 
 def test_the_readable_lookup_the_fork_uses_gives_any_reader_and_nobody_else(people):
-    from agent.access import readable
+    from agent.access import conversation_for as readable
 
     conversation = shared(people)
     for role in (*READS, "stranger"):  # the team's: every active user reads it

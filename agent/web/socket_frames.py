@@ -1,0 +1,187 @@
+"""What a page's socket may ask (frames in): a prompt, a queued prompt, unqueue, cancel,
+sync, approve or deny, compact, edit, regenerate and show a branch.
+
+Access first, on every frame (agent/access.py's roles): any reader may sync; everything
+else needs a role that drives, and a viewer gets an error frame with nothing run. Bad
+frames get an error fragment; the socket stays open. Every prompt frame is answered on its
+socket: accepted, or refused and why (the alert beside the page's composer), so the page
+clears its box only for a prompt that runs.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+from channels.db import database_sync_to_async
+
+from agent.access import DRIVE, allows, conversation_for
+from agent.models import Conversation
+from agent.runs import branches
+from agent.runs.claim import RunRefused
+from agent.runs.manager import runs
+from agent.runs.snapshot import snapshot
+from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
+from agent.web.prompts import (
+    accept_prompt,
+    decide_approval,
+    regenerate,
+    remove_queued,
+    start_compaction,
+    switch_branch,
+)
+from agent.web.revocation import NOT_FOUND
+
+# What a frame's action needs beyond reading: a viewer may only sync.
+DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny", "edit", "regenerate",
+                     "branch"})  # fmt: skip
+FORBIDDEN = "You may watch this conversation but not prompt or steer it."
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _conversation(conversation_id, user):
+    return conversation_for(user, conversation_id)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _catch_up(conversation_id, user, after: int) -> str | None:
+    """What the page is missing after ``after``; None when the conversation is gone. A
+    page that holds another branch's events than the active one's gets the transcript
+    whole (docs/API.md, branches)."""
+    found = snapshot(conversation_id, user, after)
+    if found is None:
+        return None
+    conversation, events = found
+    if branches.resume_point(conversation, after) is not None:
+        return _reset(conversation_id, user)
+    return render_catch_up(events, after, conversation)
+
+
+def _reset(conversation_id, user) -> str | None:
+    found = snapshot(conversation_id, user)
+    if found is None:
+        return None
+    conversation, events = found
+    return render_reset(events, conversation, branches.switches(conversation))
+
+
+_redraw = database_sync_to_async(_reset, thread_sensitive=False)
+
+
+class SocketFrames:
+    """The consumer's handling of the frames a page sends (a mixin: ``self`` is the
+    consumer, with ``conversation_id``, ``user``, ``role``, ``refused``)."""
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # Checked again on every frame: a user deactivated, a password changed, a session
+        # ended since connecting must not keep driving the agent.
+        if self.refused or not await self._recheck():
+            return
+        frame = self._parse(text_data, bytes_data)
+        if isinstance(frame, str):
+            await self.send(text_data=ws_error(frame))
+            return
+        action = frame.get("action")
+        drives = "action" not in frame or (isinstance(action, str) and action in DRIVING)
+        if drives and not allows(self.role, DRIVE):
+            await self.send(text_data=ws_error(FORBIDDEN, "forbidden"))  # nothing is run
+            return
+        if frame.get("action") == "cancel":
+            await runs.cancel(self.conversation_id)
+            return
+        if frame.get("action") == "sync":
+            after = frame.get("after")
+            if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+                await self.send(text_data=ws_error("sync needs a whole number 'after'."))
+                return
+            caught_up = await _catch_up(self.conversation_id, self.user, after)
+            if caught_up is None:
+                await self._refuse(NOT_FOUND)
+            else:
+                await self.send(text_data=caught_up)
+            return
+        if frame.get("action") == "unqueue":
+            if not isinstance(frame.get("id"), str):
+                await self.send(text_data=ws_error("unqueue needs the queued prompt's 'id'."))
+            elif not await self._unqueue(frame["id"]):
+                await self.send(text_data=composer_alert(
+                    "That prompt is no longer queued: it was sent or removed.", "not_queued",
+                ))  # fmt: skip
+            return
+        if action in ("edit", "regenerate", "branch"):
+            await self._branch_action(frame)
+            return
+        if frame.get("action") == "compact":
+            try:
+                await start_compaction(self.conversation_id, self.user)
+            except RunRefused as refused:
+                await self.send(text_data=composer_alert(refused.message, refused.code))
+            return
+        if frame.get("action") in ("approve", "deny"):
+            conversation = await _conversation(self.conversation_id, self.user)
+            running = conversation is not None and conversation.state == Conversation.State.RUNNING
+            try:
+                await decide_approval(
+                    self.conversation_id, self.user, frame.get("id"), frame["action"],
+                    frame.get("reason"), approve_all=bool(frame.get("approve_all")),
+                    running=running,
+                )  # fmt: skip
+            except RunRefused as refused:
+                await self.send(text_data=composer_alert(refused.message, refused.code))
+            return
+        if "action" in frame:
+            await self.send(text_data=ws_error(f"Unknown action {str(frame['action'])[:40]!r}."))
+            return
+        try:
+            await accept_prompt(self.conversation_id, self.user, frame.get("content"),
+                                frame.get("mode"), remember=True,
+                                images=frame.get("images"))  # fmt: skip
+        except RunRefused as refused:
+            if refused.code == "empty_prompt":  # the page sends none: a malformed frame
+                await self.send(text_data=ws_error(refused.message, refused.code))
+            else:
+                await self.send(text_data=composer_alert(refused.message, refused.code, "refused"))
+            return
+        await self.send(text_data=composer_alert(outcome="accepted"))
+
+    async def _branch_action(self, frame: dict) -> None:
+        """Edit a prompt, answer one again, or show another branch (docs/API.md, branches)."""
+        try:
+            if frame["action"] == "edit":
+                await accept_prompt(self.conversation_id, self.user, frame.get("content"),
+                                    remember=True, edit_of=frame.get("of"))  # fmt: skip
+            elif frame["action"] == "regenerate":
+                await regenerate(self.conversation_id, self.user, frame.get("of"))
+            else:
+                await switch_branch(self.conversation_id, self.user, frame.get("id"))
+        except RunRefused as refused:
+            await self.send(text_data=composer_alert(refused.message, refused.code))
+
+    async def _unqueue(self, queue_id) -> bool:
+        # Other processes are asked only while the conversation runs (one query).
+        conversation = await _conversation(self.conversation_id, self.user)
+        running = conversation is not None and conversation.state == Conversation.State.RUNNING
+        return await remove_queued(self.conversation_id, queue_id, running=running)
+
+    @staticmethod
+    def _parse(text_data: str | None, bytes_data: bytes | None) -> dict | str:
+        if text_data is None:
+            return "Frames must be JSON text."
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            return "That frame is not valid JSON."
+        if not isinstance(frame, dict):
+            return "A frame must be a JSON object."
+        return frame
+
+    async def conversation_branch(self, message: dict) -> None:
+        """Another branch is shown (a switch, or a new one started): the transcript is
+        drawn again, whole."""
+        if self.refused:
+            return
+        redrawn = await _redraw(self.conversation_id, self.user)
+        if redrawn is None:
+            await self._refuse(NOT_FOUND)
+        else:
+            await self.send(text_data=redrawn)

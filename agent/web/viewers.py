@@ -1,0 +1,173 @@
+"""This process's sockets on a conversation, fed by one subscription: the conversation's
+group is joined once per process, not once per socket.
+
+A streamed batch is one group message, whoever watches: each process that has a socket on
+the conversation takes it off its one channel (``Viewers``, through the channel layer's
+public ``new_channel``/``group_add``/``receive``), renders it once
+(agent/web/live_frames.py) and writes the frame to each of its sockets in turn. A socket's
+frames therefore reach it in the order they were sent, and a batch costs one layer
+message per process (one Redis PUBLISH with ``REDIS_URL``) and one render, not one per
+socket. The sockets still join their user's and session's groups themselves: those
+messages (revocation) reach each socket through its own channel, as Channels delivers
+them.
+
+The conversation's other messages: a branch switch is handed to each socket in line with
+the frames (a frame sent after the switch must not overtake its redraw); a re-check or a
+deletion is forwarded to each socket's own channel, where its consumer handles it (a
+database query each, in the socket's own task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Protocol
+
+from channels.layers import get_channel_layer
+
+from agent.runs.groups import group_name
+from agent.web import dispatch
+from agent.web.live_frames import LiveFrames
+
+log = logging.getLogger(__name__)
+
+# Written to every socket as they come, in the order sent.
+FRAMES = frozenset({"conversation.batch", "conversation.terminal"})
+IN_LINE = frozenset({"conversation.branch"})  # handled by each socket before later frames
+
+
+class Viewer(Protocol):
+    channel_name: str
+
+    async def live_frame(self, message: dict) -> None: ...
+
+    async def conversation_branch(self, message: dict) -> None: ...
+
+
+class Viewers:
+    """The sockets of this process on one conversation, and the task that feeds them."""
+
+    def __init__(self, conversation_id) -> None:
+        self.conversation_id = conversation_id
+        self.sockets: dict[str, Viewer] = {}
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.task: asyncio.Task | None = None
+        self.ready = asyncio.Event()
+        self.frames = LiveFrames(conversation_id)
+        self.handing = asyncio.Lock()  # one message at a time, from either source
+        self.dispatcher: dispatch.Dispatcher | None = None
+
+    async def start(self) -> None:
+        # The batches come through this process's receiver (agent/web/dispatch.py); the
+        # conversation's other messages through its group.
+        self.dispatcher = await dispatch.dispatcher()
+        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self._hand_out
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(group_name(self.conversation_id), self.channel)
+        self.task = asyncio.create_task(self._forward())
+        self.ready.set()
+
+    async def stop(self) -> None:
+        await self.ready.wait()
+        if self.dispatcher is not None:
+            listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
+            if listeners.get(key) == self._hand_out:  # (not a newer feed's)
+                del listeners[key]
+        if self.task is not None and self.task is asyncio.current_task():
+            # The last socket left while handling one of the feed's own messages (a
+            # redraw found the conversation gone): the feed ends after this message.
+            self.task.cancel()
+            asyncio.ensure_future(self._leave_group())
+            return
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self._leave_group()
+
+    async def _leave_group(self) -> None:
+        if self.channel is not None:
+            await self.layer.group_discard(group_name(self.conversation_id), self.channel)
+
+    async def _forward(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a layer outage: the pages re-sync by seq when it is back
+                log.exception("the live feed of %s could not receive", self.conversation_id)
+                await asyncio.sleep(1)
+                continue
+            await self._hand_out(message)
+
+    async def _hand_out(self, message: dict) -> None:
+        async with self.handing:
+            await self._hand_out_now(message)
+
+    async def _hand_out_now(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "conversation.batch":
+            try:
+                message = {"type": kind, "html": await self.frames.render(message)}
+            except Exception:  # the pages see a gap, and catch up from the event log
+                log.exception("could not render a batch of %s", self.conversation_id)
+                return
+        for channel, socket in list(self.sockets.items()):
+            try:
+                if kind in FRAMES:
+                    await socket.live_frame(message)
+                elif kind in IN_LINE:
+                    await socket.conversation_branch(message)
+                else:
+                    await self.layer.send(channel, message)
+            except Exception:  # that socket's own task meets its error; the others go on
+                log.exception("a socket of %s could not take a message", self.conversation_id)
+
+
+# Per event loop: a server has one; tests and ``async_to_sync`` make many.
+_watched: dict[asyncio.AbstractEventLoop, dict[str, Viewers]] = {}
+_lock = threading.Lock()
+
+
+def _of_loop() -> dict[str, Viewers]:
+    loop = asyncio.get_running_loop()
+    with _lock:
+        for closed in [other for other in _watched if other.is_closed()]:
+            del _watched[closed]
+        return _watched.setdefault(loop, {})
+
+
+async def join(conversation_id, socket: Viewer) -> None:
+    """The socket gets the conversation's frames from now on."""
+    watched = _of_loop()
+    key = str(conversation_id)
+    viewers = watched.get(key)
+    if viewers is None:
+        viewers = watched[key] = Viewers(conversation_id)
+        viewers.sockets[socket.channel_name] = socket
+        try:
+            await viewers.start()
+        except BaseException:
+            if watched.get(key) is viewers:
+                del watched[key]
+            viewers.ready.set()  # the sockets that joined meanwhile are not kept waiting
+            raise
+        return
+    viewers.sockets[socket.channel_name] = socket
+    await viewers.ready.wait()  # joined the group: nothing sent from now on is missed
+
+
+async def leave(conversation_id, socket: Viewer) -> None:
+    """The socket gets no more frames; the last one of the process ends the subscription."""
+    watched = _of_loop()
+    key = str(conversation_id)
+    viewers = watched.get(key)
+    if viewers is None or viewers.sockets.pop(socket.channel_name, None) is None:
+        return
+    if not viewers.sockets:
+        del watched[key]  # a socket joining from now on starts a subscription of its own
+        await viewers.stop()
