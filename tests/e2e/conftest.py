@@ -22,7 +22,10 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: "/e2e/" in str(item.fspath))
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API runs an event loop in the main thread
+# while it is open, and a test file of another directory that an xdist worker runs after
+# this one (Django's ORM, asyncio.run) would find that loop running.
+@pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
         reason = f"{CHROMIUM} is missing (make test installs it with apt-get when root)"
