@@ -83,7 +83,9 @@ class Command(BaseCommand):
         except (ConfigError, UnknownToolError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         system = build_system_prompt(workspace, config.system_prompt)
-        printer = EventPrinter(self.stdout._out, sys.stderr, opts["events"])
+        # The printer writes partial lines as the text streams: no ending added per write.
+        self.stdout.ending = ""
+        printer = EventPrinter(self.stdout, sys.stderr, opts["events"])
         approver = TerminalApprover(answers, sys.stderr) if opts["approve"] else None
         harness = AgentLoop(make_provider(config), tools, config, printer, system=system,
                             instructions=DirectoryInstructions(workspace),
@@ -92,7 +94,7 @@ class Command(BaseCommand):
         result = asyncio.run(_run(harness, prompt))
         if printer.closed:
             sys.exit(1)
-        self.stdout._out.flush()
+        self.stdout.flush()
         if result.state == "error":
             sys.stderr.write(f"error: {result.message}\n")
             sys.exit(1)
