@@ -1,4 +1,4 @@
-"""The conversation as a tree (interfaces §11): branches, their paths, and moving between
+"""The conversation as a tree: branches, their paths, and moving between
 them, without ever changing or deleting a stored event.
 
 A branch's path is its parent's path up to ``fork_seq``, then its own events. Seqs grow
@@ -367,7 +367,7 @@ def _check_cuttable(on_path, seq: int) -> None:
 def resume_point(conversation: Conversation, after: int) -> int | None:
     """None when a reader holding the path up to seq ``after`` can go on from there (it is
     on the active path); else the last seq that reader's path shares with the active one
-    (it must drop what it has after that: interfaces §11)."""
+    (it must drop what it has after that)."""
     if not after:
         return None
     lines = lines_of(conversation.id)

@@ -1,4 +1,4 @@
-"""The deployment's model endpoint for CLI agents (interfaces §14): ``/llm/anthropic``.
+"""The deployment's model endpoint for CLI agents: ``/llm/anthropic``.
 
 A CLI runs in the user's sandbox with no network and must never see the deployment's key.
 Its session gets a private Unix socket served here, bound into that sandbox alone, and a

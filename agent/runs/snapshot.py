@@ -24,7 +24,7 @@ def snapshot(
     plus the tool calls that the included results answer and, after a seq, the events
     that made the running prompt's queue up to it (a catch-up shows the queue whole).
     None when ``user`` may not reach it. Only the events on the active branch's path (or
-    ``branch``'s: interfaces §11)."""
+    ``branch``'s)."""
     # PostgreSQL: lock the row so a batch is wholly in or out. SQLite (no row locks, and an
     # IMMEDIATE transaction would queue every reader behind the writer): reading last_seq
     # first and events up to it gives the same guarantee, since a batch commits its events

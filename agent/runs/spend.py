@@ -1,4 +1,4 @@
-"""The monthly budget checked where it is spent (interfaces §13): before every model call
+"""The monthly budget checked where it is spent: before every model call
 that costs, whoever makes it. The claim checks it once when a prompt starts, but a run goes
 on calling the model after that: the built-in loop for each turn, for the follow-ups and
 steers delivered into the same run and for its compactions, and a CLI agent for each call

@@ -145,7 +145,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     checks["sandbox"] = sandbox_status()  # the start-up self-test's result (runs/selftest.py)
     healthy = not any(v.startswith("error") for v in checks.values())
     body = {"status": "ok" if healthy else "error", **checks}
-    # Informational (interfaces §14): a missing tmux or CLI disables CLI agents, not the server.
+    # Informational: a missing tmux or CLI disables CLI agents, not the server.
     body["cli_agents"] = async_to_sync(_cli_agents)()
     body.update(version=VERSION, uptime_seconds=_uptime_seconds())
     return JsonResponse(body, status=200 if healthy else 503)

@@ -1,4 +1,4 @@
-"""``/llm/anthropic/…`` on the server itself (interfaces §14).
+"""``/llm/anthropic/…`` on the server itself (docs/API.md, "/llm/anthropic").
 
 A CLI agent reaches the model gateway only through its own session's socket, bound into its
 sandbox (``agent/runs/llm_gateway``): that socket is its credential, so no key a sandboxed
