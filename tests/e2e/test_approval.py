@@ -1,4 +1,4 @@
-"""Tool approval in the browser (interfaces §9): the select, the pending card, approving
+"""Tool approval in the browser (docs/API.md): the select, the pending card, approving
 and denying from the page, a reload that still shows the card, and axe-core with a
 pending approval in both themes."""
 

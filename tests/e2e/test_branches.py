@@ -1,4 +1,4 @@
-"""Branches in the page (interfaces §11): edit a prompt into a new version, see its answer,
+"""Branches in the page (docs/API.md): edit a prompt into a new version, see its answer,
 go back with ‹ ›, regenerate an answer, fork the conversation; a second tab follows."""
 
 from __future__ import annotations

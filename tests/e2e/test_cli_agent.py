@@ -1,5 +1,5 @@
 """A person picks Claude Code for a new conversation in the browser and works with it like
-with the built-in agent (interfaces §14): the prompt, a tool card, the answer as markdown,
+with the built-in agent (docs/API.md): the prompt, a tool card, the answer as markdown,
 the live terminal, idle; the CLI sandboxed, reaching the model through the gateway."""
 
 from __future__ import annotations

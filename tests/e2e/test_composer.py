@@ -70,7 +70,7 @@ def test_while_a_prompt_runs_send_is_stop_and_enter_queues_the_text_which_stop_g
     assert page.input_value("#prompt") == ""  # accepted: the box is cleared
     other.wait_for_function("() => document.body.classList.contains('running')")
     other.fill("#prompt", "a second thought")
-    other.press("#prompt", "Enter")  # while it runs: queued as a follow-up (interfaces §8)
+    other.press("#prompt", "Enter")  # while it runs: queued as a follow-up (docs/API.md)
     for tab in (page, other):
         tab.wait_for_selector("#queue [data-queued][data-mode=follow_up]")
         assert tab.inner_text("#queue .queued-text") == "a second thought"

@@ -1,4 +1,4 @@
-"""Steering the agent from the page (interfaces §4, §8): while a prompt runs, Enter queues a
+"""Steering the agent from the page (docs/API.md): while a prompt runs, Enter queues a
 follow-up and Alt+Enter steers; the queue is listed in #queue, each with a remove control;
 Stop gives the queued text back to #prompt. A bash call that waits for a file in the
 workspace holds a tool running until the test opens it (a server of its own, with bash

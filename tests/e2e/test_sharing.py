@@ -1,4 +1,4 @@
-"""Sharing live between users in real browsers (interfaces §12): the owner shares from the
+"""Sharing live between users in real browsers (docs/API.md): the owner shares from the
 page's dialog (keyboard only), a viewer in a second browser context watches a run stream
 live and cannot prompt, a collaborator's prompt shows its author on every page, and the
 viewer's page ends at once when the owner removes them."""

@@ -1,4 +1,4 @@
-"""Files into the workspace from the composer (interfaces §13), as a person does it: drop
+"""Files into the workspace from the composer (docs/API.md), as a person does it: drop
 a file on the composer, paste a screenshot into the prompt, pick files with the button.
 Each lands in uploads/ of the workspace and its path in the prompt at the caret; a file
 over the limit is refused with the reason and the typed text is kept."""

@@ -1,4 +1,4 @@
-"""Keeping attached images (interfaces §13) in the database: within the owner's room (the
+"""Keeping attached images (docs/API.md) in the database: within the owner's room (the
 workspace quota, counted apart from the files), copied for a fork inside the database and
 refused past the forker's room with nothing copied, and read back by the loop's loader."""
 

@@ -1,4 +1,4 @@
-"""The model gateway of CLI agents (interfaces §14): a CLI reaches the model only through
+"""The model gateway of CLI agents (docs/API.md): a CLI reaches the model only through
 its session's socket (the socket is its credential), only during a run, never with the
 deployment's key, and every answer is metered from the upstream's own figures."""
 

@@ -1,4 +1,4 @@
-"""The HTTP + SSE API (interfaces §5), every row, against a live Daphne server."""
+"""The HTTP + SSE API (docs/API.md), every row, against a live Daphne server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool approval over the HTTP + SSE API (interfaces §9), against a live Daphne server, the
+"""Tool approval over the HTTP + SSE API (docs/API.md), against a live Daphne server, the
 real SDK and the test model server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Steering a running agent over the HTTP + SSE API (interfaces §8), against a live Daphne
+"""Steering a running agent over the HTTP + SSE API (docs/API.md), against a live Daphne
 server, the real SDK and the test model server. A bash call that waits for a file in the
 workspace holds a tool running until the test has queued what it wants, then the test
 creates the file: no sleeps decide anything."""

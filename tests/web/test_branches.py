@@ -1,4 +1,4 @@
-"""Branches and forks (interfaces §11) through the API, a live Daphne server, the real SDK
+"""Branches and forks (docs/API.md) through the API, a live Daphne server, the real SDK
 and the test model server: edit, regenerate, switch, ``?branch=``, the SSE stream across a
 switch, fork; what the model is sent is only the active branch's path."""
 

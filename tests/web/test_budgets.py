@@ -1,4 +1,4 @@
-"""Monthly budgets and usage (interfaces §13) through the real SDK path: spend is added up
+"""Monthly budgets and usage (docs/API.md) through the real SDK path: spend is added up
 per user and day as usage events are stored; a prompt past the budget is refused with 429
 ``budget_exceeded`` and nothing runs; the admin's per-user budget overrides the default."""
 

@@ -1,4 +1,4 @@
-"""`python manage.py agent` print mode (interfaces §3), run as a real subprocess."""
+"""`python manage.py agent` print mode (docs/API.md), run as a real subprocess."""
 
 from __future__ import annotations
 

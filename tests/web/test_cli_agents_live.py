@@ -1,4 +1,4 @@
-"""External CLI agents end to end (interfaces §14): the real Claude Code and Pi, installed
+"""External CLI agents end to end (docs/API.md): the real Claude Code and Pi, installed
 from npm, in their tmux sessions inside the bubblewrap sandbox, against the test model
 server, through the live server's API and SSE stream."""
 
@@ -150,7 +150,7 @@ def _descendants(pid: int) -> list[int]:
 
 def _assert_key_never_reaches_the_cli(live, pane_pid: str) -> None:
     """The deployment's API key is in no environment of the CLI's processes, nor in any
-    file of its HOME or the workspace (interfaces §14: the CLI never sees it)."""
+    file of its HOME or the workspace (the CLI never sees it)."""
     # A root server's broker starts the CLI's sandbox (as the user's uid) for the pane.
     processes = _descendants(int(pane_pid)) + _owned_by(_sandbox_uid(live))
     assert len(processes) >= 3  # bwrap, the shell's pipe, the CLI

@@ -1,4 +1,4 @@
-"""Choosing a CLI agent on the page, and the life cycle of its tmux session (interfaces §14):
+"""Choosing a CLI agent on the page, and the life cycle of its tmux session (docs/API.md):
 ended when the conversation is deleted and when unused for HARNESS_AGENT_IDLE_MINUTES."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_sessions_unused_for_the_idle_time_are_ended_and_used_ones_kept(tmux_soc
 
 
 def test_orphaned_sessions_end_after_the_idle_time_and_live_ones_stay(tmux_socket, settings):
-    """seed 003's start-up scan: a session no process uses (its server stopped) ends once
+    """The start-up scan: a session no process uses (its server stopped) ends once
     tmux saw no activity in it for HARNESS_AGENT_IDLE_MINUTES."""
     from agent.runs.cli_sessions import CliSessions
 

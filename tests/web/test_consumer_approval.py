@@ -1,5 +1,5 @@
 """Tool approval over the page's WebSocket, in the page and across run managers
-(interfaces §9), the real SDK against the test model server."""
+(docs/API.md), the real SDK against the test model server."""
 
 from __future__ import annotations
 

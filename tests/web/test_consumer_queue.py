@@ -1,5 +1,5 @@
 """Queues over the page's WebSocket, in the page, across run managers and after a crash
-(interfaces §8). A bash call waiting for a file holds a tool running until the test opens
+(docs/API.md). A bash call waiting for a file holds a tool running until the test opens
 it; the real SDK talks to the test model server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Images attached to a prompt (interfaces §13) through the real SDK path: the prompt's
+"""Images attached to a prompt (docs/API.md) through the real SDK path: the prompt's
 ``images`` name workspace files; the model gets them as base64 image blocks before the
 text; the ``user`` event names them; later requests send the snapshot taken when the
 prompt was sent (the file may change or go); hostile or wrong attachments are refused

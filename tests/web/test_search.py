@@ -1,4 +1,4 @@
-"""Full-text search (interfaces §13) on SQLite's FTS5 and PostgreSQL's text search, kept
+"""Full-text search (docs/API.md) on SQLite's FTS5 and PostgreSQL's text search, kept
 up to date as events are stored: the caller's own prompts and answers only, any query text
 safe (the engines' syntax characters are words, never operators), a snippet per match."""
 

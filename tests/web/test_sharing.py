@@ -1,4 +1,4 @@
-"""Sharing and live collaboration (interfaces §12), against a live Daphne server with the
+"""Sharing and live collaboration (docs/API.md), against a live Daphne server with the
 test model server behind the real SDK: the owner's members API, the ownership matrix of
 every API endpoint, event stream and socket action for owner / collaborator / viewer /
 team member / stranger / anonymous, a collaborator's run (the owner's workspace, the

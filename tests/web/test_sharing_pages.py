@@ -1,4 +1,4 @@
-"""Sharing on the pages (interfaces §12): the ownership matrix of every conversation page
+"""Sharing on the pages (docs/API.md): the ownership matrix of every conversation page
 and form for owner / collaborator / viewer / team member / stranger / anonymous; the
 share dialog (add, change, remove, team, bad input); "Shared with me"; who wrote each
 prompt (``data-author``); a viewer's page cannot prompt."""
@@ -34,7 +34,7 @@ PAGE_MATRIX = {
     "set_approval": ("POST", "approval", {"approval": "ask"}, OWNS),
     "share": ("POST", "share", {"do": "team", "team": "on"}, OWNS),
     "delete": ("POST", "delete", {}, OWNS),
-    "fork": ("POST", "fork", {}, READS),  # a copy of one's own (interfaces §11)
+    "fork": ("POST", "fork", {}, READS),  # a copy of one's own
     "conversation_image": ("GET", "images/" + "ab" * 32, None, READS),  # an attached image
 }
 # Pages and endpoints of the signed-in user's own (no conversation in the URL): each acts

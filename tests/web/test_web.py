@@ -46,7 +46,7 @@ def test_healthz_reports_database_ok(client):
     body = response.json()
     checks = {k: v for k, v in body.items()
               if k not in ("sandbox", "version", "uptime_seconds", "cli_agents")}  # fmt: skip
-    assert "tmux" in body["cli_agents"]  # informational (interfaces §14)
+    assert "tmux" in body["cli_agents"]  # informational
     assert checks == {"status": "ok", "database": "ok", "channel_layer": "ok", "state_dir": "ok",
                       "workspaces_disk": "ok", "database_disk": "ok"}  # fmt: skip
 
