@@ -57,6 +57,13 @@ def _catch_up(conversation_id, user, after: int) -> str | None:
     return render_catch_up(events, after, conversation)
 
 
+@partial(database_sync_to_async, thread_sensitive=False)
+def _filled(replayed) -> str | None:
+    if not any(event.seq > replayed.after for event in replayed.events):
+        return None  # nothing the page can be missing
+    return render_catch_up(replayed.events, replayed.after, replayed.conversation)
+
+
 def _reset(conversation_id, user) -> str | None:
     found = snapshot(conversation_id, user)
     if found is None:
@@ -175,13 +182,18 @@ class SocketFrames:
             return "A frame must be a JSON object."
         return frame
 
-    async def conversation_branch(self, message: dict) -> None:
+    async def redraw(self) -> None:
         """Another branch is shown (a switch, or a new one started): the transcript is
         drawn again, whole."""
-        if self.refused:
-            return
         redrawn = await _redraw(self.conversation_id, self.user)
         if redrawn is None:
             await self._refuse(NOT_FOUND)
         else:
             await self.send(text_data=redrawn)
+
+    async def fill(self, replayed) -> None:
+        """What the feed read from the log for a gap, as a sync's answer (the page takes it
+        where it continues what the page holds)."""
+        caught_up = await _filled(replayed)
+        if caught_up is not None:
+            await self.send(text_data=caught_up)
