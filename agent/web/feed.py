@@ -28,9 +28,10 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from agent.core.events import BranchEvent, Event
@@ -225,6 +226,30 @@ class ChannelInbox:
 Item = Batch | Replayed | Switched | Terminal | Ended | None
 
 
+@partial(database_sync_to_async, thread_sensitive=False)
+def replay(conversation_id, user, after: int, branch: int | None = None, *,
+           follow: bool = True) -> list[Item]:  # fmt: skip
+    """The stored events after ``after`` (``Ended``: the conversation cannot be read). A
+    reader of the active path (``branch`` None) that holds another branch than the active
+    one is told where they part (``Switched``), then, with ``follow``, given the active
+    path from there."""
+    found = snapshot(conversation_id, user, after, branch)
+    if found is None:
+        return [Ended(NOT_FOUND)]
+    current, events = found
+    parted = resume_point(current, after) if branch is None else None
+    if parted is None:
+        return [Replayed(after, current, events)]
+    switched = Switched(current.active_branch, parted)
+    if not follow:
+        return [switched]
+    found = snapshot(conversation_id, user, parted)
+    if found is None:
+        return [Ended(NOT_FOUND)]
+    current, events = found
+    return [switched, Replayed(parted, current, events)]
+
+
 class ConversationFeed:
     """``since``: the seq the reader holds (None: it holds what the first batch continues,
     a page that syncs itself on connecting); ``branch``: one branch's path, not moved by
@@ -239,25 +264,9 @@ class ConversationFeed:
         self.sent = since
 
     async def _replay(self, after: int) -> list[Item]:
-        """The stored events after ``after`` (``Ended``: the conversation cannot be read)."""
-        found = await sync_to_async(snapshot)(self.conversation_id, self.user, after, self.branch)
-        if found is None:
-            return [Ended(NOT_FOUND)]
-        current, events = found
-        items: list[Item] = []
-        if self.branch is None:
-            # A reader holding another branch than the active one: told where they part,
-            # then given the active branch from there.
-            parted = await sync_to_async(resume_point, thread_sensitive=False)(current, after)
-            if parted is not None:
-                items.append(Switched(current.active_branch, parted))
-                found = await sync_to_async(snapshot)(self.conversation_id, self.user, parted)
-                if found is None:
-                    return [Ended(NOT_FOUND)]
-                current, events = found
-                after = parted
-        items.append(Replayed(after, current, events))
-        self.sent = max(self.sent or 0, current.last_seq)
+        items = await replay(self.conversation_id, self.user, after, self.branch)
+        if isinstance(items[-1], Replayed):
+            self.sent = max(self.sent or 0, items[-1].conversation.last_seq)
         return items
 
     def _switched(self, message: dict) -> Switched:
