@@ -30,8 +30,8 @@ from agent.server import metrics
 from agent.server.user_connections import Slot, connections, refused_message
 from agent.web.api_base import api_error, api_view, of_conversation
 from agent.web.api_tokens import token_still_valid
-from agent.web.feed import ConversationFeed
-from agent.web.revocation import token_group, user_group
+from agent.web.feed import ChannelInbox, ConversationFeed, Ended, Recheck
+from agent.web.revocation import SIGNED_OUT, token_group, user_group
 
 
 def _since(request: HttpRequest) -> int | None:
@@ -99,10 +99,14 @@ async def _event_stream(conversation: Conversation, user, token_id: int, since: 
     # Token unrevoked, user active, conversation still theirs: one query, off the loop.
     still_valid = partial(database_sync_to_async(token_still_valid, thread_sensitive=False),
                           token_id, conversation.id)  # fmt: skip
+
+    async def denied() -> str | None:
+        return None if await still_valid() else SIGNED_OUT
+
     # The user's group: deactivation; the token's: its revocation (agent/web/revocation.py).
-    feed = ConversationFeed(conversation.id, user, since=since, branch=branch,
-                            groups=[user_group(user.pk), token_group(token_id)],
-                            still_valid=still_valid,
+    inbox = ChannelInbox(conversation.id, [user_group(user.pk), token_group(token_id)])
+    feed = ConversationFeed(conversation.id, user, since=since, branch=branch, inbox=inbox,
+                            recheck=Recheck(denied),
                             heartbeat=settings.HARNESS_SSE_HEARTBEAT)  # fmt: skip
 
     async def stream():
@@ -110,9 +114,13 @@ async def _event_stream(conversation: Conversation, user, token_id: int, since: 
             # Daphne sends the response's headers with its first bytes: without this, a
             # client of a quiet conversation would wait a whole heartbeat to see the 200.
             yield ": connected\n\n"
-            async with contextlib.aclosing(feed.events()) as items:
+            async with contextlib.aclosing(feed.items()) as items:
                 async for item in items:
-                    yield ": heartbeat\n\n" if item is None else _frame(item)
+                    if item is None:
+                        yield ": heartbeat\n\n"
+                    elif not isinstance(item, Ended):
+                        for event in item.wire():
+                            yield _frame(event)
         finally:
             slot.release()
 

@@ -2,13 +2,15 @@
 
 A thin adapter on Channels' consumer contract: it checks access on connect and on every
 frame it receives (agent/access.py), hands prompts to the run manager (which starts the
-run as a background task), and writes out the fragments of the conversation's live feed:
-this process's one subscription to the conversation (agent/web/viewers.py) hands them to
-``live_frame``. Its credential (the session, signed in with the user's current password)
-is checked again on every frame it receives and at most once a second while frames flow,
-besides the revocation messages (agent/web/revocation.py) its user's and session's groups
-bring. A socket closed for good says why in its code: 4404, the conversation is gone
-(deleted, or no longer the user's); 4401, signed out.
+run as a background task), and writes out as fragments what the conversation's
+``ConversationFeed`` yields (agent/web/feed.py, read by a task of the socket's own): live
+batches, rendered once per process (agent/web/viewers.py), a redraw on a branch switch,
+what the log holds for a gap, and the end of its access. Its credential (the session,
+signed in with the user's current password) is checked again on every frame it receives
+and, by the feed, at most once a second while frames flow and on the revocation messages
+(agent/web/revocation.py) its user's, session's and conversation's groups bring. A socket
+closed for good says why in its code: 4404, the conversation is gone (deleted, or no
+longer the user's); 4401, signed out.
 
 Before the consumer, ``Admission`` (agent/web/routing.py puts it there): a handshake of no
 signed-in user is refused (4401, before accepting: the client sees HTTP 403) with nothing
@@ -22,8 +24,8 @@ agent/server/user_connections.py) gets the new socket accepted, the reason in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 from functools import partial
 
 from channels.db import database_sync_to_async
@@ -36,6 +38,17 @@ from agent.server import logs, metrics
 from agent.server.user_connections import connections, refused_message
 from agent.ui.fragments import composer_alert
 from agent.web import socket_frames, viewers
+from agent.web.feed import (
+    Batch,
+    ConversationFeed,
+    Ended,
+    Item,
+    QueueInbox,
+    Recheck,
+    Replayed,
+    Switched,
+    Terminal,
+)
 from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
 log = logging.getLogger(__name__)
@@ -44,9 +57,6 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
 CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
 TOO_MANY_REASON = "too many connections"
-# While frames stream out, the credential is re-checked at most this often (seconds): a
-# query per frame would be one per 50 ms per socket.
-RECHECK_INTERVAL = 1.0
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -116,7 +126,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             return
         self.role = conversation.role  # re-read with the credential on every frame
         self.session_key = session.session_key if session else None
-        self.checked_at, self.rechecking, self.refused = time.monotonic(), None, False
+        self.recheck, self.refused = Recheck(self._denied), False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             *([session_group(session.session_key)] if session and session.session_key else []),
@@ -127,41 +137,59 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         await self.accept()
         self.counted = True
         metrics.SOCKETS.inc()
+        # The conversation's feed: this process's one subscription to it puts its messages
+        # (each batch with its fragments, rendered once in the process) into the inbox,
+        # the socket's own channel puts its user's and session's; the page syncs itself on
+        # connecting, so the feed starts at the first batch.
+        self.inbox = QueueInbox()
+        feed = ConversationFeed(self.conversation_id, self.user, since=None, branch=None,
+                                inbox=self.inbox, recheck=self.recheck,
+                                heartbeat=None)  # fmt: skip
         self.watching = True
         await viewers.join(self.conversation_id, self)
+        self.following = asyncio.ensure_future(self._follow(feed))
+
+    async def _follow(self, feed: ConversationFeed) -> None:
+        """Writes what the feed yields, in order: a frame sent after a branch switch never
+        overtakes its redraw."""
+        try:
+            async with contextlib.aclosing(feed.items()) as items:
+                async for item in items:
+                    await self.write(item)
+        except Exception:  # the page reconnects and syncs
+            log.exception("the feed of a socket on %s failed", self.conversation_id)
+            await self.close()
 
     async def _stop_watching(self) -> None:
         if getattr(self, "watching", False):
             self.watching = False
+            following = getattr(self, "following", None)
+            if following is not None and following is not asyncio.current_task():
+                following.cancel()
             await viewers.leave(self.conversation_id, self)
+
+    def _to_feed(self, message: dict) -> None:
+        if getattr(self, "watching", False):
+            self.inbox.put(message)
 
     async def disconnect(self, code: int) -> None:
         await self._stop_watching()
         if getattr(self, "counted", False):
             self.counted = False
             metrics.SOCKETS.dec()
-        if getattr(self, "rechecking", None) is not None:
-            self.rechecking.cancel()
+        if getattr(self, "recheck", None) is not None:
+            self.recheck.cancel()
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def user_revoked(self, message: dict) -> None:
-        """The user was deactivated or this session signed out: the socket goes."""
-        await self._refuse("signed_out")
-
-    async def conversation_deleted(self, message: dict) -> None:
-        """The conversation was deleted (agent/web/revocation.py): the page is told now."""
-        await self._refuse(NOT_FOUND)
-
-    async def access_recheck(self, message: dict) -> None:
-        """The owner changed who may read or drive it (agent/web/sharing.py): this socket
-        goes if its user lost access (a role lowered is read on each frame anyway)."""
-        await self._recheck()
+        """The user was deactivated or this session signed out: the feed ends."""
+        self._to_feed(message)
 
     async def session_recheck(self, message: dict) -> None:
-        """The user's password changed: this socket goes unless its session was signed in
-        (or re-signed) with the new one."""
-        await self._recheck()
+        """The user's password changed: the feed ends unless this socket's session was
+        signed in (or re-signed) with the new one."""
+        self._to_feed(message)
 
     async def _refuse(self, reason: str) -> None:
         if self.refused:
@@ -180,33 +208,30 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def _recheck(self) -> bool:
         """Reads the credential from the database (one query, in a worker thread); closes
         the socket and returns False if it no longer holds."""
-        self.checked_at = time.monotonic()
-        reason, self.session_hash, self.role = await _access(
-            self.conversation_id, self.user.pk, self.session_key, self.session_hash
-        )
+        reason = await self.recheck.now()
         if reason is not None:
             await self._refuse(reason)
         return reason is None
 
-    async def _recheck_in_background(self) -> None:
-        try:
-            await self._recheck()
-        except Exception:  # a database hiccup: the next frame checks again
-            log.exception("could not re-check a socket's session")
-        finally:
-            self.rechecking = None
+    async def _denied(self) -> str | None:
+        """Why the credential no longer holds (None: it does); the role read again."""
+        reason, self.session_hash, self.role = await _access(
+            self.conversation_id, self.user.pk, self.session_key, self.session_hash
+        )
+        return reason
 
-    async def live_frame(self, message: dict) -> None:
-        """A frame of the conversation's live feed (agent/web/viewers.py), written now: the
-        feed hands each socket its frames in order and never waits on one."""
+    async def write(self, item: Item) -> None:
+        """Writes an item of the feed (agent/web/feed.py) as the page's fragments: a live
+        batch's were rendered once for the process (agent/web/viewers.py)."""
         if self.refused:
             return
-        # At most once a second, and beside the frames rather than in front of them: the
-        # check is a database round trip, and frames must not wait for it. What can still
-        # go out after a revocation is bounded by the interval.
-        if self.rechecking is None and time.monotonic() - self.checked_at >= RECHECK_INTERVAL:
-            self.checked_at = time.monotonic()
-            self.rechecking = asyncio.ensure_future(self._recheck_in_background())
-        await self.send(text_data=message["html"])
-        if message["type"] == "conversation.batch":
-            metrics.FRAMES.inc()
+        if isinstance(item, Batch | Terminal):
+            await self.send(text_data=item.message["html"])
+            if isinstance(item, Batch):
+                metrics.FRAMES.inc()
+        elif isinstance(item, Switched):
+            await self.redraw()
+        elif isinstance(item, Replayed):
+            await self.fill(item)
+        elif isinstance(item, Ended):
+            await self._refuse(item.reason)

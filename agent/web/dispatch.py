@@ -1,7 +1,7 @@
 """This process's receiver of the live batches: one channel in the group every process's
 receiver joins (``LIVE_GROUP``), one task that hands each batch to the conversation's
-listeners here: its sockets' feed (agent/web/viewers.py) and its API event streams
-(agent/web/feed.py, through their own channels).
+listeners here: its sockets' subscription (agent/web/viewers.py) and its API event
+streams (agent/web/feed.py's ``ChannelInbox``, through their own channels).
 
 Runs send their batches together (agent/runs/broadcast.py: the batches written in one turn
 of a process's event loop are one group message), so under load a frame costs a share of

@@ -1,163 +1,332 @@
 """A conversation's events for one reader, as a stream: the stored ones after a seq, then
-the live ones, with no gap and no duplicate, until the reader's access ends.
+the live ones, with no gap and no duplicate, until the reader's access ends. The page's
+socket (agent/web/consumers.py) and the API's event stream (agent/web/api_events.py) both
+read it: the socket renders its items into fragments, the stream serialises them as SSE.
 
-``ConversationFeed.events()`` joins the conversation's group (and the reader's credential
-groups) and this process's receiver of the live batches before reading the event log, so
-nothing falls in between, and skips by seq what the log already gave. A batch that does
-not continue what was sent (a message lost by the layer) is filled from the log. A branch
-switch yields a ``branch`` event, then the new path's events after the point where the
-paths part; a feed of one named branch is not moved. The feed ends when the credential is
-revoked or the conversation deleted (a message to one of its groups:
-agent/web/revocation.py), when a re-check fails (on ``access.recheck``, at each heartbeat,
-and at most once a second while events flow), or when the conversation can no longer be
-read. ``None`` is yielded for a heartbeat: nothing happened for ``heartbeat`` seconds.
+``ConversationFeed.items()`` reads the messages of an inbox that holds the conversation's
+group and the reader's credential groups before the event log is read, so nothing falls
+in between; it skips by seq what the reader has. A batch that does not continue what was
+sent (a message lost by the layer) is preceded by what the log holds in between. A branch
+switch yields ``Switched``, then the new path's events after the point where the paths
+part; a feed of one named branch is not moved. The feed ends with ``Ended`` when the
+credential is revoked or the conversation deleted (a message to one of its groups:
+agent/web/revocation.py), when a re-check fails (on ``access.recheck`` and
+``session.recheck``, at each heartbeat, and at most once a second while events flow), or
+when the conversation can no longer be read. ``None`` is yielded for a heartbeat: nothing
+happened for ``heartbeat`` seconds.
 
-The API's event stream (agent/web/api_events.py) serialises what it yields as SSE.
+Two inboxes: ``ChannelInbox``, a channel of its own (an event stream; its batches come
+through this process's receiver of them, agent/web/dispatch.py), and ``QueueInbox``, fed
+by this process's one subscription to the conversation (agent/web/viewers.py, which
+renders each batch once for all the process's sockets) and by the socket's own channel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from agent.core.events import BranchEvent
+from agent.core.events import BranchEvent, Event
 from agent.runs.branches import resume_point
 from agent.runs.groups import group_name
 from agent.runs.snapshot import snapshot
 from agent.web import dispatch
+from agent.web.revocation import NOT_FOUND, SIGNED_OUT
 
-# While events flow, the credential is re-checked at most this often (seconds).
+log = logging.getLogger(__name__)
+
+# While events flow, the credential is re-checked at most this often (seconds): a query
+# per frame would be one per 50 ms per reader.
 RECHECK_INTERVAL = 1.0
-ENDS = frozenset({"user.revoked", "token.revoked", "conversation.deleted"})
+ENDS = {"user.revoked": SIGNED_OUT, "token.revoked": SIGNED_OUT, "conversation.deleted": NOT_FOUND}
+RECHECKS = frozenset({"access.recheck", "session.recheck"})  # sharing or a password changed
+# The messages a feed takes (the rest of the conversation's group's go to a socket itself).
+KINDS = frozenset({*ENDS, *RECHECKS, "conversation.batch", "conversation.branch",
+                   "conversation.terminal"})  # fmt: skip
+
+
+@dataclass
+class Batch:
+    """Live events: ``message`` is the broadcast batch (its seq range; from a socket's
+    inbox, its fragments as ``html``), ``events`` those of it the reader had not got."""
+
+    message: dict
+    events: list[dict[str, Any]]
+
+    def wire(self) -> list[dict[str, Any]]:
+        return self.events
+
+
+@dataclass
+class Replayed:
+    """Stored events after ``after``, as the log gave them (with the context a catch-up
+    shows: agent/runs/snapshot.py), and the conversation they were read with."""
+
+    after: int
+    conversation: Any
+    events: list[Event]
+
+    def wire(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.events if e.seq > self.after]
+
+
+@dataclass
+class Switched:
+    """Another branch is shown: what follows ``fork_seq`` is replaced by ``events``."""
+
+    active: int
+    fork_seq: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def wire(self) -> list[dict[str, Any]]:
+        shown = BranchEvent(seq=self.fork_seq, active=self.active, fork_seq=self.fork_seq)
+        return [shown.to_dict(), *self.events]
+
+
+@dataclass
+class Terminal:
+    """A CLI agent's terminal screen (a page's fragment; not an event)."""
+
+    message: dict
+
+    def wire(self) -> list[dict[str, Any]]:
+        return []
+
+
+@dataclass
+class Ended:
+    reason: str  # NOT_FOUND or SIGNED_OUT (agent/web/revocation.py)
+
+
+class Recheck:
+    """A reader's credential read again (``check``: a database query answering why it no
+    longer holds, NOT_FOUND or SIGNED_OUT, or None while it does):
+    on demand, and, while frames flow, at most once per ``RECHECK_INTERVAL`` beside them
+    rather than in front of them (a round trip must not hold frames up; what can still go
+    out after a revocation is bounded by the interval)."""
+
+    def __init__(self, check: Callable[[], Awaitable[str | None]]) -> None:
+        self.check = check
+        self.at = time.monotonic()
+        self.pending: asyncio.Future | None = None
+
+    async def now(self) -> str | None:
+        self.at = time.monotonic()
+        return await self.check()
+
+    def beside(self, denied: Callable[[], None]) -> None:
+        """Starts a check in the background if the last one is older than the interval;
+        ``denied`` is called if it finds the credential no longer holds."""
+        if self.pending is None and time.monotonic() - self.at >= RECHECK_INTERVAL:
+            self.at = time.monotonic()
+            self.pending = asyncio.ensure_future(self._quietly())
+            self.pending.add_done_callback(
+                lambda done: done.cancelled() or done.result() is None or denied()
+            )
+
+    async def _quietly(self) -> str | None:
+        try:
+            return await self.check()
+        except Exception:  # a database hiccup: the next message or frame checks again
+            log.exception("could not re-check a reader's credential")
+            return None
+
+    def failed(self) -> str | None:
+        """Why the background check found that the credential no longer holds, if it did
+        (an answer is read once)."""
+        if self.pending is None or not self.pending.done():
+            return None
+        pending, self.pending = self.pending, None
+        return pending.result()
+
+    def cancel(self) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+
+
+class QueueInbox:
+    """Messages handed in by this process (agent/web/viewers.py, the socket's consumer)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict] = asyncio.Queue()
+
+    def put(self, message: dict) -> None:
+        self.queue.put_nowait(message)
+
+    def wake(self) -> None:
+        """The feed reads its re-check's answer now, not at the next message."""
+        self.put({"type": "feed.wake"})
+
+    async def open(self) -> None:
+        pass
+
+    async def get(self, timeout: float | None) -> dict | None:
+        if timeout is None:
+            return await self.queue.get()
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        pass
+
+
+class ChannelInbox:
+    """A channel of its own in the conversation's group and ``groups``; the batches come
+    through this process's receiver of them (agent/web/dispatch.py)."""
+
+    def __init__(self, conversation_id, groups: list[str]) -> None:
+        self.conversation_id = conversation_id
+        self.groups = [group_name(conversation_id), *groups]
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.batches: dispatch.Dispatcher | None = None
+        # One receive outlives heartbeats: cancelling a receive makes channels-redis's
+        # pub/sub layer drop the channel (what arrives meanwhile would be lost).
+        self.receiving: asyncio.Future | None = None
+
+    async def open(self) -> None:
+        self.channel = await self.layer.new_channel()
+        for group in self.groups:
+            await self.layer.group_add(group, self.channel)
+        self.batches = await dispatch.dispatcher()
+        self.batches.add_stream(self.conversation_id, self.channel)
+
+    async def get(self, timeout: float | None) -> dict | None:
+        self.receiving = self.receiving or asyncio.ensure_future(self.layer.receive(self.channel))
+        done, _ = await asyncio.wait({self.receiving}, timeout=timeout)
+        if not done:
+            return None
+        message, self.receiving = self.receiving.result(), None
+        return message
+
+    def wake(self) -> None:
+        pass  # the answer is read at the next message or heartbeat
+
+    async def close(self) -> None:
+        if self.batches is not None:
+            self.batches.drop_stream(self.conversation_id, self.channel)
+        if self.receiving is not None:
+            self.receiving.cancel()
+        if self.channel is not None:
+            for group in self.groups:
+                await self.layer.group_discard(group, self.channel)
+
+
+Item = Batch | Replayed | Switched | Terminal | Ended | None
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def replay(conversation_id, user, after: int, branch: int | None = None, *,
+           follow: bool = True) -> list[Item]:  # fmt: skip
+    """The stored events after ``after`` (``Ended``: the conversation cannot be read). A
+    reader of the active path (``branch`` None) that holds another branch than the active
+    one is told where they part (``Switched``), then, with ``follow``, given the active
+    path from there."""
+    found = snapshot(conversation_id, user, after, branch)
+    if found is None:
+        return [Ended(NOT_FOUND)]
+    current, events = found
+    parted = resume_point(current, after) if branch is None else None
+    if parted is None:
+        return [Replayed(after, current, events)]
+    switched = Switched(current.active_branch, parted)
+    if not follow:
+        return [switched]
+    found = snapshot(conversation_id, user, parted)
+    if found is None:
+        return [Ended(NOT_FOUND)]
+    current, events = found
+    return [switched, Replayed(parted, current, events)]
 
 
 class ConversationFeed:
-    """``still_valid``: the reader's credential and access, read again (a database query);
-    ``groups``: the credential's groups whose messages end the feed."""
+    """``since``: the seq the reader holds (None: it holds what the first batch continues,
+    a page that syncs itself on connecting); ``branch``: one branch's path, not moved by
+    switches (None: the active one's); ``heartbeat``: None for no heartbeat."""
 
-    def __init__(self, conversation_id, user, *, since: int, branch: int | None,
-                 groups: list[str], still_valid: Callable[[], Awaitable[bool]],
-                 heartbeat: float) -> None:  # fmt: skip
+    def __init__(self, conversation_id, user, *, since: int | None, branch: int | None,
+                 inbox: QueueInbox | ChannelInbox, recheck: Recheck,
+                 heartbeat: float | None) -> None:  # fmt: skip
         self.conversation_id, self.user = conversation_id, user
-        self.since, self.branch = since, branch
-        self.groups = [group_name(conversation_id), *groups]
-        self.still_valid, self.heartbeat = still_valid, heartbeat
+        self.since, self.branch, self.inbox = since, branch, inbox
+        self.recheck, self.heartbeat = recheck, heartbeat
         self.sent = since
 
-    async def _replay(self, after: int) -> list[dict[str, Any]] | None:
-        """The stored events after ``after`` (None: the conversation cannot be read now)."""
-        found = await sync_to_async(snapshot)(self.conversation_id, self.user, after, self.branch)
-        if found is None:
-            return None
-        current, events = found
-        items: list[dict[str, Any]] = []
-        if self.branch is None:
-            # A reader holding another branch than the active one: told where they part,
-            # then given the active branch from there.
-            parted = await sync_to_async(resume_point, thread_sensitive=False)(current, after)
-            if parted is not None:
-                items.append(BranchEvent(seq=parted, active=current.active_branch,
-                                         fork_seq=parted).to_dict())  # fmt: skip
-                found = await sync_to_async(snapshot)(self.conversation_id, self.user, parted)
-                if found is None:
-                    return None
-                current, events = found
-                after = parted
-        items += [e.to_dict() for e in events if e.seq > after]
-        self.sent = max(self.sent, current.last_seq)
+    async def _replay(self, after: int) -> list[Item]:
+        items = await replay(self.conversation_id, self.user, after, self.branch)
+        if isinstance(items[-1], Replayed):
+            self.sent = max(self.sent or 0, items[-1].conversation.last_seq)
         return items
 
-    def _switched(self, message: dict) -> list[dict[str, Any]]:
-        """Another branch is shown: what follows the parting point is replaced."""
+    def _switched(self, message: dict) -> Switched:
         parted = message["fork_seq"]
-        shown = BranchEvent(seq=parted, active=message["active"], fork_seq=parted).to_dict()
         self.sent = max([parted, *(e["seq"] for e in message["events"])])
-        return [shown, *message["events"]]
+        return Switched(message["active"], parted, message["events"])
 
-    async def _batch(self, message: dict) -> list[dict[str, Any]] | None:
-        items: list[dict[str, Any]] = []
-        if message["seq_from"] > self.sent + 1:  # messages were dropped: fill from the log
-            replayed = await self._replay(self.sent)
-            if replayed is None:
-                return None
-            items += replayed
-        for event in message["events"]:
-            if event["seq"] > self.sent:
-                items.append(event)
-                self.sent = event["seq"]
+    async def _batch(self, message: dict) -> list[Item]:
+        items: list[Item] = []
+        if self.sent is not None and message["seq_from"] > self.sent + 1:
+            items += await self._replay(self.sent)  # messages were dropped: from the log
+            if items and isinstance(items[-1], Ended):
+                return items
+        sent = self.sent if self.sent is not None else message["seq_from"] - 1
+        items.append(Batch(message, [e for e in message["events"] if e["seq"] > sent]))
+        self.sent = max(sent, message["seq_to"])
         return items
 
-    async def events(self) -> AsyncIterator[dict[str, Any] | None]:
-        layer = get_channel_layer()
-        channel = await layer.new_channel()
-        for group in self.groups:  # joined before reading the log: nothing falls between
-            await layer.group_add(group, channel)
-        # The batches come through this process's receiver of them (agent/web/dispatch.py).
-        batches = await dispatch.dispatcher()
-        batches.add_stream(self.conversation_id, channel)
-        # One receive outlives heartbeats: cancelling a receive makes channels-redis's
-        # pub/sub layer drop the channel (what arrives meanwhile would be lost).
-        receiving: asyncio.Future | None = None
-        # The re-check while events flow runs beside them (a round trip must not hold
-        # frames up): its answer is read at the next message or heartbeat.
-        checking: asyncio.Future | None = None
-        checked_at = time.monotonic()
+    async def _take(self, message: dict | None) -> list[Item]:
+        """What one message (None: a heartbeat) yields."""
+        if denied := self.recheck.failed():
+            return [Ended(denied)]  # revoked, deactivated or deleted since the check
+        if message is None:
+            denied = await self.recheck.now()
+            return [Ended(denied)] if denied else [None]
+        kind = message.get("type")
+        if kind in ENDS:
+            return [Ended(ENDS[kind])]
+        if kind in RECHECKS:
+            denied = await self.recheck.now()
+            return [Ended(denied)] if denied else []
+        if kind == "conversation.branch":
+            # A feed of one named branch is not moved.
+            return [self._switched(message)] if self.branch is None else []
+        if kind == "conversation.terminal":
+            return [Terminal(message)]
+        if kind != "conversation.batch":
+            return []
+        if self.sent is not None and message["seq_to"] <= self.sent:
+            return []
+        if self.branch is not None and any(
+            e.get("branch", 0) != self.branch for e in message["events"]
+        ):
+            return []  # another branch's run
+        self.recheck.beside(self.inbox.wake)
+        return await self._batch(message)
+
+    async def items(self) -> AsyncIterator[Item]:
+        await self.inbox.open()  # before reading the log: nothing falls between
         try:
-            replayed = await self._replay(self.since)
-            if replayed is None:
-                return
-            for item in replayed:
-                yield item
-            while True:
-                receiving = receiving or asyncio.ensure_future(layer.receive(channel))
-                done, _ = await asyncio.wait({receiving}, timeout=self.heartbeat)
-                if checking is not None and checking.done():
-                    if not checking.result():
-                        return  # revoked, deactivated or deleted since the last check
-                    checking = None
-                if not done:
-                    checked_at = time.monotonic()
-                    if not await self.still_valid():
-                        return
-                    yield None
-                    continue
-                message, receiving = receiving.result(), None
-                kind = message.get("type")
-                if kind in ENDS:
-                    return
-                if kind == "access.recheck":  # sharing changed
-                    checked_at = time.monotonic()
-                    if not await self.still_valid():
-                        return
-                    continue
-                if kind == "conversation.branch":
-                    if self.branch is None:  # a feed of one named branch is not moved
-                        for item in self._switched(message):
-                            yield item
-                    continue
-                if kind != "conversation.batch" or message["seq_to"] <= self.sent:
-                    continue
-                if self.branch is not None and any(
-                    e.get("branch", 0) != self.branch for e in message["events"]
-                ):
-                    continue  # another branch's run
-                if checking is None and time.monotonic() - checked_at >= RECHECK_INTERVAL:
-                    checking = asyncio.ensure_future(self.still_valid())
-                    checked_at = time.monotonic()
-                items = await self._batch(message)
-                if items is None:
-                    return
-                for item in items:
+            if self.since is not None:
+                for item in await self._replay(self.since):
                     yield item
+                    if isinstance(item, Ended):
+                        return
+            while True:
+                for item in await self._take(await self.inbox.get(self.heartbeat)):
+                    yield item
+                    if isinstance(item, Ended):
+                        return
         finally:
-            batches.drop_stream(self.conversation_id, channel)
-            for pending in (receiving, checking):
-                if pending is not None:
-                    pending.cancel()
-            for group in self.groups:
-                await layer.group_discard(group, channel)
+            self.recheck.cancel()
+            await self.inbox.close()

@@ -22,6 +22,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
+from agent.web.feed import Ended, Replayed, Switched, replay
 from agent.web.prompts import (
     accept_prompt,
     decide_approval,
@@ -44,17 +45,12 @@ def _conversation(conversation_id, user):
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
-def _catch_up(conversation_id, user, after: int) -> str | None:
-    """What the page is missing after ``after``; None when the conversation is gone. A
-    page that holds another branch's events than the active one's gets the transcript
-    whole (docs/API.md, branches)."""
-    found = snapshot(conversation_id, user, after)
-    if found is None:
+def _caught_up(replayed: Replayed, always: bool) -> str | None:
+    """The fragments of what the log gave after ``replayed.after``: for a sync, always
+    (its marker answers it); for a gap the feed fills, only if something was missing."""
+    if not always and not any(event.seq > replayed.after for event in replayed.events):
         return None
-    conversation, events = found
-    if branches.resume_point(conversation, after) is not None:
-        return _reset(conversation_id, user)
-    return render_catch_up(events, after, conversation)
+    return render_catch_up(replayed.events, replayed.after, replayed.conversation)
 
 
 def _reset(conversation_id, user) -> str | None:
@@ -94,11 +90,15 @@ class SocketFrames:
             if not isinstance(after, int) or isinstance(after, bool) or after < 0:
                 await self.send(text_data=ws_error("sync needs a whole number 'after'."))
                 return
-            caught_up = await _catch_up(self.conversation_id, self.user, after)
-            if caught_up is None:
-                await self._refuse(NOT_FOUND)
+            # What the page is missing after ``after``; a page that holds another branch's
+            # events than the active one's gets the transcript whole (docs/API.md, branches).
+            (item,) = await replay(self.conversation_id, self.user, after, follow=False)
+            if isinstance(item, Ended):
+                await self._refuse(item.reason)
+            elif isinstance(item, Switched):
+                await self.redraw()
             else:
-                await self.send(text_data=caught_up)
+                await self.fill(item, always=True)
             return
         if frame.get("action") == "unqueue":
             if not isinstance(frame.get("id"), str):
@@ -175,13 +175,18 @@ class SocketFrames:
             return "A frame must be a JSON object."
         return frame
 
-    async def conversation_branch(self, message: dict) -> None:
+    async def redraw(self) -> None:
         """Another branch is shown (a switch, or a new one started): the transcript is
         drawn again, whole."""
-        if self.refused:
-            return
         redrawn = await _redraw(self.conversation_id, self.user)
         if redrawn is None:
             await self._refuse(NOT_FOUND)
         else:
             await self.send(text_data=redrawn)
+
+    async def fill(self, replayed: Replayed, always: bool = False) -> None:
+        """What the log holds after a seq, as a sync's answer (the page takes it where it
+        continues what the page holds): asked by the page, or a gap the feed fills."""
+        caught_up = await _caught_up(replayed, always)
+        if caught_up is not None:
+            await self.send(text_data=caught_up)

@@ -4,17 +4,14 @@ group is joined once per process, not once per socket.
 A streamed batch is one group message, whoever watches: each process that has a socket on
 the conversation takes it off its one channel (``Viewers``, through the channel layer's
 public ``new_channel``/``group_add``/``receive``), renders it once
-(agent/web/live_frames.py) and writes the frame to each of its sockets in turn. A socket's
-frames therefore reach it in the order they were sent, and a batch costs one layer
-message per process (one Redis PUBLISH with ``REDIS_URL``) and one render, not one per
-socket. The sockets still join their user's and session's groups themselves: those
-messages (revocation) reach each socket through its own channel, as Channels delivers
-them.
-
-The conversation's other messages: a branch switch is handed to each socket in line with
-the frames (a frame sent after the switch must not overtake its redraw); a re-check or a
-deletion is forwarded to each socket's own channel, where its consumer handles it (a
-database query each, in the socket's own task).
+(agent/web/live_frames.py) and puts it, with its fragments, into each socket's feed
+(agent/web/feed.py's ``QueueInbox``), which the socket reads in order. A batch therefore
+costs one layer message per process (one Redis PUBLISH with ``REDIS_URL``) and one
+render, not one per socket. The conversation's other messages the feed takes (a branch
+switch, in line with the frames; a re-check; a deletion) go the same way; any other is
+sent to the socket's own channel, where Channels hands it to its consumer. The sockets
+join their user's and session's groups themselves: those messages reach each socket
+through its own channel, and its consumer puts them into its feed.
 """
 
 from __future__ import annotations
@@ -29,21 +26,15 @@ from channels.layers import get_channel_layer
 
 from agent.runs.groups import group_name
 from agent.web import dispatch
+from agent.web.feed import KINDS, QueueInbox
 from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
 
-# Written to every socket as they come, in the order sent.
-FRAMES = frozenset({"conversation.batch", "conversation.terminal"})
-IN_LINE = frozenset({"conversation.branch"})  # handled by each socket before later frames
-
 
 class Viewer(Protocol):
     channel_name: str
-
-    async def live_frame(self, message: dict) -> None: ...
-
-    async def conversation_branch(self, message: dict) -> None: ...
+    inbox: QueueInbox
 
 
 class Viewers:
@@ -76,12 +67,6 @@ class Viewers:
             listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
             if listeners.get(key) == self._hand_out:  # (not a newer feed's)
                 del listeners[key]
-        if self.task is not None and self.task is asyncio.current_task():
-            # The last socket left while handling one of the feed's own messages (a
-            # redraw found the conversation gone): the feed ends after this message.
-            self.task.cancel()
-            asyncio.ensure_future(self._leave_group())
-            return
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,18 +97,16 @@ class Viewers:
         kind = message.get("type")
         if kind == "conversation.batch":
             try:
-                message = {"type": kind, "html": await self.frames.render(message)}
+                message = {**message, "html": await self.frames.render(message)}
             except Exception:  # the pages see a gap, and catch up from the event log
                 log.exception("could not render a batch of %s", self.conversation_id)
                 return
         for channel, socket in list(self.sockets.items()):
+            if kind in KINDS:
+                socket.inbox.put(message)  # read by the socket's feed, in order
+                continue
             try:
-                if kind in FRAMES:
-                    await socket.live_frame(message)
-                elif kind in IN_LINE:
-                    await socket.conversation_branch(message)
-                else:
-                    await self.layer.send(channel, message)
+                await self.layer.send(channel, message)
             except Exception:  # that socket's own task meets its error; the others go on
                 log.exception("a socket of %s could not take a message", self.conversation_id)
 

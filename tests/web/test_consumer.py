@@ -20,6 +20,7 @@ from agent.runs.groups import group_name
 from agent.runs.manager import runs
 from agent.runs.pacing import MIN_INTERVAL, loop_lag
 from agent.ui.fragments import sync_marker
+from agent.web.feed import Batch
 from harness_site.asgi import application
 from testkit.model_server import text_reply, tool_reply
 
@@ -631,6 +632,31 @@ async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alic
     await ws.disconnect()
 
 
+async def test_a_batch_lost_by_the_layer_is_filled_from_the_log_before_the_next(
+    alice, model_server
+):
+    """The socket's feed (agent/web/feed.py) sees a batch that does not continue the last
+    one: what the log holds in between goes out first, as a sync's answer."""
+    user, conversation = alice
+    model_server.enqueue(text_reply("stored answer"))
+    first = await connected(conversation, user)
+    await first.send_to(text_data=json.dumps({"content": "go"}))
+    await collect_until_idle(first)
+    await runs.wait(conversation.id)
+    await first.disconnect()
+    last = (await Conversation.objects.aget(id=conversation.id)).last_seq
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    await layer.group_send(group, _batch(1))
+    assert await ws.receive_from(timeout=5) == str(sync_marker(1, 1))
+    await layer.group_send(group, _batch(last + 1))  # 2..last never came
+    filled = await ws.receive_from(timeout=5)
+    assert filled.startswith(str(sync_marker(2, last, reply=True)))
+    assert "stored answer" in filled
+    assert await ws.receive_from(timeout=5) == str(sync_marker(last + 1, last + 1))
+    await ws.disconnect()
+
+
 async def test_a_socket_whose_task_ends_in_an_error_leaves_the_feed(alice):
     user, conversation = alice
     ws = await connected(conversation, user)
@@ -685,8 +711,8 @@ async def test_a_live_frame_is_written_without_the_socket_pausing():
 
     consumer = ConversationConsumer()
     consumer.base_send = send
-    consumer.refused, consumer.rechecking, consumer.checked_at = False, None, time.monotonic()
-    step = consumer.live_frame(_batch(1))
+    consumer.refused = False
+    step = consumer.write(Batch(_batch(1), []))
     with pytest.raises(StopIteration) as finished:
         step.send(None)
     assert finished.value is not None and written == ["<frame 1>"]
