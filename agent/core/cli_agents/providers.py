@@ -10,13 +10,15 @@ and a parser of its structured output (one per run: parsers keep a little state)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.core.events import Event
@@ -44,6 +46,9 @@ class AgentInfo:
     available: bool
     version: str | None
     reason: str | None = None  # why it is unavailable
+    # Unavailable for now only (``--version`` did not answer in time on a busy host): not
+    # remembered, so the next request asks again, and a version seen before still holds.
+    transient: bool = field(default=False, compare=False, repr=False)
 
 
 class Provider:
@@ -323,9 +328,17 @@ async def detect(provider: Provider, environ: dict[str, str] | None = None) -> A
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
                      "PI_OFFLINE": "1"},
+                start_new_session=True,  # its own group: a timeout kills what it started too
             )  # fmt: skip
-            out, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
+            try:
+                out, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+                reason = f"--version did not answer within {VERSION_TIMEOUT:.0f} s"
+                return AgentInfo(provider.name, False, None, reason, transient=True)
+    except OSError as exc:
         return AgentInfo(provider.name, False, None, f"could not run --version: {exc}")
     try:
         version = provider.parse_version(out.decode(errors="replace"))
@@ -343,7 +356,10 @@ async def detect_cached(provider: Provider, environ: dict[str, str] | None = Non
     key = (provider.name, tuple(sorted((environ or {}).items())))
     cached = _cache.get(key)
     if cached is None or time.monotonic() - cached[0] > CACHE_SECONDS:
-        cached = _cache[key] = (time.monotonic(), await detect(provider, environ))
+        info = await detect(provider, environ)
+        if info.transient:
+            return cached[1] if cached is not None else info
+        cached = _cache[key] = (time.monotonic(), info)
     return cached[1]
 
 
