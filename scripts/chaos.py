@@ -32,18 +32,46 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-MARKER = re.compile(
-    r'^<div id="sync-state"[^>]*?data-from="(\d+)" data-to="(\d+)"( data-sync="1")?'
-)
-# Final parts only: the live block of a streaming answer ("part text live") is transient.
-PART = re.compile(r'class="part (user|text|error)" data-part="\w+" data-seq="(\d+)"')
-PENDING = re.compile(r'data-approval-id="([^"]+)" data-approval-state="pending"')
-DECIDED = re.compile(r'data-approval-id="([^"]+)" data-approval-state="(?:approve|closed)"')
+FINAL_PARTS = ("user", "text", "error")  # a streaming answer's live block is transient
+
+
+class Frame(HTMLParser):
+    """What a frame's HTML says, read from its elements' attributes (never from the markup's
+    layout): its batch marker (the first element), the final parts with their seq, the
+    approvals with their state, the status line's state."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.marker: dict[str, str | None] | None = None
+        self.parts: list[tuple[str, int]] = []
+        self.approvals: dict[str, str] = {}
+        self.states: set[str] = set()
+        self.first = True
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if self.first:
+            self.first = False
+            if found.get("id") == "sync-state":
+                self.marker = found
+        classes = (found.get("class") or "").split()
+        kind = found.get("data-part")
+        if "part" in classes and kind in FINAL_PARTS and "live" not in classes:
+            self.parts.append((kind, int(found["data-seq"])))
+        if found.get("data-approval-id"):
+            self.approvals[found["data-approval-id"]] = found.get("data-approval-state") or ""
+        if found.get("data-state"):
+            self.states.add(found["data-state"])
+
+
 APPROVE_ME = "[write a file]"  # a prompt with this makes the test model call write
 
 SETUP = (
@@ -118,16 +146,16 @@ class Client:
 
     async def handle(self, message: str) -> None:
         self.s.frames += 1
-        match = MARKER.match(message)
-        if not match:
+        frame = Frame(message)
+        if frame.marker is None:
             if 'data-part="error"' in message or 'data-outcome="refused"' in message:
                 self.s.errors.append(re.sub(r"<[^>]+>", " ", message)[:200])
             return
-        start, end, reply = int(match[1]), int(match[2]), bool(match[3])
-        if reply:
+        start, end = int(frame.marker["data-from"]), int(frame.marker["data-to"])
+        if frame.marker.get("data-sync"):
             self.syncing = False
             if start == self.s.last_seq + 1:
-                return self.apply(start, end, message)
+                return self.apply(start, end, frame)
             self.s.dropped_frames += 1
             if end > self.s.last_seq:
                 await self.sync()
@@ -136,26 +164,27 @@ class Client:
             self.s.dropped_frames += 1
             return
         if start == self.s.last_seq + 1:
-            return self.apply(start, end, message)
+            return self.apply(start, end, frame)
         self.s.dropped_frames += 1
         if end > self.s.last_seq:
             await self.sync()
 
-    def apply(self, start: int, end: int, message: str) -> None:
-        if 'class="part user"' in message:
+    def apply(self, start: int, end: int, frame: Frame) -> None:
+        users = sum(1 for kind, _ in frame.parts if kind == "user")
+        if users:
             self.accepted = True
-            self.users += message.count('class="part user"')
-        if 'data-state="idle"' in message or 'data-state="error"' in message:
+            self.users += users
+        if frame.states & {"idle", "error"}:
             self.finished = self.accepted and self.users >= self.expected_users
         if end >= start:
             self.s.applied.append((start, end))
         self.s.last_seq = max(self.s.last_seq, end)
-        for call_id in PENDING.findall(message):
-            self.pending.setdefault(call_id, False)
-        for call_id in DECIDED.findall(message):
-            self.pending.pop(call_id, None)
-        for kind, seq in PART.findall(message):
-            key = (kind, int(seq))
+        for call_id, state in frame.approvals.items():
+            if state == "pending":
+                self.pending.setdefault(call_id, False)
+            elif state in ("approve", "closed"):
+                self.pending.pop(call_id, None)
+        for key in frame.parts:
             self.s.parts_seen[key] = self.s.parts_seen.get(key, 0) + 1
 
 
@@ -229,8 +258,8 @@ def server_truth(base: str, stats: UserStats) -> dict[tuple[str, int], int]:
     with urllib.request.urlopen(request, timeout=30) as response:
         page = response.read().decode()
     truth: dict[tuple[str, int], int] = {}
-    for kind, seq in PART.findall(page.split('id="messages"', 1)[1].split('id="sync-state"')[0]):
-        truth[(kind, int(seq))] = truth.get((kind, int(seq)), 0) + 1
+    for key in Frame(page.split('id="messages"', 1)[1].split('id="sync-state"')[0]).parts:
+        truth[key] = truth.get(key, 0) + 1
     return truth
 
 
