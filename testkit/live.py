@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -143,17 +144,21 @@ class LiveServer:
             cwd=REPO, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         deadline = time.monotonic() + 60  # a loaded machine (a parallel run) starts slowly
+        said = ""  # the last /healthz answer: which check failed
         while True:
             try:
                 # A generous wait per probe: under load /healthz (its checks) answers slowly.
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=15) as response:
                     if json.loads(response.read())["status"] == "ok":
                         return self
+            except urllib.error.HTTPError as exc:
+                said = exc.read().decode(errors="replace")[:2000]
             except OSError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()  # a server that never became healthy must not outlive the test
-                raise RuntimeError(f"daphne did not start:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(f"daphne did not start: /healthz said {said or 'nothing'}"
+                                   f"\n{self.log.read_text()[-3000:]}")  # fmt: skip
             time.sleep(0.15)
 
     def kill(self) -> None:

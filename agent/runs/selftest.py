@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 from django.conf import settings
 
@@ -31,17 +32,29 @@ HINT = (
     "(user namespaces, seccomp, AppArmor)"
 )
 
+# A failed self-test is run again by a probe this long after it: a sandbox that could not
+# start on a host busy for a moment (a timeout) must not keep the server unhealthy for good,
+# while a host that refuses it is still asked once per interval, not per probe.
+RETRY_SECONDS = 10.0
+
 _lock = threading.Lock()
-_results: dict[tuple[str, str | None], str] = {}
+_results: dict[tuple[str, str | None], tuple[str, float]] = {}
 
 
 def sandbox_status() -> str:
-    """``ok``, ``off (HARNESS_BASH=…)`` or ``error: …``; cached per mode and bwrap binary."""
+    """``ok``, ``off (HARNESS_BASH=…)`` or ``error: …``; cached per mode and bwrap binary
+    (an error for ``RETRY_SECONDS``)."""
     key = (settings.HARNESS_BASH, bwrap_path())
     with _lock:  # one self-test at a time; a probe arriving meanwhile waits for its result
-        if key not in _results:
-            _results[key] = _run(*key)
-        return _results[key]
+        found = _results.get(key)
+        stale = (
+            found is not None
+            and found[0].startswith("error")
+            and (time.monotonic() - found[1] > RETRY_SECONDS)
+        )
+        if found is None or stale:
+            found = _results[key] = (_run(*key), time.monotonic())
+        return found[0]
 
 
 def start() -> None:
