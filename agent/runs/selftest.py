@@ -4,8 +4,9 @@ A host can have bwrap installed and still refuse it (no unprivileged user namesp
 seccomp profile that blocks them, Ubuntu 24.04's AppArmor restriction): every user's bash
 then fails, one prompt at a time. The server runs this once at start-up (``start``, in a
 thread, so Daphne does not wait), logs the outcome, and ``/healthz`` reports the cached
-result. It is run again only when what it depends on changes (the mode, the bwrap found on
-PATH), so a probe never forks a sandbox.
+result. It is run again when what it depends on changes (the mode, the bwrap found on
+PATH), and after a failure by the first probe ``RETRY_SECONDS`` later; a success is never
+run again, so a probe of a healthy server never forks a sandbox.
 """
 
 from __future__ import annotations
