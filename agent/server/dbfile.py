@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
+import stat
 from pathlib import Path
 
 from django.conf import settings
@@ -43,13 +45,38 @@ def _narrow(path: Path, mode: int) -> None:
         log.warning("could not make %s mode %o: %s", path, mode, exc)
 
 
+def _service_gid() -> int | None:
+    try:
+        return pwd.getpwnam(settings.HARNESS_SERVICE_USER).pw_gid or None
+    except (KeyError, AttributeError):
+        return None
+
+
+def _narrow_state_dir(directory: Path) -> None:
+    """var/ closed to others: 0700, or, once a root server gave it to its service group
+    (agent/sandbox/drop.py), that group's access and the sticky bit kept. A management
+    command run as root must not take the state away from a server that dropped to it."""
+    try:
+        st = directory.stat()
+    except OSError:
+        return
+    current = stat.S_IMODE(st.st_mode)
+    gid = _service_gid()
+    wanted = current & ~0o007 if gid is not None and st.st_gid == gid else DIR_MODE
+    if current != wanted:
+        try:
+            os.chmod(directory, wanted)
+        except OSError as exc:  # not ours: say so, do not stop
+            log.warning("could not make %s mode %o: %s", directory, wanted, exc)
+
+
 def secure(path: Path) -> None:
     """Creates ``path`` 0600 if missing (its directory 0700 if it is the project's var/,
     which this creates too) and narrows existing files to 0600."""
     directory = path.parent
     if directory.resolve() == Path(settings.VAR_DIR).resolve():
         directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        _narrow(directory, DIR_MODE)
+        _narrow_state_dir(directory)
     if directory.is_dir():
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)

@@ -49,3 +49,26 @@ def test_the_projects_var_directory_is_private(tmp_path, settings):
     os.chmod(tmp_path / "var", 0o755)  # made by an older `make run`
     secure(tmp_path / "var" / "db.sqlite3")
     assert mode(tmp_path / "var") == 0o700
+
+
+def test_a_state_dir_given_to_the_service_group_keeps_that_groups_access(tmp_path, settings):
+    """A management command run as root after a root server dropped to its service user
+    (which was given var/: agent/sandbox/drop.py) must not take var/ away from it."""
+    import pwd
+
+    import pytest
+
+    from agent.server.dbfile import secure
+
+    try:
+        gid = pwd.getpwnam(settings.HARNESS_SERVICE_USER).pw_gid
+    except KeyError:
+        pytest.skip(f"no {settings.HARNESS_SERVICE_USER} account on this host")
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another group needs root")
+    settings.VAR_DIR = tmp_path / "var"
+    (tmp_path / "var").mkdir()
+    os.chown(tmp_path / "var", 0, gid)
+    os.chmod(tmp_path / "var", 0o1777)
+    secure(tmp_path / "var" / "db.sqlite3")
+    assert mode(tmp_path / "var") == 0o1770  # others out; the group and the sticky bit kept
