@@ -18,7 +18,7 @@ import contextvars
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from channels.layers import get_channel_layer
 
@@ -31,6 +31,21 @@ Listener = Callable[[dict], Awaitable[None]]
 
 def key(conversation_id) -> str:
     return str(uuid.UUID(str(conversation_id)))
+
+
+async def received(layer, channel: str, what: str) -> AsyncIterator[dict]:
+    """Every message of ``channel``, for as long as the caller's task runs; an outage of the
+    layer is logged and waited out (the pages re-sync by seq when it is back)."""
+    while True:
+        try:
+            message = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s could not be received", what)
+            await asyncio.sleep(1)
+            continue
+        yield message
 
 
 class Dispatcher:
@@ -58,15 +73,7 @@ class Dispatcher:
             self.ready.set()
 
     async def _forward(self) -> None:
-        while True:
-            try:
-                message = await self.layer.receive(self.channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a layer outage: the pages re-sync by seq when it is back
-                log.exception("the live batches could not be received")
-                await asyncio.sleep(1)
-                continue
+        async for message in received(self.layer, self.channel, "the live batches"):
             for batch in message.get("batches", ()):
                 await self._hand_out(batch)
 

@@ -78,15 +78,8 @@ class Viewers:
             await self.layer.group_discard(group_name(self.conversation_id), self.channel)
 
     async def _forward(self) -> None:
-        while True:
-            try:
-                message = await self.layer.receive(self.channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a layer outage: the pages re-sync by seq when it is back
-                log.exception("the live feed of %s could not receive", self.conversation_id)
-                await asyncio.sleep(1)
-                continue
+        what = f"the live feed of {self.conversation_id}"
+        async for message in dispatch.received(self.layer, self.channel, what):
             await self._hand_out(message)
 
     async def _hand_out(self, message: dict) -> None:
