@@ -45,6 +45,34 @@ class User(AbstractUser):
         self.prompt_history = history[-PROMPT_HISTORY_LIMIT:]
 
 
+class Project(models.Model):
+    """A git repository a user owns (docs/API.md, "Projects"): cloned, empty, or unpacked
+    from an archive. Its bare repository and its conversations' worktrees live in the
+    owner's workspace storage (their quota), touched only from the owner's sandbox."""
+
+    class State(models.TextChoices):
+        CLONING = "cloning"
+        READY = "ready"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=200)
+    git_url = models.CharField(max_length=2000, blank=True)  # "": made empty or unpacked
+    default_branch = models.CharField(max_length=255, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.CLONING)
+    error = models.TextField(blank=True)  # git's message when it failed (never a credential)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["owner", "-created"], name="project_owner_created")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Conversation(models.Model):
     class State(models.TextChoices):
         IDLE = "idle"
@@ -88,6 +116,13 @@ class Conversation(models.Model):
     # The branch shown and continued (docs/API.md, "Branches and forks"; 0: the first).
     # ``history`` is its head's; the others' are kept on their Branch rows.
     active_branch = models.PositiveIntegerField(default=0)
+    # A conversation in a project works in a git worktree of its own, on ``branch``
+    # (harness/<8 hex>) made from ``base_commit``; without one, in its owner's workspace.
+    # Deleting the project keeps the transcript.
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="conversations")  # fmt: skip
+    branch = models.CharField(max_length=255, blank=True)
+    base_commit = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-updated"]
@@ -358,3 +393,24 @@ class ProxyIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"proxy sign-in as {self.user.username}"
+
+
+class GitCredential(models.Model):
+    """A user's credential for one git host (``host`` or ``host:port``), used by the server
+    for that user's clones, fetches and pushes. The token is encrypted at rest and never
+    shown again, to anyone; no sandboxed process ever holds it."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="git_credentials")
+    host = models.CharField(max_length=255)
+    username = models.CharField(max_length=255)
+    secret = models.BinaryField(editable=False)  # the token, encrypted
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "host"], name="git_credential_user_host")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.host}"
