@@ -49,7 +49,10 @@ def _member(user_id, role: str | None = None):
 
 def readable_by(user_id) -> QuerySet[Conversation]:
     """The conversations ``user_id`` may read now, each annotated with ``role``: their own,
-    those shared with them, and the team's; the owner and the reader both active."""
+    those shared with them, and the team's; the owner and the reader both active.
+
+    What it reads is what ``rule_inputs`` returns: a new input of the rule goes there too
+    (open sockets re-run this rule when one of its inputs changes)."""
     active = Exists(User.objects.filter(pk=user_id, is_active=True))
     return (
         Conversation.objects.filter(owner__is_active=True)
@@ -63,6 +66,32 @@ def readable_by(user_id) -> QuerySet[Conversation]:
             )
         )  # fmt: skip
     )
+
+
+def rule_inputs(pairs: set[tuple[int, uuid.UUID]]) -> dict[tuple[int, uuid.UUID], tuple]:
+    """For (reader, conversation) pairs, everything ``readable_by`` reads about them, as a
+    value that changes whenever any of it does: the reader's account state, the
+    conversation's owner, team flag and owner's state, the reader's membership. Four
+    simple queries whatever the number of pairs (a reader whose inputs did not change need
+    not run the rule again)."""
+    users = {user for user, _ in pairs}
+    conversations = {conversation for _, conversation in pairs}
+    readers = dict(User.objects.filter(pk__in=users).values_list("pk", "is_active"))
+    rows = Conversation.objects.filter(id__in=conversations)
+    owners = {row[0]: row[1:] for row in rows.values_list("id", "owner_id", "team",
+                                                           "owner__is_active")}  # fmt: skip
+    members = Membership.objects.filter(conversation_id__in=conversations, user_id__in=users)
+    roles = {(user, conversation): role
+             for conversation, user, role in members.values_list("conversation_id", "user_id",
+                                                                 "role")}  # fmt: skip
+    return {
+        (user, conversation): (
+            readers.get(user),
+            owners.get(conversation),
+            roles.get((user, conversation)),
+        )  # fmt: skip
+        for user, conversation in pairs
+    }
 
 
 def reachable_by(user_id, level: str = READ) -> QuerySet[Conversation]:

@@ -30,7 +30,7 @@ from agent.server.user_connections import Slot, connections, refused_message
 from agent.web.api_base import api_error, api_view, of_conversation
 from agent.web.api_tokens import token_still_valid
 from agent.web.feed import ChannelInbox, ConversationFeed, Ended
-from agent.web.rechecks import Recheck
+from agent.web.rechecks import Recheck, Watch
 from agent.web.revocation import SIGNED_OUT, token_group, user_group
 
 
@@ -98,7 +98,8 @@ async def _event_stream(conversation: Conversation, user, token_id: int, since: 
     await runs.start_background()  # this process's cancel listener and run reaper
     # Token unrevoked, user active, conversation still theirs: one query, off the loop.
     still_valid = partial(token_still_valid, token_id, conversation.id)
-    recheck = Recheck(still_valid, lambda valid: None if valid else SIGNED_OUT)
+    watch = Watch(user.pk, conversation.id, token=token_id)
+    recheck = Recheck(still_valid, lambda valid: None if valid else SIGNED_OUT, watch)
     # The user's group: deactivation; the token's: its revocation (agent/web/revocation.py).
     inbox = ChannelInbox(conversation.id, [user_group(user.pk), token_group(token_id)])
     feed = ConversationFeed(conversation.id, user, since=since, branch=branch, inbox=inbox,

@@ -48,7 +48,7 @@ from agent.web.feed import (
     Switched,
     Terminal,
 )
-from agent.web.rechecks import Recheck
+from agent.web.rechecks import Recheck, Watch
 from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             return
         self.role = conversation.role  # re-read with the credential on every frame
         self.session_key = session.session_key if session else None
-        self.recheck, self.refused = Recheck(self._credential, self._verdict), False
+        watch = Watch(self.user.pk, conversation.id, session=self.session_key)
+        self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             *([session_group(session.session_key)] if session and session.session_key else []),

@@ -19,8 +19,9 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 
 A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
 connection also re-checks its credential in the database: a socket on each frame it
-receives and at most once a second while it sends (``socket_access``), a stream at each
-heartbeat and at most once a second while it sends (``agent.web.api_tokens.token_still_valid``).
+receives (``socket_access``), a stream at each heartbeat
+(``agent.web.api_tokens.token_still_valid``), and both within about a second of a change to
+what their credential is made of while they send (agent/web/rechecks.py).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ NOT_FOUND = "not_found"
 SIGNED_OUT = "signed_out"
 
 # Session engines whose sessions are rows of django_session (checked in the same query).
-_DB_SESSION_ENGINES = (
+DB_SESSION_ENGINES = (
     "django.contrib.sessions.backends.db",
     "django.contrib.sessions.backends.cached_db",
 )
@@ -214,7 +215,7 @@ def socket_access(
         key = uuid.UUID(str(conversation_id))
     except ValueError:
         return NOT_FOUND, None, None
-    if session_key and settings.SESSION_ENGINE in _DB_SESSION_ENGINES:
+    if session_key and settings.SESSION_ENGINE in DB_SESSION_ENGINES:
         found = list(_socket_rows(user_id, key, session_key, timezone.now()))
     else:
         found = [(*row, True) for row in _socket_rows(user_id, key)]

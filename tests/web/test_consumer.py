@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 import re
+import threading
 import time
 
 import pytest
@@ -683,20 +684,26 @@ async def test_a_socket_cancelled_by_the_server_leaves_the_feed_and_its_channel_
     layer, group = get_channel_layer(), group_name(conversation.id)
     (channel,) = layer.groups[user_group(user.pk)]
 
-    async def slow(*args):
-        await asyncio.sleep(60)
+    release = threading.Event()
 
-    monkeypatch.setattr(consumers, "_access", slow)
-    await ws.send_to(text_data=json.dumps({"action": "sync", "after": 0}))
-    await asyncio.sleep(0.1)
-    ws.future.cancel()  # what Daphne's application checker does
-    await asyncio.sleep(0.1)
-    assert group not in layer.groups
-    monkeypatch.setattr(layer, "expiry", 0.05)
-    for _ in range(5):
-        await layer.group_send(user_group(user.pk), {"type": "session.recheck"})
+    def slow(*args):  # a credential check that hangs (in its worker thread)
+        release.wait(30)
+        return None, None, "owner"
+
+    monkeypatch.setattr(consumers, "socket_access", slow)
+    try:
+        await ws.send_to(text_data=json.dumps({"action": "sync", "after": 0}))
         await asyncio.sleep(0.1)
-    assert channel not in layer.groups.get(user_group(user.pk), {})
+        ws.future.cancel()  # what Daphne's application checker does
+        await asyncio.sleep(0.1)
+        assert group not in layer.groups
+        monkeypatch.setattr(layer, "expiry", 0.05)
+        for _ in range(5):
+            await layer.group_send(user_group(user.pk), {"type": "session.recheck"})
+            await asyncio.sleep(0.1)
+        assert channel not in layer.groups.get(user_group(user.pk), {})
+    finally:
+        release.set()
 
 
 async def test_a_live_frame_is_written_without_the_socket_pausing():
