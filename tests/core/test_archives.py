@@ -299,3 +299,39 @@ def test_an_empty_archive_unpacks_to_an_empty_directory(parent):
 def test_a_loop_of_symlinks_is_refused(parent):
     error = refused(tar_gz(("symlink", "a", "b"), ("symlink", "b", "a/x")), parent)
     assert "loop" in str(error)
+
+
+def test_a_tar_header_larger_than_any_real_one_is_refused_before_it_is_read(parent):
+    """tarfile reads a pax header whole, into memory: 9 MB of it is refused unread."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("f")
+        info.pax_headers = {"comment": "x" * (9 << 20)}
+        tar.addfile(info, io.BytesIO(b""))
+    assert "header is larger" in str(refused(out.getvalue(), parent))
+
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
+def test_what_git_archive_makes_unpacks_as_the_repository_was(fmt, parent, tmp_path):
+    """GitHub's downloads are ``git archive``: a prefix directory, a global pax header
+    with the commit id (tar), Unix modes and symlinks (zip)."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "main.py").write_text("print(1)\n")
+    (repo / "build.sh").write_text("#!/bin/sh\n")
+    (repo / "build.sh").chmod(0o755)
+    (repo / "link").symlink_to("src/main.py")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    data = subprocess.run([*git, "archive", f"--format={fmt}", "--prefix=repo-main/", "HEAD"],
+                          check=True, capture_output=True).stdout  # fmt: skip
+    os.rename(repo, tmp_path / "elsewhere")  # the link must not resolve to the original
+    root, checked = unpacked(data, parent)
+    assert checked.stripped == "repo-main"
+    assert (root / "src" / "main.py").read_text() == "print(1)\n"
+    assert os.readlink(root / "link") == "src/main.py"
+    assert stat.S_IMODE(os.stat(root / "build.sh").st_mode) == 0o755
