@@ -128,3 +128,20 @@ def test_the_kernel_refuses_what_the_user_may_not_write(workspace):
         archive_ops.unpack_upload(workspace, io.BytesIO(data), "root-only/project", LIMITS,
                                   len(data))  # fmt: skip
     assert os.listdir(closed) == []
+
+
+def test_without_a_broker_a_file_worker_unpacks_as_the_owner(tmp_path):
+    """A root process with no broker (print mode, tests) unpacks with the owner's
+    filesystem identity: what it makes is the owner's, not root's."""
+    root = tmp_path / "plain"
+    root.mkdir(mode=0o700)
+    os.chown(root, UID_BASE + 8, UID_BASE + 8)
+    space = Workspace(root)
+    data = _tar_gz(("dir/f", b"x", 0o644))
+    try:
+        done = archive_ops.unpack_upload(space, io.BytesIO(data), "p", LIMITS, len(data))
+    finally:
+        space.close()
+    assert done["entries"] == 1 and done["stripped"] == "dir"
+    for path in (root / "p", root / "p" / "f"):
+        assert os.stat(path).st_uid == UID_BASE + 8, path
