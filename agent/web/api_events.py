@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
@@ -30,7 +29,8 @@ from agent.server import metrics
 from agent.server.user_connections import Slot, connections, refused_message
 from agent.web.api_base import api_error, api_view, of_conversation
 from agent.web.api_tokens import token_still_valid
-from agent.web.feed import ChannelInbox, ConversationFeed, Ended, Recheck
+from agent.web.feed import ChannelInbox, ConversationFeed, Ended
+from agent.web.rechecks import Recheck
 from agent.web.revocation import SIGNED_OUT, token_group, user_group
 
 
@@ -97,16 +97,12 @@ async def _event_stream(conversation: Conversation, user, token_id: int, since: 
                         branch: int | None, slot: Slot) -> HttpResponse:  # fmt: skip
     await runs.start_background()  # this process's cancel listener and run reaper
     # Token unrevoked, user active, conversation still theirs: one query, off the loop.
-    still_valid = partial(database_sync_to_async(token_still_valid, thread_sensitive=False),
-                          token_id, conversation.id)  # fmt: skip
-
-    async def denied() -> str | None:
-        return None if await still_valid() else SIGNED_OUT
-
+    still_valid = partial(token_still_valid, token_id, conversation.id)
+    recheck = Recheck(still_valid, lambda valid: None if valid else SIGNED_OUT)
     # The user's group: deactivation; the token's: its revocation (agent/web/revocation.py).
     inbox = ChannelInbox(conversation.id, [user_group(user.pk), token_group(token_id)])
     feed = ConversationFeed(conversation.id, user, since=since, branch=branch, inbox=inbox,
-                            recheck=Recheck(denied),
+                            recheck=recheck,
                             heartbeat=settings.HARNESS_SSE_HEARTBEAT)  # fmt: skip
 
     async def stream():

@@ -44,11 +44,11 @@ from agent.web.feed import (
     Ended,
     Item,
     QueueInbox,
-    Recheck,
     Replayed,
     Switched,
     Terminal,
 )
+from agent.web.rechecks import Recheck
 from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,6 @@ def _owned(conversation_id, user, session=None):
     # account is still active from the database, in the same query.
     conversation = conversation_for(user, conversation_id)
     return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
-
-
-_access = database_sync_to_async(socket_access, thread_sensitive=False)
 
 
 class Admission:
@@ -126,7 +123,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             return
         self.role = conversation.role  # re-read with the credential on every frame
         self.session_key = session.session_key if session else None
-        self.recheck, self.refused = Recheck(self._denied), False
+        self.recheck, self.refused = Recheck(self._credential, self._verdict), False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             *([session_group(session.session_key)] if session and session.session_key else []),
@@ -213,11 +210,14 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             await self._refuse(reason)
         return reason is None
 
-    async def _denied(self) -> str | None:
+    def _credential(self):
+        """The credential read again (blocking: run with the process's other checks)."""
+        return socket_access(self.conversation_id, self.user.pk, self.session_key,
+                             self.session_hash)  # fmt: skip
+
+    def _verdict(self, answer) -> str | None:
         """Why the credential no longer holds (None: it does); the role read again."""
-        reason, self.session_hash, self.role = await _access(
-            self.conversation_id, self.user.pk, self.session_key, self.session_hash
-        )
+        reason, self.session_hash, self.role = answer
         return reason
 
     async def write(self, item: Item) -> None:

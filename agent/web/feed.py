@@ -11,7 +11,8 @@ switch yields ``Switched``, then the new path's events after the point where the
 part; a feed of one named branch is not moved. The feed ends with ``Ended`` when the
 credential is revoked or the conversation deleted (a message to one of its groups:
 agent/web/revocation.py), when a re-check fails (on ``access.recheck`` and
-``session.recheck``, at each heartbeat, and at most once a second while events flow), or
+``session.recheck``, at each heartbeat, and at most once a second while events flow:
+agent/web/rechecks.py), or
 when the conversation can no longer be read. ``None`` is yielded for a heartbeat: nothing
 happened for ``heartbeat`` seconds.
 
@@ -24,9 +25,7 @@ renders each batch once for all the process's sockets) and by the socket's own c
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -39,13 +38,9 @@ from agent.runs.branches import resume_point
 from agent.runs.groups import group_name
 from agent.runs.snapshot import snapshot
 from agent.web import dispatch
+from agent.web.rechecks import Recheck
 from agent.web.revocation import NOT_FOUND, SIGNED_OUT
 
-log = logging.getLogger(__name__)
-
-# While events flow, the credential is re-checked at most this often (seconds): a query
-# per frame would be one per 50 ms per reader.
-RECHECK_INTERVAL = 1.0
 ENDS = {"user.revoked": SIGNED_OUT, "token.revoked": SIGNED_OUT, "conversation.deleted": NOT_FOUND}
 RECHECKS = frozenset({"access.recheck", "session.recheck"})  # sharing or a password changed
 # The messages a feed takes (the rest of the conversation's group's go to a socket itself).
@@ -104,53 +99,6 @@ class Terminal:
 @dataclass
 class Ended:
     reason: str  # NOT_FOUND or SIGNED_OUT (agent/web/revocation.py)
-
-
-class Recheck:
-    """A reader's credential read again (``check``: a database query answering why it no
-    longer holds, NOT_FOUND or SIGNED_OUT, or None while it does):
-    on demand, and, while frames flow, at most once per ``RECHECK_INTERVAL`` beside them
-    rather than in front of them (a round trip must not hold frames up; what can still go
-    out after a revocation is bounded by the interval)."""
-
-    def __init__(self, check: Callable[[], Awaitable[str | None]]) -> None:
-        self.check = check
-        self.at = time.monotonic()
-        self.pending: asyncio.Future | None = None
-
-    async def now(self) -> str | None:
-        self.at = time.monotonic()
-        return await self.check()
-
-    def beside(self, denied: Callable[[], None]) -> None:
-        """Starts a check in the background if the last one is older than the interval;
-        ``denied`` is called if it finds the credential no longer holds."""
-        if self.pending is None and time.monotonic() - self.at >= RECHECK_INTERVAL:
-            self.at = time.monotonic()
-            self.pending = asyncio.ensure_future(self._quietly())
-            self.pending.add_done_callback(
-                lambda done: done.cancelled() or done.result() is None or denied()
-            )
-
-    async def _quietly(self) -> str | None:
-        try:
-            return await self.check()
-        except Exception:  # a database hiccup: the next message or frame checks again
-            log.exception("could not re-check a reader's credential")
-            return None
-
-    def failed(self) -> str | None:
-        """Why the background check found that the credential no longer holds, if it did
-        (an answer is read once)."""
-        if self.pending is None or not self.pending.done():
-            return None
-        pending, self.pending = self.pending, None
-        return pending.result()
-
-    def cancel(self) -> None:
-        if self.pending is not None:
-            self.pending.cancel()
-            self.pending = None
 
 
 class QueueInbox:
