@@ -132,6 +132,15 @@ class UserSandbox:
         future = self._connection().submit("cli_home", [conversation, files], b"", None)
         future.result(REQUEST_TIMEOUT)
 
+    def call(self, op: str, args: list, blob: bytes = b"", timeout: float = READY_TIMEOUT):
+        """Blocking: one operation of the host's (agent/sandbox/ops.py), its JSON result."""
+        future = self._connection().submit(op, args, blob, None)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise PathError(f"the file operation did not finish within {timeout:g} s") from None
+
     def ensure_host(self) -> None:
         """Blocking: the host runs (it makes the hidden homes before any sandbox can)."""
         self._connection()

@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from agent.core.archive_formats import ArchiveError
 from agent.core.instructions import read_directories
 from agent.core.system_prompt import read_agents_file
 from agent.core.tools.browsing import (
@@ -19,6 +20,7 @@ from agent.core.tools.browsing import (
     download_path,
 )
 from agent.core.tools.workspace import PathError, Workspace
+from agent.sandbox import archive_ops
 
 # What the server calls (a function given to the file workers) -> the operation's name.
 NAMES = {
@@ -48,6 +50,8 @@ def run(workspace: Workspace, tools: dict, name: str, args: list, blob: bytes,
     """In the host: the operation's JSON result and bytes."""
     if name == "cli_home":
         return cli_home(homes, *args), b""
+    if name in ("archive_open", "archive_chunk", "archive_unpack", "archive_discard"):
+        return archive_ops.run(workspace, name, args, blob), b""
     if name == "tool":
         tool_name, params = args
         result = asyncio.run(tools[tool_name].execute(params))
@@ -119,12 +123,16 @@ def error_of(header: dict) -> Exception:
     message = str(header.get("message", "the file operation failed"))[:1000]
     if header.get("error") == "too_large":
         return TooLarge(message)
+    if header.get("error") == "bad_archive":
+        return ArchiveError(message)
     return PathError(message)
 
 
 def error_header(exc: BaseException) -> dict:
     if isinstance(exc, TooLarge):
         return {"error": "too_large", "message": str(exc)}
+    if isinstance(exc, ArchiveError):
+        return {"error": "bad_archive", "message": str(exc)}
     if isinstance(exc, PathError):
         return {"error": "path", "message": str(exc)}
     return {"error": "internal", "message": f"the file operation failed ({type(exc).__name__})"}
