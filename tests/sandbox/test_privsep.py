@@ -91,6 +91,18 @@ def test_tools_and_bash_run_as_the_users_own_uid(live, alice, fresh):
     assert path.stat().st_uid == uid
 
 
+def test_bash_has_a_private_tmp_it_can_write(live, alice, fresh):
+    """pip, compilers and test runners write TMPDIR: the sandbox's /tmp is the user's to
+    write (sticky, like a host's), and not shared with the host's."""
+    _, conversation = alice.call("POST", "/api/conversations", {})
+    command = "echo scratch > /tmp/a && cat /tmp/a && stat -c %a /tmp && mktemp -d | head -c 5"
+    fresh.enqueue(tool_reply(("bash", {"command": command})), text_reply("done"))
+    (result,) = _results(prompt_and_read(alice, conversation["id"], "go"))
+    assert not result["isError"], result["result"]
+    assert json.loads(result["result"])["output"] == "scratch\n1777\n/tmp/"
+    assert not Path("/tmp/a").exists() or Path("/tmp/a").read_text() != "scratch\n"
+
+
 def test_a_symlink_to_a_root_file_gives_the_user_nothing(live, alice, fresh):
     """What code might forget, the kernel refuses: the file host is the user."""
     _, conversation = alice.call("POST", "/api/conversations", {})

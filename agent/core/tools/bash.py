@@ -89,7 +89,9 @@ def sandbox_argv(
         # change what is mounted.
         "--bind-fd", str(workspace_fd), "/workspace",
         "--chdir", "/workspace",
-        "--tmpfs", "/tmp",
+        # The user's to write, sticky like a host's (a privileged bwrap's tmpfs would be
+        # root's 0755); bounded by the sandbox's memory limit, which its pages count in.
+        "--perms", "1777", "--tmpfs", "/tmp",
         "--proc", "/proc",
         "--dev", "/dev",
     ]  # fmt: skip
