@@ -109,7 +109,9 @@ def one_of(value, choices) -> bool:
 def conversation_json(c: Conversation) -> dict[str, Any]:
     """A conversation in a list: with the caller's ``role``."""
     return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
-            "role": getattr(c, "role", "owner")}  # fmt: skip
+            "role": getattr(c, "role", "owner"),
+            "project": str(c.project_id) if c.project_id else None,
+            "branch": c.branch or None}  # fmt: skip
 
 
 def conversation_detail(c: Conversation) -> dict[str, Any]:

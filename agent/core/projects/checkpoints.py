@@ -9,9 +9,11 @@ alone by a restore.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import os
-import threading
+from collections.abc import Iterator
 
 from agent.core.git import Git, GitError
 from agent.core.projects.layout import Layout
@@ -20,9 +22,6 @@ ARCHIVE_CAP = 60 * 1024 * 1024
 DIFF_CAP = 2 * 1024 * 1024
 MAX_FILES = 5000  # paths a checkpoint event or a changes answer names
 ZERO = "0" * 40
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
 
 
 class NothingToCommit(GitError):
@@ -33,9 +32,17 @@ class UnknownCheckpoint(GitError):
     pass
 
 
-def _lock(layout: Layout) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(layout.index, threading.Lock())
+@contextlib.contextmanager
+def _lock(layout: Layout) -> Iterator[None]:
+    """One operation at a time on a worktree's private index, across threads and the
+    processes of a server without a broker (each opens the lock file: flock is per open
+    file). git's own ``<index>.lock`` would fail a second writer instead of waiting."""
+    fd = os.open(f"{layout.index}.flock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _git(layout: Layout) -> Git:

@@ -77,3 +77,23 @@ def _text(args: dict, key: str, limit: int) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > limit or "\0" in value:
         raise GitError(f"{key} must be a non-empty string of at most {limit} characters")
     return value
+
+
+# Errors across the sandbox's socket: a code and git's message, the same class after.
+ERRORS = {
+    "nothing_to_commit": checkpoints.NothingToCommit,
+    "unknown_checkpoint": checkpoints.UnknownCheckpoint,
+    "git": GitError,
+}
+
+
+def error_code(exc: BaseException) -> str | None:
+    for code, cls in ERRORS.items():
+        if isinstance(exc, cls):
+            return code
+    return "git" if isinstance(exc, LayoutError) else None
+
+
+def error_from(code: str, message: str) -> GitError | None:
+    cls = ERRORS.get(code)
+    return cls(message) if cls is not None else None
