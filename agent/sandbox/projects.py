@@ -57,6 +57,7 @@ def oneshot(workspace_root: str, ids: tuple[int, int] | None, name: str,
         raise GitError(str(exc)) from None
     finally:
         os.close(workspace)
+    again = os.dup(projects)  # its second mount: bwrap closes a descriptor once used
     python, prefix = _python()
     code = (
         f"import sys; sys.path.insert(0, {APP_IN_SANDBOX!r}); "
@@ -72,17 +73,18 @@ def oneshot(workspace_root: str, ids: tuple[int, int] | None, name: str,
             "--perms", "0755", "--dir", "/opt",
             "--perms", "0755", "--dir", APP_IN_SANDBOX,
             "--ro-bind", os.path.join(APP, "agent"), APP_IN_SANDBOX + "/agent",
-            *project_mounts.host_binds(projects),
+            *project_mounts.host_binds(again),
         ]  # fmt: skip
         request = json.dumps({"name": name, "args": args}).encode()
         try:
             done = subprocess.run(argv, input=request, capture_output=True, timeout=TIMEOUT,
-                                  pass_fds=[projects], env={"PATH": SANDBOX_PATH},
+                                  pass_fds=[projects, again], env={"PATH": SANDBOX_PATH},
                                   preexec_fn=limits(None, None))  # fmt: skip
         except subprocess.TimeoutExpired:
             raise GitError(f"the project operation did not finish within {TIMEOUT:g} s") from None
     finally:
         os.close(projects)
+        os.close(again)
     header, _, blob = done.stdout[:OUTPUT_CAP].partition(b"\n")
     try:
         reply = json.loads(header)
