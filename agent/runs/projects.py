@@ -4,10 +4,14 @@ agent/core/projects/ops.py there). Blocking: call from a thread."""
 
 from __future__ import annotations
 
+import logging
+
 from agent.core.git import GitError
 from agent.models import Conversation, Project
 from agent.runs.workspaces import sandbox_ids, workspace_for
 from agent.sandbox import projects as sandboxed
+
+log = logging.getLogger(__name__)
 
 MAX_PROJECTS = 50  # a user's projects (each holds a repository in their quota)
 
@@ -55,6 +59,17 @@ def add_worktree(conversation: Conversation, base: str) -> None:
     made, _ = run_op(conversation.owner_id, "add_worktree", _args(conversation, base=base))
     conversation.branch, conversation.base_commit = made["branch"], made["base_commit"]
     conversation.save(update_fields=["branch", "base_commit"])
+
+
+def remove_worktree(conversation: Conversation) -> None:
+    """A deleted conversation's worktree gone (its branch and commits stay). Best effort:
+    a failure is logged, the conversation is deleted anyway."""
+    if not in_project(conversation):
+        return
+    try:
+        run_op(conversation.owner_id, "remove_worktree", _args(conversation))
+    except Exception as exc:  # noqa: BLE001 - the files stay in the owner's quota; said
+        log.warning("worktree of deleted conversation %s not removed: %s", conversation.id, exc)
 
 
 def in_project(conversation: Conversation) -> bool:

@@ -71,6 +71,11 @@ def test_a_project_without_a_broker(kim):
     assert _bash(own, "ls -A .harness-projects | wc -l").strip() == "0"
     listing = send(client, "GET", f"/api/conversations/{conversation.id}/changes").json()
     assert listing["files"][0]["status"] == "added"
+    # Deleting the conversation removes its worktree (its branch stays in the repository).
+    page = Client()
+    page.force_login(user)
+    assert page.post(f"/c/{conversation.id}/delete").status_code == 302
+    assert not workspace.root.exists()
 
 
 @pytest.mark.parametrize("value", [{"$gt": ""}, ["x"], 7, True, None, ""])
