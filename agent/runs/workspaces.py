@@ -68,10 +68,11 @@ def workspace_for(user_id: int) -> Workspace:
     return workspace
 
 
-def conversation_workspace(conversation) -> Workspace:
+def conversation_workspace(conversation, base: Workspace | None = None) -> Workspace:
     """Where a conversation's tools, bash, CLI and Files panel work: its worktree when it
-    is in a project (docs/API.md, "Projects"), else its owner's workspace. Blocking."""
-    base = workspace_for(conversation.owner_id)
+    is in a project (docs/API.md, "Projects"), else its owner's workspace (``base``, when
+    the caller has it already). Blocking."""
+    base = base or workspace_for(conversation.owner_id)
     if not conversation.project_id or not conversation.branch:
         return base
     project, mine = conversation.project_id.hex, conversation.id.hex
