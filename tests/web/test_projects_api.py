@@ -112,3 +112,13 @@ def test_a_bad_base_or_a_strangers_project_makes_no_conversation(kim):
                        ("regenerate", {"restore_files": 1})):  # fmt: skip
         response = send(client, "POST", f"/api/conversations/{conversation.id}/{path}", body)
         assert response.status_code == 400, (path, response.json())
+
+
+def test_a_user_has_a_bounded_number_of_projects(kim):
+    user, client = kim
+    Project.objects.bulk_create(
+        [Project(owner=user, name=f"p{i}") for i in range(projects.MAX_PROJECTS)]
+    )
+    response = send(client, "POST", "/api/projects", {"name": "one more"})
+    assert response.status_code == 429 and response.json()["error"] == "too_many_projects"
+    assert Project.objects.count() == projects.MAX_PROJECTS
