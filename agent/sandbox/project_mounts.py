@@ -6,9 +6,9 @@ nothing in a user-writable tree can redirect a mount.
 - The file host gets the whole projects directory at ``/projects`` (``MOUNT``).
 - A project conversation's bash and CLI sandbox get its worktree at ``/workspace`` and, so
   that git's absolute back-pointers hold, the repository and the same worktree at their
-  ``/projects/...`` paths; the repository's ``config`` and ``hooks/`` read-only (defence
-  in depth: git run by Harness ignores them anyway, agent/core/git.py); no other
-  conversation's worktree.
+  ``/projects/...`` paths; the repository's ``config``, ``hooks/`` and the other worktrees'
+  administrative directories read-only (defence in depth: git run by Harness ignores the
+  configuration anyway, agent/core/git.py); no other conversation's worktree.
 - Every other sandbox sees an empty, read-only directory where the projects are.
 """
 
@@ -107,6 +107,10 @@ def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
         opened.append(config)
         hooks = _open(repo, "hooks", device, stat.S_IFDIR)
         opened.append(hooks)
+        admins = _open(repo, "worktrees", device, stat.S_IFDIR)
+        opened.append(admins)
+        admin = _open(admins, conversation, device, stat.S_IFDIR)
+        opened.append(admin)
         trees = _open(home, "trees", device, stat.S_IFDIR)
         opened.append(trees)
         tree = _open(trees, conversation, device, stat.S_IFDIR)
@@ -125,6 +129,10 @@ def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
         "--bind-fd", str(repo), f"{at}/repo.git",
         "--ro-bind-fd", str(config), f"{at}/repo.git/config",
         "--ro-bind-fd", str(hooks), f"{at}/repo.git/hooks",
+        # The other worktrees' administrative directories (their lock, HEAD, index) out of
+        # this agent's reach: only its own is writable.
+        "--ro-bind-fd", str(admins), f"{at}/repo.git/worktrees",
+        "--bind-fd", str(admin), f"{at}/repo.git/worktrees/{conversation}",
         "--bind-fd", str(again), f"{at}/trees/{conversation}",
     ]  # fmt: skip
     return Worktree(tree=tree, binds=binds, fds=opened)
@@ -143,5 +151,7 @@ def path_binds(projects: str, project: str, conversation: str) -> list[str]:
         "--bind", repo, f"{at}/repo.git",
         "--ro-bind", f"{repo}/config", f"{at}/repo.git/config",
         "--ro-bind", f"{repo}/hooks", f"{at}/repo.git/hooks",
+        "--ro-bind", f"{repo}/worktrees", f"{at}/repo.git/worktrees",
+        "--bind", f"{repo}/worktrees/{conversation}", f"{at}/repo.git/worktrees/{conversation}",
         "--bind", f"{projects}/{project}/trees/{conversation}", f"{at}/trees/{conversation}",
     ]  # fmt: skip

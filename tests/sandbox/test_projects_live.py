@@ -103,6 +103,13 @@ def test_a_conversation_works_in_its_own_worktree_with_checkpoints(alice, projec
     _, out = _bash(fresh, alice, second, "ls -A; ls /projects/*/trees | wc -l")
     assert out.split() == [".git", "1"]
     assert _changes(alice, first) == ["a.txt"] and _changes(alice, second) == []
+    # Its agent cannot unlock the other's worktree for a prune that would drop it.
+    other = first["id"].replace("-", "")
+    _, out = _bash(fresh, alice, second, f"rm -f $(git rev-parse --git-common-dir)/worktrees/"
+                   f"{other}/locked 2>&1; git worktree prune; echo pruned")  # fmt: skip
+    assert "Read-only file system" in out and "pruned" in out, out
+    _, out = _bash(fresh, alice, first, "git status --short")
+    assert out.split() == ["??", "a.txt"], out
 
 
 def test_restore_and_its_undo(alice, project, fresh):

@@ -161,7 +161,8 @@ def commit(layout: Layout, message: str, name: str, email: str) -> dict:
     with _lock(layout):
         git = _git(layout)
         tree = _snapshot(git, layout)
-        head = git.text("rev-parse", "--verify", "HEAD")
+        # On the conversation's branch, wherever the agent moved HEAD meanwhile.
+        head = git.text("rev-parse", "--verify", f"refs/heads/{layout.branch}")
         if git.text("rev-parse", f"{head}^{{tree}}") == tree:
             raise NothingToCommit("nothing to commit: the worktree is its branch's last commit")
         who = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
@@ -169,9 +170,12 @@ def commit(layout: Layout, message: str, name: str, email: str) -> dict:
         made = git.text("commit-tree", tree, "-p", head, "-F", "-", stdin=message.encode(),
                         extra=who)  # fmt: skip
         git.run("update-ref", f"refs/heads/{layout.branch}", made, head)
-        # The worktree's own index follows (as after ``git commit -a``): `git status` in the
-        # agent's bash shows a clean tree.
-        git.run("read-tree", made)
+        if git.run("symbolic-ref", "-q", "HEAD", check=False).out.strip() == (
+            f"refs/heads/{layout.branch}".encode()
+        ):
+            # The worktree's own index follows (as after ``git commit -a``): `git status`
+            # in the agent's bash shows a clean tree.
+            git.run("read-tree", made)
         return {"commit": made}
 
 

@@ -10,6 +10,8 @@ from agent.core.projects.layout import Layout, LayoutError
 
 NETWORK = (("protocol.http.allow", "always"), ("protocol.https.allow", "always"))
 MAX_ARGS = 64
+# What a caller may add to git's environment: never configuration, programs or paths.
+ENV_PREFIXES = ("GIT_AUTHOR_", "GIT_COMMITTER_")
 
 
 def run(root: str, name: str, args: dict) -> tuple[dict, bytes]:
@@ -51,9 +53,10 @@ def git_command(layout: Layout, args: dict) -> dict:
     extra = NETWORK if args.get("network") is True else ()
     env = args.get("env") or {}
     if not isinstance(env, dict) or not all(
-        isinstance(k, str) and k.startswith("GIT_") and isinstance(v, str) for k, v in env.items()
+        isinstance(k, str) and k.startswith(ENV_PREFIXES) and isinstance(v, str) and "\0" not in v
+        for k, v in env.items()
     ):
-        raise LayoutError("env must map GIT_ names to strings")
+        raise LayoutError("env may only name an author or a committer")
     git = Git(layout.tree_git_dir if layout.conversation else layout.repo, extra_config=extra,
               timeout=float(args.get("timeout") or 60))  # fmt: skip
     result = git.run(*argv, work_tree=layout.tree if layout.conversation else None, check=False,
