@@ -247,3 +247,40 @@ def test_deleting_a_project_keeps_its_conversations(alice, fresh):
     assert alice.call("GET", f"/api/projects/{made['id']}")[0] == 404
     status, shown = alice.call("GET", f"/api/conversations/{conversation['id']}")
     assert status == 200 and shown["project"] is None
+
+
+def test_the_file_tools_work_in_the_worktree(alice, project, fresh):
+    conversation = _conversation(alice, project)
+    fresh.enqueue(
+        tool_reply(("write", {"path": "src/new.py", "content": "x = 1\n"}),
+                   ("edit", {"path": "src/new.py", "old_str": "x = 1", "new_str": "x = 2"}),
+                   ("list_dir", {"path": "."}),
+                   ("read", {"path": ".harness-projects"})),
+        text_reply("done"),
+    )  # fmt: skip
+    events = prompt_and_read(alice, conversation["id"], "write it")
+    results = [e for e in events if e["type"] == "tool_result"]
+    assert [r["isError"] for r in results] == [False, False, False, True], results
+    assert "src" in results[2]["result"] and ".harness" not in results[2]["result"]
+    files = [e["files"] for e in events if e["type"] == "checkpoint"]
+    assert files == [[], ["src/new.py"], ["src/new.py"]]  # start, write, edit; not the reads
+    status, body = alice.call("GET", f"/api/conversations/{conversation['id']}/changes")
+    assert "+x = 2" in body["diff"]
+
+
+def test_no_restore_while_a_prompt_runs(alice, project, fresh):
+    conversation = _conversation(alice, project)
+    cid = conversation["id"]
+    _bash(fresh, alice, conversation, "touch a")
+    first = alice.call("GET", f"/api/conversations/{cid}/checkpoints")[1]["checkpoints"][0]
+    fresh.enqueue(tool_reply(("bash", {"command": "sleep 30"})), text_reply("slept"))
+    response, stream = alice.events(cid, since=conversation["seq"], timeout=60)
+    assert alice.call("POST", f"/api/conversations/{cid}/prompt", {"content": "wait"})[0] == 202
+    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=30)
+    status, body = alice.call("POST", f"/api/conversations/{cid}/restore",
+                              {"checkpoint": first["id"]})  # fmt: skip
+    assert (status, body["error"]) == (409, "prompt_running")
+    assert alice.call("POST", f"/api/conversations/{cid}/cancel")[1] == {"cancelled": True}
+    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+               and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
+    assert _changes(alice, conversation) == ["a"]
