@@ -27,6 +27,23 @@ def run_op(owner_id: int, name: str, args: dict) -> tuple[dict, bytes]:
     return sandboxed.run(base.sandbox, str(base.root), sandbox_ids(owner_id), name, args)
 
 
+def git(owner_id: int, project, args: list[str], *, conversation=None,
+        network: bool = False, timeout: float = 60) -> dict:  # fmt: skip
+    """One hardened git command line on a project's repository (in a conversation's
+    worktree when one is named), as the owner, in the owner's sandbox: ``{"code", "out",
+    "err"}``. ``network``: http(s) transports allowed (clone, fetch, push go here)."""
+    named = {"project": _hex(project), "args": list(args), "network": network,
+             "timeout": timeout}  # fmt: skip
+    if conversation is not None:
+        named["conversation"] = _hex(conversation)
+    done, _ = run_op(owner_id, "git", named)
+    return done
+
+
+def _hex(value) -> str:
+    return getattr(value, "hex", None) or str(value).replace("-", "")
+
+
 def create_empty(owner, name: str) -> Project:
     """A project with an empty repository and one initial commit, ``ready``."""
     if Project.objects.filter(owner=owner).count() >= MAX_PROJECTS:

@@ -122,3 +122,12 @@ def test_a_user_has_a_bounded_number_of_projects(kim):
     response = send(client, "POST", "/api/projects", {"name": "one more"})
     assert response.status_code == 429 and response.json()["error"] == "too_many_projects"
     assert Project.objects.count() == projects.MAX_PROJECTS
+
+
+def test_the_git_seam_runs_a_command_line_as_the_owner(kim):
+    user, client = kim
+    made = send(client, "POST", "/api/projects", {"name": "seam"}).json()
+    done = projects.git(user.pk, made["id"], ["log", "--format=%s", "main"])
+    assert (done["code"], done["out"].strip()) == (0, "Initial commit")
+    refused = projects.git(user.pk, made["id"], ["ls-remote", "ext::sh -c touch% /tmp/x"])
+    assert refused["code"] != 0 and "not allowed" in refused["err"], refused
