@@ -102,7 +102,7 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused) as exc:
+        except (Refused, cli_spawn.Refused, project_mounts.Refused) as exc:
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -162,9 +162,6 @@ class Broker:
                 nofile=HOST_NOFILE,
                 stdout=subprocess.DEVNULL,
             )
-        except project_mounts.Refused as exc:
-            mine.close()
-            raise Refused(str(exc)) from None
         except BaseException:
             mine.close()
             raise
@@ -187,15 +184,9 @@ class Broker:
         workspace = self._workspace_fd(user)
         worktree = None
         try:
-            if message.get("project") is not None:
-                # A project conversation: its worktree is the workspace (agent/sandbox/
-                # project_mounts.py); the user's own files are out of reach.
-                try:
-                    worktree = project_mounts.open_worktree(
-                        workspace, message.get("project"), message.get("conversation")
-                    )
-                except project_mounts.Refused as exc:
-                    raise Refused(str(exc)) from None
+            # A project conversation: its worktree is the workspace (project_mounts.py).
+            worktree = project_mounts.requested(workspace, message)
+            if worktree is not None:
                 os.close(workspace)
                 workspace = os.dup(worktree.tree)
             if unsafe:
@@ -209,10 +200,7 @@ class Broker:
             else:
                 argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
                 at = argv.index("--")
-                if worktree is not None:
-                    argv[at:at] = worktree.binds
-                else:
-                    argv[at:at] = _hidden(workspace)
+                argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
             passed = [workspace] + (worktree.fds if worktree is not None else [])
@@ -368,24 +356,6 @@ class Broker:
             children = list(self.children)
         for child in children:
             _kill(child)
-
-
-def _hidden(workspace_fd: int) -> list[str]:
-    """What a plain workspace's sandbox must not see: the CLI homes, the projects."""
-    binds = cli_spawn.hidden_homes() if _has_homes(workspace_fd) else []
-    if project_mounts.has_projects(workspace_fd):
-        binds += project_mounts.hidden()
-    return binds
-
-
-def _has_homes(workspace_fd: int) -> bool:
-    try:
-        fd = os.open(cli_spawn.HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=workspace_fd)  # fmt: skip
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _kill(child: subprocess.Popen) -> None:

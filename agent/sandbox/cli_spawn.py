@@ -110,13 +110,7 @@ def open_home(workspace_fd: int, conversation: str) -> int:
 def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
          ids: tuple[int, int], forwarder: str, worktree=None) -> list[str]:  # fmt: skip
     # In a project conversation the workspace is its worktree (no homes in it to hide).
-    if worktree is not None:
-        hide = worktree.binds
-    else:
-        hide = hidden_homes()
-        if project_mounts.has_projects(workspace_fd):
-            hide += project_mounts.hidden()
-    binds = hide + [
+    binds = (worktree.binds if worktree is not None else hidden_for(workspace_fd)) + [
         "--perms", "0755", "--dir", "/home",
         "--bind-fd", str(home_fd), HOME_IN_SANDBOX,
         *install_binds(spec["cli_root"]),
@@ -128,6 +122,25 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: in
                   "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
     base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
     return cli_sandbox(base, binds, spec["env"])
+
+
+def hidden_for(workspace_fd: int) -> list[str]:
+    """What a sandbox of the user's own workspace must not see: the CLI homes (when made)
+    and the projects."""
+    binds = hidden_homes() if has_homes(workspace_fd) else []
+    if project_mounts.has_projects(workspace_fd):
+        binds += project_mounts.hidden()
+    return binds
+
+
+def has_homes(workspace_fd: int) -> bool:
+    try:
+        fd = os.open(HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=workspace_fd)  # fmt: skip
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def hidden_homes() -> list[str]:
@@ -193,11 +206,7 @@ def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, objec
         home = open_home(workspace, spec["conversation"])
         root = workspace
         if spec.get("project"):
-            try:
-                worktree = project_mounts.open_worktree(workspace, spec["project"],
-                                                        spec["conversation"])  # fmt: skip
-            except project_mounts.Refused as exc:
-                raise Refused(str(exc)) from None
+            worktree = project_mounts.requested(workspace, spec)
             root = worktree.tree
         forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
         command = argv(broker._need_bwrap(), spec, root, home, spec.get("gateway_fd"),

@@ -89,6 +89,13 @@ class Worktree:
                 os.close(fd)
 
 
+def requested(workspace_fd: int, message: dict) -> Worktree | None:
+    """The worktree a broker request names (``project``, ``conversation``), or None."""
+    if message.get("project") is None:
+        return None
+    return open_worktree(workspace_fd, message["project"], message.get("conversation"))
+
+
 def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
     try:
         project, conversation = hex_id(project), hex_id(conversation)
