@@ -30,7 +30,7 @@ from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn
+from agent.sandbox import cli_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -102,7 +102,7 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused) as exc:
+        except (Refused, cli_spawn.Refused, project_mounts.Refused) as exc:
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -148,13 +148,17 @@ class Broker:
         user = _user(message)
         bwrap = self._need_bwrap()
         workspace = self._workspace_fd(user)
+        projects = None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            projects = project_mounts.projects_fd(workspace)
             argv = host_argv(bwrap, self.config, workspace, theirs.fileno(), self.config.ids(user))
+            at = argv.index("--")
+            argv[at:at] = project_mounts.host_binds(projects)
             child, cgroup = self.spawn(
                 user,
                 argv,
-                [workspace, theirs.fileno()],
+                [workspace, projects, theirs.fileno()],
                 nofile=HOST_NOFILE,
                 stdout=subprocess.DEVNULL,
             )
@@ -163,6 +167,8 @@ class Broker:
             raise
         finally:
             os.close(workspace)
+            if projects is not None:
+                os.close(projects)
             theirs.close()
         # It ends when the server closes its socket; then its cgroup goes.
         threading.Thread(target=self.supervise, args=(child, cgroup), daemon=True).start()
@@ -176,7 +182,13 @@ class Broker:
         unsafe = message.get("unsafe") is True
         bwrap = None if unsafe else self._need_bwrap()
         workspace = self._workspace_fd(user)
+        worktree = None
         try:
+            # A project conversation: its worktree is the workspace (project_mounts.py).
+            worktree = project_mounts.requested(workspace, message)
+            if worktree is not None:
+                os.close(workspace)
+                workspace = os.dup(worktree.tree)
             if unsafe:
                 # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
                 # cgroup, limits), in the workspace: never root, never the server.
@@ -187,13 +199,13 @@ class Broker:
                 cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
             else:
                 argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
-                if _has_homes(workspace):
-                    at = argv.index("--")
-                    argv[at:at] = cli_spawn.hidden_homes()
+                at = argv.index("--")
+                argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
+            passed = [workspace] + (worktree.fds if worktree is not None else [])
             try:
-                child, cgroup = self.spawn(user, argv, [workspace], stdout=write, cwd=cwd,
+                child, cgroup = self.spawn(user, argv, passed, stdout=write, cwd=cwd,
                                            env=env)  # fmt: skip
             except BaseException:
                 os.close(read)
@@ -204,6 +216,8 @@ class Broker:
             measure = os.dup(workspace)
         finally:
             os.close(workspace)
+            if worktree is not None:
+                worktree.close()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
                          daemon=True).start()  # fmt: skip
@@ -342,16 +356,6 @@ class Broker:
             children = list(self.children)
         for child in children:
             _kill(child)
-
-
-def _has_homes(workspace_fd: int) -> bool:
-    try:
-        fd = os.open(cli_spawn.HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=workspace_fd)  # fmt: skip
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _kill(child: subprocess.Popen) -> None:

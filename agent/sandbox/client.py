@@ -110,11 +110,25 @@ class UserSandbox:
     """One user's side of the broker: their file host (started on first use, again after
     it died) and their bash commands. What ``Workspace.sandbox`` holds."""
 
+    # (project, conversation) hex ids: the file work, tools and bash of a conversation in
+    # a project, in its worktree (``worktree``); None: the user's own workspace.
+    scope: list[str] | None = None
+
     def __init__(self, broker: Broker, user_id: int):
         self.broker = broker
         self.user_id = user_id
         self._host: HostConnection | None = None
         self._lock = threading.Lock()
+
+    def worktree(self, project: str, conversation: str) -> UserSandbox:
+        """This user's sandbox as a project conversation sees it (one host serves both)."""
+        return WorktreeSandbox(self, [project, conversation])
+
+    def project(self, name: str, args: dict, timeout: float = REQUEST_TIMEOUT):
+        """Blocking: a project operation (agent/core/projects/ops.py) run by the user's file
+        host, as the user, in their sandbox: (JSON result, bytes)."""
+        future = self._connection().submit("project", [name, args], b"", "project")
+        return future.result(timeout)
 
     def _connection(self) -> HostConnection:
         with self._lock:
@@ -125,7 +139,7 @@ class UserSandbox:
 
     def submit(self, fn, args: tuple) -> concurrent.futures.Future:
         name, json_args, blob = ops.request_of(fn, args)
-        return self._connection().submit(name, json_args, blob, decode=name)
+        return self._connection().submit(name, json_args, blob, decode=name, scope=self.scope)
 
     def cli_home(self, conversation: str, files: dict[str, str]) -> None:
         """Blocking: the conversation's CLI home and its files, made by the user's host."""
@@ -154,7 +168,7 @@ class UserSandbox:
                 fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
             reply, _ = self.broker.request(
                 "cli", fds, user=self.user_id, conversation=conversation, program=program,
-                env=env, cli_root=cli_root,
+                env=env, cli_root=cli_root, project=self.scope[0] if self.scope else None,
             )  # fmt: skip
         finally:
             for fd in fds:
@@ -162,7 +176,7 @@ class UserSandbox:
         return str(reply["ticket"])
 
     def tool_future(self, name: str, params: dict, op: str = "tool") -> concurrent.futures.Future:
-        return self._connection().submit(op, [name, params], b"", decode=None)
+        return self._connection().submit(op, [name, params], b"", decode=None, scope=self.scope)
 
     async def tool(self, name: str, params: dict, timeout: float):
         from agent.core.tools.base import ToolResult
@@ -189,8 +203,9 @@ class UserSandbox:
     async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
         """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
         (ProcessResult, RunStats, the workspace's disk usage after it or None)."""
+        where = {"project": self.scope[0], "conversation": self.scope[1]} if self.scope else {}
         request = functools.partial(self.broker.request, "bash", user=self.user_id,
-                                    command=command, unsafe=unsafe)  # fmt: skip
+                                    command=command, unsafe=unsafe, **where)  # fmt: skip
         _, fds = await _thread(request)
         read_fd, control = fds[0], socket.socket(fileno=fds[1])
         out = HeadTailBuffer(output_cap)
@@ -224,6 +239,20 @@ class UserSandbox:
         return result, stats, usage
 
 
+class WorktreeSandbox(UserSandbox):
+    """A project conversation's view of its user's sandbox: the same file host, asked
+    about the conversation's worktree; bash and the CLI in that worktree."""
+
+    def __init__(self, parent: UserSandbox, scope: list[str]):
+        self.parent = parent
+        self.broker = parent.broker
+        self.user_id = parent.user_id
+        self.scope = scope
+
+    def _connection(self) -> HostConnection:
+        return self.parent._connection()
+
+
 def _drain(fd: int, buffer: HeadTailBuffer) -> None:
     try:
         while chunk := os.read(fd, 65536):
@@ -254,13 +283,17 @@ class HostConnection:
         self._lock = threading.Lock()
         threading.Thread(target=self._read, name="file-host", daemon=True).start()
 
-    def submit(self, op: str, args: list, blob: bytes, decode: str | None):
+    def submit(self, op: str, args: list, blob: bytes, decode: str | None,
+               scope: list[str] | None = None):  # fmt: skip
         future: concurrent.futures.Future = concurrent.futures.Future()
+        header = {"id": None, "op": op, "args": args}
+        if scope is not None:
+            header["scope"] = scope
         with self._lock:
-            request_id = next(self._ids)
+            request_id = header["id"] = next(self._ids)
             self._waiting[request_id] = (future, decode)
             try:
-                write_frame(self.sock, {"id": request_id, "op": op, "args": args}, blob)
+                write_frame(self.sock, header, blob)
             except OSError:
                 self._waiting.pop(request_id, None)
                 self.closed = True

@@ -116,7 +116,8 @@ def conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
     return {**conversation_json(c), "model": c.model, "thinking": c.thinking or None,
             "approval": c.approval or settings.HARNESS_APPROVAL, "team": c.team,
-            "agent": c.agent}  # fmt: skip
+            "agent": c.agent, "project": str(c.project_id) if c.project_id else None,
+            "branch": c.branch or None}  # fmt: skip
 
 
 def forbidden() -> JsonResponse:

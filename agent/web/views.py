@@ -26,7 +26,7 @@ from agent.access import (
 )
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.models import Conversation, Membership, User
-from agent.runs import search, usage
+from agent.runs import projects, search, usage
 from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.claim import RunRefused
@@ -222,6 +222,7 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
         cancel_from_sync(conversation.id)
     if conversation.agent != "harness":
         end_session_sync(conversation.id)  # its CLI's tmux session
+    projects.remove_worktree(conversation)  # in a project: its worktree (the branch stays)
     conversation.delete()
     return _back_to(request, redirect("home"))
 
