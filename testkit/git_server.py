@@ -5,7 +5,8 @@ Bare repositories live in a temporary directory (``make_repository`` fills one w
 first commit); pushes are enabled. Tests read what it saw (``requests``: method, path and
 the Authorization header each came with) and can make it misbehave: ``endless`` answers
 every fetch with bytes that never end, ``hold`` keeps a fetch's answer back until the
-test releases it (the client's processes can then be inspected mid-transfer).
+test releases it (the client's processes can then be inspected mid-transfer), ``public``
+lets fetches through without a credential.
 
     with GitServer(user="alice", token="s3cret") as server:
         server.make_repository("demo.git")
@@ -53,6 +54,7 @@ class GitServer:
         self.root = Path(tempfile.mkdtemp(prefix="harness-git-remote-"))
         self.requests: list[Seen] = []
         self.endless = False
+        self.public = False  # True: fetches need no credential (pushes still do)
         self.hold = threading.Event()
         self.hold.set()  # set: answers go out at once
         self.held = threading.Event()  # set when an answer is being held back
@@ -142,7 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
         remote = self.remote
         remote.requests.append(Seen(self.command, self.path, self.headers.get("Authorization")))
         body = self._body()
-        if not self._authorised():
+        reading = "git-upload-pack" in self.path
+        if not self._authorised() and not (remote.public and reading):
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="test remote"')
             self.send_header("Content-Type", "text/plain")
