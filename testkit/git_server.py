@@ -4,7 +4,7 @@ a tiny threaded HTTP server, HTTP Basic auth required on every request.
 Bare repositories live in a temporary directory (``make_repository`` fills one with a
 first commit); pushes are enabled. Tests read what it saw (``requests``: method, path and
 the Authorization header each came with) and can make it misbehave: ``endless`` answers
-every fetch with bytes that never end, ``hold`` keeps a fetch's answer back until the
+a fetch's ref advertisement with refs that never end, ``hold`` keeps a fetch's answer back until the
 test releases it (the client's processes can then be inspected mid-transfer), ``public``
 lets fetches through without a credential.
 
@@ -152,19 +152,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"authentication required\n")
             return
-        if self.command == "POST" and self.path.endswith("/git-upload-pack"):
-            if remote.endless:
-                self._endless()
-                return
-            if not remote.hold.is_set():
-                remote.held.set()
-                remote.hold.wait()
+        if remote.endless and "git-upload-pack" in self.path:
+            self._endless()
+            return
+        fetch = self.command == "POST" and self.path.endswith("/git-upload-pack")
+        if fetch and not remote.hold.is_set():
+            remote.held.set()
+            remote.hold.wait()
         path, _, query = self.path.partition("?")
-        env = {**GIT_ENV, "GIT_PROJECT_ROOT": str(remote.root), "GIT_HTTP_EXPORT_ALL": "1",
-               "REQUEST_METHOD": self.command, "PATH_INFO": path, "QUERY_STRING": query,
-               "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": remote.user,
-               "REMOTE_ADDR": "127.0.0.1", "GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
+        env = {
+            **GIT_ENV,
+            "GIT_PROJECT_ROOT": str(remote.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "REQUEST_METHOD": self.command,
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_USER": remote.user,
+            "REMOTE_ADDR": "127.0.0.1",
+            "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+        }
         if self.headers.get("Content-Encoding"):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
         done = subprocess.run([BACKEND], input=body, env=env, capture_output=True, timeout=120)
@@ -196,14 +204,16 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _endless(self) -> None:
+        """A ref advertisement that never ends: valid lines, one branch after another."""
         self.send_response(200)
-        self.send_header("Content-Type", "application/x-git-upload-pack-result")
+        self.send_header("Content-Type", "application/x-git-upload-pack-advertisement")
         self.end_headers()
-        # A pkt-line stream that never ends: progress messages on the side band.
-        line = b"0032\x02" + b"x" * 45 + b"\n"
+        first = b"# service=git-upload-pack\n"
         try:
-            while True:
-                self.wfile.write(line * 1000)
+            self.wfile.write(b"%04x" % (len(first) + 4) + first + b"0000")
+            for n in range(10**9):
+                line = b"1" * 40 + b" refs/heads/b%09d\n" % n
+                self.wfile.write(b"%04x" % (len(line) + 4) + line)
         except OSError:
             pass
 

@@ -41,9 +41,7 @@ class Credential:
 
 def _key() -> bytes:
     secret = settings.HARNESS_CREDENTIALS_KEY or settings.SECRET_KEY
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=INFO).derive(
-        secret.encode()
-    )
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=INFO).derive(secret.encode())
 
 
 def _associated(user_id: int, host: str) -> bytes:
@@ -52,7 +50,9 @@ def _associated(user_id: int, host: str) -> bytes:
 
 def seal(user_id: int, host: str, token: str) -> bytes:
     nonce = os.urandom(12)
-    return VERSION + nonce + AESGCM(_key()).encrypt(nonce, token.encode(), _associated(user_id, host))
+    return (
+        VERSION + nonce + AESGCM(_key()).encrypt(nonce, token.encode(), _associated(user_id, host))
+    )
 
 
 def unseal(user_id: int, host: str, sealed: bytes) -> str | None:

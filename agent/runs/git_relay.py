@@ -165,18 +165,18 @@ class GitRelay:
         path = request.path
         if not path.startswith(PREFIX + "/"):
             return None
-        tail = path[len(PREFIX):]
+        tail = path[len(PREFIX) :]
         if request.method == "GET" and tail == "/info/refs":
             service = request.query.get("service")
-            if len(request.query) == 1 and service in SERVICES and (self.push or not
-                                                                    SERVICES[service]):  # fmt: skip
+            if len(request.query) == 1 and self._serves(service):
                 return f"{tail}?service={service}"
             return None
-        service = tail.removeprefix("/")
-        if request.method == "POST" and service in SERVICES and (self.push or
-                                                                 not SERVICES[service]):  # fmt: skip
+        if request.method == "POST" and self._serves(tail.removeprefix("/")):
             return tail
         return None
+
+    def _serves(self, service) -> bool:
+        return service in SERVICES and (self.push or not SERVICES[service])
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         target = self._allowed(request)
@@ -204,10 +204,16 @@ class GitRelay:
         host = host_of_url(self.remote)
         if upstream.status in (401, 403):
             if self._authorization is None:
-                return self._refuse(403, f"{host} asks for a credential: add yours with "
-                                    f"PUT /api/credentials/git/{host} (HTTP {upstream.status})")
-            return self._refuse(403, f"{host} refused the credential of "
-                                f"{self.credential.username!r} (HTTP {upstream.status})")
+                return self._refuse(
+                    403,
+                    f"{host} asks for a credential: add yours with "
+                    f"PUT /api/credentials/git/{host} (HTTP {upstream.status})",
+                )
+            return self._refuse(
+                403,
+                f"{host} refused the credential of "
+                f"{self.credential.username!r} (HTTP {upstream.status})",
+            )
         if 300 <= upstream.status < 400:
             where = upstream.headers.get("location", "")[:300]
             return self._refuse(502, f"the remote redirects to {self.scrub(where)!r}: use that "
@@ -228,7 +234,7 @@ class GitRelay:
                 await response.write(scrubber.feed(chunk))
             await response.write(scrubber.end())
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self.problem = f"the remote's answer broke off: {self.scrub(str(exc))}"
+            self.problem = self.problem or f"the remote's answer broke off: {self.scrub(str(exc))}"
             request.transport.close()
             return response
         await response.write_eof()

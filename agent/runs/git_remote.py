@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 OUTPUT_CAP = 64 * 1024
 MESSAGE_CAP = 4000
+REJECTED = re.compile(r"non-fast-forward|fetch first|stale info")
 HASH = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -94,9 +95,10 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
             python = os.path.join(prefix, "bin", f"python{sys.version_info[0]}")
         argv = git_spawn.argv(bwrap, spec, root, sock, sandbox_ids(owner_id), python, prefix,
                               str(settings.BASE_DIR))  # fmt: skip
+        bounds = limits(None, settings.HARNESS_SANDBOX_PIDS)
         return await run_process(argv, env=SPAWN_ENV, timeout=timeout, output_cap=OUTPUT_CAP,
                                  merge_stderr=True, pass_fds=[root, sock],
-                                 preexec_fn=limits(None, settings.HARNESS_SANDBOX_PIDS))  # fmt: skip
+                                 preexec_fn=bounds)  # fmt: skip
     finally:
         os.close(root)
         os.close(sock)
@@ -140,8 +142,7 @@ async def push(project: Project, branch: str) -> Pushed:
         raise GitFailed(str(exc)) from None
     said = _said(result, relay)
     if result.returncode != 0:
-        rejected = any(line.startswith("!") and ("non-fast-forward" in line or "fetch first"
-                                                 in line) for line in said.splitlines())  # fmt: skip
+        rejected = any(line.startswith("!") and REJECTED.search(line) for line in said.splitlines())
         raise GitFailed(said, rejected=rejected)
     commit = next((line for line in result.output.split() if HASH.match(line)), "")
     return Pushed(project.git_url, branch, commit)

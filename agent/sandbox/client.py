@@ -189,7 +189,6 @@ class UserSandbox:
         usage = tuple(int(n) for n in disk) if isinstance(disk, list) and len(disk) == 4 else None
         return result, stats, usage
 
-
     async def git(self, fields: dict, relay_socket: str, timeout: float,
                   output_cap: int) -> ProcessResult:  # fmt: skip
         """A clone or push in the user's sandbox (agent/sandbox/git_spawn.py), its network

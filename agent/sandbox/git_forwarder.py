@@ -10,6 +10,7 @@ time runs out, the rest is not run and ``cleanup`` is (what a failed clone made 
 The exit status is the failed command's (124: out of time), 0 when all succeeded.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -37,10 +38,8 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(how)
-            except OSError:
-                pass
 
 
 def relay(client: socket.socket, path: str) -> None:
