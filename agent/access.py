@@ -23,7 +23,7 @@ import uuid
 
 from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
-from agent.models import Conversation, Membership, User
+from agent.models import Conversation, Membership, Project, User
 
 # Roles, and the access levels an action needs (a role allows its level and those below).
 OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
@@ -176,3 +176,12 @@ def actable_by(actor) -> QuerySet[User]:
     if actor.has_perm(CHANGE_USERS):
         return User.objects.filter(Q(is_superuser=False) | Q(pk=actor.pk))
     return User.objects.filter(pk=actor.pk)
+
+
+def project_for(user, project_id) -> Project | None:
+    """The project if ``user`` owns it (projects are their owner's alone; anyone else's
+    answer is 404); else None. A conversation in a project is reached by its own rule."""
+    key = _key(project_id)
+    if key is None or not getattr(user, "is_authenticated", False):
+        return None
+    return Project.objects.filter(owner=user, owner__is_active=True, pk=key).first()
