@@ -86,8 +86,10 @@ def test_clone_through_the_broker_then_push_and_its_refusals(live, alice, bob, r
     assert repo.stat().st_uid == uid  # written by the owner's sandbox, not the server
     # A conversation working on a branch of it (the worktree half sets these).
     conversation = alice.call("POST", "/api/conversations", {})[1]["id"]
-    code = ("from agent.models import Conversation; Conversation.objects.filter(pk="
-            f"{conversation!r}).update(project_id={made['id']!r}, branch='harness/1a2b3c4d')")
+    code = (
+        "from agent.models import Conversation; Conversation.objects.filter(pk="
+        f"{conversation!r}).update(project_id={made['id']!r}, branch='harness/1a2b3c4d')"
+    )
     live.manage("shell", "-c", code)
     trunk = remote.head_of("app.git", "trunk")
     tree = git("--git-dir", str(repo), "rev-parse", f"{trunk}^{{tree}}").strip()
