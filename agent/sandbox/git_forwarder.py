@@ -5,14 +5,17 @@ commands one after another, so that none can start before the port is open.
 
     python -I -S forwarder.py SOCKET PORT SECONDS PLAN_JSON
 
-PLAN_JSON is ``{"run": [argv, ...], "cleanup": [argv, ...]}``: when a command fails or the
+PLAN_JSON is ``{"run": [step, ...], "cleanup": [argv, ...]}``: when a command fails or the
 time runs out, the rest is not run and ``cleanup`` is (what a failed clone made goes).
+A step is an argv, or ``{"argv": [...], "keep": NAME}``: its output (an object name, or
+the command fails) is printed and kept, and ``{NAME}`` in a later argument becomes it.
 The exit status is the failed command's (124: out of time), 0 when all succeeded.
 """
 
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -72,15 +75,34 @@ def listen(path: str, port: int) -> None:
     threading.Thread(target=accept, daemon=True).start()
 
 
+OBJECT_NAME = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
 def run(plan: dict, seconds: float) -> int:
     deadline = time.monotonic() + seconds
     code = 0
-    for argv in plan["run"]:
+    kept: dict[str, str] = {}
+    for step in plan["run"]:
+        keep = step.get("keep") if isinstance(step, dict) else None
+        argv = step["argv"] if isinstance(step, dict) else step
+        for name, value in kept.items():
+            argv = [arg.replace("{" + name + "}", value) for arg in argv]
         left = deadline - time.monotonic()
         child = subprocess.Popen(argv, env=GIT_ENV, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE if keep else None,
                                  start_new_session=True)  # fmt: skip
         try:
-            code = child.wait(max(left, 0.1))
+            if keep:
+                out, _ = child.communicate(timeout=max(left, 0.1))
+                value = out.decode(errors="replace").strip()
+                print(value, flush=True)
+                if child.returncode == 0 and not OBJECT_NAME.match(value):
+                    print(f"harness: not an object name: {value[:80]!r}", flush=True)
+                    child.returncode = 1
+                kept[keep] = value
+                code = child.returncode
+            else:
+                code = child.wait(max(left, 0.1))
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, 9)
             child.wait()

@@ -197,3 +197,40 @@ async def test_the_credential_is_nowhere_a_sandboxed_process_can_read(net, remot
     await project.arefresh_from_db()
     assert project.state == "ready"
     assert TOKEN not in (_repository(project) / "config").read_text()
+
+
+async def test_a_planted_configuration_runs_nothing_during_a_push(net, remote):
+    """What an agent can write into the repository's config and hooks (it shares them
+    with the worktrees): hooks, a hooks path, fsmonitor, a credential helper, an askpass,
+    an ssh command, a URL rewrite to another protocol. The push runs none of it."""
+    import os
+
+    ada = await User.objects.acreate(username="ada")
+    await sync_to_async(git_credentials.store)(ada, remote.host, "ada-git", TOKEN)
+    project = await _cloned(ada, remote)
+    repo, uid = _repository(project), net.HARNESS_SANDBOX_UID_BASE + ada.pk
+    marker = "/workspace/ran"
+    planted = f"#!/bin/sh\necho planted > {marker}\n"
+    (repo / "hooks").mkdir(exist_ok=True)
+    for hook in ("pre-push", "post-update", "reference-transaction", "push-to-checkout"):
+        (repo / "hooks" / hook).write_text(planted)
+        (repo / "hooks" / hook).chmod(0o755)
+    (repo / "evil.sh").write_text(planted)
+    (repo / "evil.sh").chmod(0o755)
+    with (repo / "config").open("a") as config:
+        config.write(
+            "[core]\n\thooksPath = hooks\n\tfsmonitor = /workspace/" + _repository(project)
+            .relative_to(workspace_path(ada.pk)).as_posix() + "/evil.sh\n"
+            "\taskPass = /workspace/evil.sh\n\tsshCommand = /workspace/evil.sh\n"
+            "[credential]\n\thelper = !/workspace/evil.sh\n"
+            '[url "ext::/workspace/evil.sh "]\n\tinsteadOf = http://\n'
+        )  # fmt: skip
+    main = remote.head_of("demo.git", "main")
+    _commit_in(repo, "harness/feedbeef", main, "x.txt", "x\n", uid)
+    (repo / "evil.sh").write_text(planted.replace("/workspace/ran", f"/workspace/{repo.name}.ran"))
+    if os.geteuid() == 0:
+        os.chown(repo / "config", uid, uid)
+    pushed = await git_remote.push(project, "harness/feedbeef")
+    assert pushed.commit
+    assert not (workspace_path(ada.pk) / "ran").exists()
+    assert not list(workspace_path(ada.pk).rglob("*.ran"))

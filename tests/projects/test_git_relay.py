@@ -135,5 +135,7 @@ def test_the_repository_path_comes_from_the_project_id_alone():
     spec = git_spawn.validate({"action": "push", "project": project, "branch": "harness/1",
                                "seconds": 9})  # fmt: skip
     commands = git_spawn.plan(spec)["run"]
-    assert commands[-1][-1] == "refs/heads/harness/1:refs/heads/harness/1"
-    assert all("core.hooksPath=/dev/null" in argv for argv in commands)
+    assert commands[-1][-1] == "{commit}:refs/heads/harness/1"
+    assert commands[0]["argv"][-1] == "refs/heads/harness/1^{commit}"
+    gits = [step["argv"] if isinstance(step, dict) else step for step in commands]
+    assert all("core.hooksPath=/dev/null" in argv for argv in gits if argv[0] == git_spawn.GIT)
