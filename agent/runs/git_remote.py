@@ -16,11 +16,13 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 
 from agent.core.egress_rules import EgressRefused, valid_host
 from agent.core.tools.bash import bwrap_path
@@ -162,6 +164,19 @@ async def clone_project(project_id) -> None:
     else:
         project.state, project.default_branch, project.error = Project.State.READY, branch, ""
     await project.asave(update_fields=["state", "default_branch", "error", "updated"])
+
+
+INTERRUPTED = ("the clone was interrupted (the server stopped while it ran); delete the "
+               "project and add it again")  # fmt: skip
+
+
+def settle_interrupted(owner) -> None:
+    """The owner's clones that cannot still be running (their server stopped: the broker
+    killed them with it) say so instead of ``cloning`` for ever."""
+    grace = timedelta(seconds=settings.HARNESS_GIT_TIMEOUT + 120)
+    Project.objects.filter(owner=owner, state=Project.State.CLONING,
+                           updated__lt=timezone.now() - grace).update(
+        state=Project.State.FAILED, error=INTERRUPTED, updated=timezone.now())  # fmt: skip
 
 
 _cloning: set[threading.Thread] = set()

@@ -51,6 +51,7 @@ def project_json(project: Project) -> dict:
 
 @api_view("GET", "POST", session=True)
 def projects(request: HttpRequest) -> JsonResponse:
+    git_remote.settle_interrupted(request.api_user)
     if request.method == "GET":
         mine = Project.objects.filter(owner=request.api_user)[:1000]
         return JsonResponse({"projects": [project_json(p) for p in mine]})
@@ -84,6 +85,7 @@ def create_cloned(request: HttpRequest, body: dict) -> JsonResponse:
 
 @api_view("GET", session=True)
 def project(request: HttpRequest, project_id) -> JsonResponse:
+    git_remote.settle_interrupted(request.api_user)
     found = project_for(request.api_user, project_id)
     if found is None:
         return api_error(404, "not_found", "No such project.")
