@@ -20,6 +20,7 @@ import asyncio
 import base64
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ import aiohttp
 from aiohttp import abc, web
 from django.conf import settings
 
-from agent.core.egress_rules import EgressRefused, resolve_checked
+from agent.core.egress_rules import resolve_checked
 from agent.runs.git_credentials import Credential, host_of_url
 from agent.runs.workspaces import sandbox_ids
 from agent.sandbox import drop
@@ -49,8 +50,6 @@ class _CheckedResolver(abc.AbstractResolver):
     async def resolve(self, host: str, port: int = 0, family=0):
         if host.lower().strip("[]") != self.host:
             raise OSError(f"{host} is not the remote this relay serves")
-        import socket
-
         return [{"hostname": host, "host": address, "port": port, "flags": 0, "proto": 0,
                  "family": socket.AF_INET6 if ":" in address else socket.AF_INET}
                 for address in self.addresses]  # fmt: skip
@@ -117,6 +116,13 @@ class GitRelay:
         await self.close()
 
     async def open(self) -> None:
+        try:
+            await self._open()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open(self) -> None:
         parts = urlsplit(self.remote)
         host = (parts.hostname or "").lower()
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -193,8 +199,6 @@ class GitRelay:
             upstream = await self._session.request(request.method, self.remote + target,
                                                    headers=headers, data=body,
                                                    allow_redirects=False)  # fmt: skip
-        except EgressRefused as exc:
-            return self._refuse(502, str(exc))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return self._refuse(502, f"the remote is unreachable: {self.scrub(str(exc))}")
         async with upstream:
@@ -251,7 +255,7 @@ class GitRelay:
             yield chunk
 
     def _refuse(self, status: int, message: str) -> web.Response:
-        self.problem = message
+        self.problem = self.problem or message  # the first cause (a cut body, then its 502)
         return _text(status, message)
 
 

@@ -234,3 +234,35 @@ async def test_a_planted_configuration_runs_nothing_during_a_push(net, remote):
     assert pushed.commit
     assert not (workspace_path(ada.pk) / "ran").exists()
     assert not list(workspace_path(ada.pk).rglob("*.ran"))
+
+
+@pytest.mark.parametrize("host", ["0x7f000001", "2130706433", "0177.0.0.1", "127.1",
+                                  "[::ffff:127.0.0.1]", "localhost"])  # fmt: skip
+async def test_loopback_in_any_spelling_is_refused_without_a_rule(net, remote, host):
+    net.HARNESS_EGRESS_ALLOW = []
+    ada = await User.objects.acreate(username="ada")
+    url = f"http://{host}:{remote.port}/demo.git"
+    assert git_remote.url_problem(url) is None
+    project = await sync_to_async(Project.objects.create)(owner=ada, name="x", git_url=url)
+    await git_remote.clone_project(project.id)
+    await project.arefresh_from_db()
+    assert project.state == "failed" and "loopback" in project.error, project.error
+    assert remote.requests == []
+
+
+async def test_a_push_over_the_byte_bound_is_cut_with_a_clear_error(net, remote):
+    import os
+
+    ada = await User.objects.acreate(username="ada")
+    await sync_to_async(git_credentials.store)(ada, remote.host, "ada-git", TOKEN)
+    project = await _cloned(ada, remote)
+    net.HARNESS_GIT_MAX_MB = 1
+    repo, uid = _repository(project), net.HARNESS_SANDBOX_UID_BASE + ada.pk
+    noise = os.urandom(3 * 1024 * 1024).hex()  # incompressible
+    main = remote.head_of("demo.git", "main")
+    _commit_in(repo, "harness/b16b00b5", main, "big.txt", noise, uid)
+    with pytest.raises(git_remote.GitFailed) as failed:
+        await git_remote.push(project, "harness/b16b00b5")
+    assert "git sent more than 1 MB" in failed.value.message
+    with pytest.raises(RuntimeError):
+        remote.head_of("demo.git", "harness/b16b00b5")
