@@ -178,10 +178,15 @@ def actable_by(actor) -> QuerySet[User]:
     return User.objects.filter(pk=actor.pk)
 
 
+# -- Projects ---------------------------------------------------------------------------
+# A project is its owner's alone (docs/API.md, "Projects"): anyone else gets 404. What its
+# conversations' members may do with the worktree follows the conversation's roles above.
+
+
+def projects_of(user) -> QuerySet[Project]:
+    return Project.objects.filter(owner_id=user.pk, owner__is_active=True)
+
+
 def project_for(user, project_id) -> Project | None:
-    """The project if ``user`` owns it (projects are their owner's alone; anyone else's
-    answer is 404); else None. A conversation in a project is reached by its own rule."""
     key = _key(project_id)
-    if key is None or not getattr(user, "is_authenticated", False):
-        return None
-    return Project.objects.filter(owner=user, owner__is_active=True, pk=key).first()
+    return None if key is None else projects_of(user).filter(pk=key).first()

@@ -48,12 +48,13 @@ class Refused(Exception):
 
 
 def project_repository(project_id) -> str:
-    """Where a project's bare repository is, relative to its owner's workspace: the one
-    place this is decided."""
+    """Where a project's bare repository is, relative to its owner's workspace (the
+    projects' layout: ``<PROJECTS>/<32 hex>/repo.git``, agent/core/projects/layout.py on
+    the local half's side): the one place this half decides it."""
     text = str(project_id).lower()
     if not UUID.match(text):
         raise Refused("project must be a UUID")
-    return f"{PROJECTS}/{text.replace('-', '')}.git"
+    return f"{PROJECTS}/{text.replace('-', '')}/repo.git"
 
 
 def validate(message: dict) -> dict:
@@ -89,12 +90,26 @@ def plan(spec: dict) -> dict:
             "run": [
                 ["/bin/rm", "-rf", "--", partial],
                 ["/bin/mkdir", "-p", "--", os.path.dirname(final)],
-                [*git, "clone", "--bare", "--quiet", "--no-tags", *pick, "--", RELAY_URL, partial],
+                [
+                    *git,
+                    "clone",
+                    "--bare",
+                    "--quiet",
+                    "--no-tags",
+                    "--template=",
+                    *pick,
+                    "--",
+                    RELAY_URL,
+                    partial,
+                ],
                 [*git, "--git-dir", partial, "config", "remote.origin.url", spec["url"]],
                 ["/bin/mv", "-T", "--", partial, final],
                 [*git, "--git-dir", final, "symbolic-ref", "--short", "HEAD"],
             ],
-            "cleanup": [["/bin/rm", "-rf", "--", partial]],
+            "cleanup": [
+                ["/bin/rm", "-rf", "--", partial],
+                ["/bin/rmdir", "--ignore-fail-on-non-empty", "--", os.path.dirname(final)],
+            ],
         }
     # Pushed from an empty repository of our own that borrows the project's objects
     # (alternates): nothing of the project's configuration or hooks is read by the push.

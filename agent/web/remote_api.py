@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agent.access import DRIVE, project_for
+from agent.access import DRIVE, project_for, projects_of
 from agent.models import Project
 from agent.runs import git_credentials, git_remote
 from agent.sandbox.git_spawn import BRANCH
@@ -53,7 +53,7 @@ def project_json(project: Project) -> dict:
 def projects(request: HttpRequest) -> JsonResponse:
     git_remote.settle_interrupted(request.api_user)
     if request.method == "GET":
-        mine = Project.objects.filter(owner=request.api_user)[:1000]
+        mine = projects_of(request.api_user)[:1000]
         return JsonResponse({"projects": [project_json(p) for p in mine]})
     body = json_body(request)
     if body is None:

@@ -95,7 +95,7 @@ async def test_an_endless_remote_ends_with_a_clear_error_and_nothing_kept(net, r
     project = await _cloned(ada, remote)
     assert project.state == "failed"
     assert "more than 2 MB" in project.error
-    projects = _repository(project).parent
+    projects = _repository(project).parent.parent
     assert list(projects.iterdir()) == []
 
 

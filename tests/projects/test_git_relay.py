@@ -131,7 +131,7 @@ def test_the_brokers_git_request_is_checked(message, why):
 def test_the_repository_path_comes_from_the_project_id_alone():
     project = "0a1b2c3d-0000-4000-8000-000000000000"
     assert git_spawn.project_repository(project) == (
-        ".harness-projects/0a1b2c3d000040008000000000000000.git")  # fmt: skip
+        ".harness-projects/0a1b2c3d000040008000000000000000/repo.git")  # fmt: skip
     spec = git_spawn.validate({"action": "push", "project": project, "branch": "harness/1",
                                "seconds": 9})  # fmt: skip
     commands = git_spawn.plan(spec)["run"]

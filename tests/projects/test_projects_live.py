@@ -82,7 +82,7 @@ def test_clone_through_the_broker_then_push_and_its_refusals(live, alice, bob, r
     assert bob.call("GET", f"/api/projects/{made['id']}")[0] == 404
     uid = 200_000 + _user_id(live, "alice")
     repo = (live.root / "workspaces" / str(_user_id(live, "alice")) / ".harness-projects"
-            / (made["id"].replace("-", "") + ".git"))  # fmt: skip
+            / made["id"].replace("-", "") / "repo.git")  # fmt: skip
     assert repo.stat().st_uid == uid  # written by the owner's sandbox, not the server
     # A conversation working on a branch of it (the worktree half sets these).
     conversation = alice.call("POST", "/api/conversations", {})[1]["id"]
