@@ -3,7 +3,8 @@
 It is started by the root launcher (``drop``) as ``python -m agent.sandbox.broker FD`` with
 its configuration on standard input, and serves the server over the SOCK_SEQPACKET socket
 FD. Its requests are few and validated: make a user's workspace (``workspace``), start that
-user's file host (``host``), run a bash command (``bash``), hand a CLI agent's pane to a
+user's file host (``host``), run a bash command (``bash``), clone or push a project's
+repository through the git relay (``git``), hand a CLI agent's pane to a
 sandbox (``cli`` then ``attach``), and run the start-up self-test (``selftest``). A request
 names a user by number and a kind; every path, uid, limit and mount comes from the broker's
 own configuration, so no request can make it open a path inside a user-writable tree. When
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn, project_mounts
+from agent.sandbox import cli_spawn, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -95,6 +96,8 @@ class Broker:
             if message.get("op") == "cli":
                 result, out_fds = self.cli(message, fds)
                 fds = []  # the gateway's socket is kept with the ticket
+            elif message.get("op") == "git":
+                result, out_fds = self.git(message, fds)
             else:
                 handler = {"workspace": self.workspace, "host": self.host, "bash": self.bash,
                            "selftest": self.selftest}.get(message.get("op"))  # fmt: skip
@@ -102,7 +105,7 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused, project_mounts.Refused) as exc:
+        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused) as exc:
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -218,6 +221,23 @@ class Broker:
             os.close(workspace)
             if worktree is not None:
                 worktree.close()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
+                         daemon=True).start()  # fmt: skip
+        return {}, [read, theirs.detach()]
+
+    def git(self, message: dict, fds: list[int]):
+        """A clone or a push of a project's repository, as its owner, in their sandbox;
+        the network only through the relay's socket (the one descriptor sent)."""
+        user = _user(message)
+        workspace = self._workspace_fd(user)
+        try:
+            # (the projects stay: git works on one of them; the CLI homes do not)
+            hide = cli_spawn.hidden_homes() if cli_spawn.has_homes(workspace) else []
+            child, cgroup, read = git_spawn.start(self, user, message, fds, workspace, hide)
+            measure = os.dup(workspace)
+        finally:
+            os.close(workspace)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
                          daemon=True).start()  # fmt: skip

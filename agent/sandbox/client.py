@@ -207,36 +207,57 @@ class UserSandbox:
         request = functools.partial(self.broker.request, "bash", user=self.user_id,
                                     command=command, unsafe=unsafe, **where)  # fmt: skip
         _, fds = await _thread(request)
-        read_fd, control = fds[0], socket.socket(fileno=fds[1])
-        out = HeadTailBuffer(output_cap)
-        drained = _thread(_drain, read_fd, out)
-        ended = _thread(recv_packet, control)
-        timed_out = False
-        try:
-            async with asyncio.timeout(timeout):
-                message, _ = await asyncio.shield(ended)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            if not ended.done():
-                with contextlib.suppress(OSError):
-                    send_packet(control, {"kill": True})
-            try:
-                message, _ = await asyncio.wait_for(asyncio.shield(ended), KILL_GRACE)
-                await asyncio.wait_for(asyncio.shield(drained), KILL_GRACE)
-            except (TimeoutError, WireError, OSError):
-                message = {}
-            finally:
-                control.close()
-        code = message.get("exit")
-        result = ProcessResult(
-            output=out.text(), stderr="", returncode=None if timed_out else code,
-            timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
-        )  # fmt: skip
+        result, message = await _supervised(fds, timeout, output_cap)
         stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))
         disk = message.get("disk")
         usage = tuple(int(n) for n in disk) if isinstance(disk, list) and len(disk) == 4 else None
         return result, stats, usage
+
+    async def git(self, fields: dict, relay_socket: str, timeout: float,
+                  output_cap: int) -> ProcessResult:  # fmt: skip
+        """A clone or push in the user's sandbox (agent/sandbox/git_spawn.py), its network
+        through the relay's socket, handed over as a descriptor opened here."""
+        fd = os.open(relay_socket, os.O_PATH | os.O_CLOEXEC)
+        try:
+            request = functools.partial(self.broker.request, "git", [fd], user=self.user_id,
+                                        **fields)  # fmt: skip
+            _, fds = await _thread(request)
+        finally:
+            os.close(fd)
+        result, _ = await _supervised(fds, timeout, output_cap)
+        return result
+
+
+async def _supervised(fds: list[int], timeout: float, output_cap: int):
+    """A process the broker started: its output (the pipe) read while it runs, killed past
+    ``timeout`` (through the control socket); (ProcessResult, the broker's last word)."""
+    read_fd, control = fds[0], socket.socket(fileno=fds[1])
+    out = HeadTailBuffer(output_cap)
+    drained = _thread(_drain, read_fd, out)
+    ended = _thread(recv_packet, control)
+    timed_out = False
+    try:
+        async with asyncio.timeout(timeout):
+            message, _ = await asyncio.shield(ended)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        if not ended.done():
+            with contextlib.suppress(OSError):
+                send_packet(control, {"kill": True})
+        try:
+            message, _ = await asyncio.wait_for(asyncio.shield(ended), KILL_GRACE)
+            await asyncio.wait_for(asyncio.shield(drained), KILL_GRACE)
+        except (TimeoutError, WireError, OSError):
+            message = {}
+        finally:
+            control.close()
+    code = message.get("exit")
+    result = ProcessResult(
+        output=out.text(), stderr="", returncode=None if timed_out else code,
+        timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
+    )  # fmt: skip
+    return result, message
 
 
 class WorktreeSandbox(UserSandbox):

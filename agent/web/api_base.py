@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from agent.access import READ, allows, conversation_for
 from agent.models import Conversation
@@ -63,11 +63,14 @@ def _check(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | Non
     return None
 
 
-def api_view(*methods: str):
+def api_view(*methods: str, session: bool = False):
     """Check the method and the bearer token (``request.api_user``) for a sync or async
-    view; tokens, not cookies, so no CSRF."""
+    view; tokens, not cookies, so no CSRF. ``session``: a request without a token from a
+    signed-in browser is its user's too, with Django's CSRF check (sync views)."""
 
     def decorate(view):
+        if session:
+            return _token_or_session(view, methods)
         if asyncio.iscoroutinefunction(view):
 
             @wraps(view)
@@ -90,6 +93,27 @@ def api_view(*methods: str):
         return csrf_exempt(wrapper)
 
     return decorate
+
+
+def _token_or_session(view, methods: tuple[str, ...]):
+    protected = csrf_protect(view)
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if "Authorization" not in request.headers and request.user.is_authenticated:
+            if request.method not in methods:
+                return api_error(405, "method_not_allowed", f"Use {' or '.join(methods)}.")
+            request.api_user, request.api_token_id = request.user, None
+            try:
+                return protected(request, *args, **kwargs)
+            except RequestDataTooBig:
+                return too_large()
+        try:
+            return _check(request, methods) or view(request, *args, **kwargs)
+        except RequestDataTooBig:
+            return too_large()
+
+    return csrf_exempt(wrapper)
 
 
 def json_body(request: HttpRequest) -> dict[str, Any] | None:

@@ -16,8 +16,9 @@ from agent.access import DRIVE, READ, project_for, projects_of
 from agent.core.git import GitError
 from agent.core.projects.checkpoints import NothingToCommit, UnknownCheckpoint
 from agent.models import Conversation, Project
-from agent.runs import projects, rewind
+from agent.runs import git_remote, projects, rewind
 from agent.runs.claim import RunRefused
+from agent.web import remote_api
 from agent.web.api_base import REFUSAL_STATUS, api_error, api_view, json_body, of_conversation
 
 NAME_MAX = 200
@@ -37,9 +38,10 @@ def git_failed(exc: GitError) -> JsonResponse:
     return api_error(500, "git_error", f"git failed: {str(exc)[:2000]}")
 
 
-@api_view("GET", "POST")
+@api_view("GET", "POST", session=True)
 def projects_view(request: HttpRequest) -> JsonResponse:
     user = request.api_user
+    git_remote.settle_interrupted(user)
     if request.method == "GET":
         return JsonResponse({"projects": [project_json(p) for p in projects_of(user)[:1000]]})
     body = json_body(request)
@@ -49,8 +51,7 @@ def projects_view(request: HttpRequest) -> JsonResponse:
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
         return api_error(400, "bad_request", f"'name' must be a string of 1 to {NAME_MAX}.")
     if body.get("git_url") not in (None, ""):
-        # Cloning is the network half's (docs/ARCHITECTURE.md, "Projects").
-        return api_error(400, "bad_url", "Cloning a repository is not available here yet.")
+        return remote_api.create_cloned(request, body)
     try:
         project = projects.create_empty(user, " ".join(name.split()))
     except projects.TooMany as exc:
@@ -60,8 +61,9 @@ def projects_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"id": str(project.id), "state": project.state}, status=201)
 
 
-@api_view("GET", "DELETE")
+@api_view("GET", "DELETE", session=True)
 def project_view(request: HttpRequest, project_id) -> HttpResponse:
+    git_remote.settle_interrupted(request.api_user)
     project = project_for(request.api_user, project_id)
     if project is None:
         return api_error(404, "not_found", "No such project.")
