@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from agent.core.tools.bash import sandbox_argv
-from agent.sandbox.spawn import _dirs
+from agent.sandbox.spawn import parent_dirs
 
 PROJECTS = ".harness-projects"  # in the owner's workspace: counted in their quota
 DIR_IN_SANDBOX = "/harness-git"
@@ -135,7 +135,7 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, socket_fd: int, run_as: tupl
                f"{DIR_IN_SANDBOX}/socket", str(PORT_IN_SANDBOX), str(spec["seconds"]),
                json.dumps(plan(spec))]  # fmt: skip
     base = sandbox_argv(bwrap, workspace_fd, "", run_as, program=program)
-    extra = _dirs(python_prefix + "/x") + [
+    extra = parent_dirs(python_prefix + "/x") + [
         "--perms", "01777", "--tmpfs", "/tmp",  # the user's (a privileged bwrap makes root's)
         "--ro-bind", python_prefix, python_prefix,
         "--perms", "0755", "--dir", DIR_IN_SANDBOX,

@@ -50,7 +50,7 @@ def projects_view(request: HttpRequest) -> JsonResponse:
     name = body.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
         return api_error(400, "bad_request", f"'name' must be a string of 1 to {NAME_MAX}.")
-    if body.get("git_url") not in (None, ""):
+    if body.get("git_url") is not None:
         return remote_api.create_cloned(request, body)
     try:
         project = projects.create_empty(user, " ".join(name.split()))
