@@ -13,7 +13,9 @@ import pytest
 from testkit.api_client import Api
 from testkit.git_server import GitServer, git
 from testkit.live import LiveServer
+from testkit.model_server import text_reply, tool_reply
 from tests.conftest import require_bwrap
+from tests.web.test_cli_agents_live import prompt_and_read
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root)")
 TOKEN = "live-tok-9c2e51d0a7b34f18"
@@ -27,10 +29,12 @@ def remote():
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory, remote):
+def live(tmp_path_factory, remote, model):
     require_bwrap()
     server = LiveServer(tmp_path_factory.mktemp("projects-net"),
-                        HARNESS_EGRESS_ALLOW=remote.host, HARNESS_GIT_TIMEOUT="60")  # fmt: skip
+                        HARNESS_EGRESS_ALLOW=remote.host, HARNESS_GIT_TIMEOUT="60",
+                        ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=model.url,
+                        HARNESS_RUNS_PER_MINUTE="1000")  # fmt: skip
     server.start()
     server.create_users("alice", "bob")
     yield server
@@ -112,3 +116,42 @@ def test_clone_through_the_broker_then_push_and_its_refusals(live, alice, bob, r
     status, failed = alice.call("POST", f"/api/conversations/{conversation}/push")
     assert (status, failed["error"]) == (502, "remote_error"), failed
     assert "refused the credential" in failed["message"] and TOKEN not in failed["message"]
+
+
+def test_a_clone_worked_on_by_the_agent_then_committed_and_pushed(live, alice, remote, fresh):
+    """Both halves together: a clone through the relay, a conversation in its own worktree
+    where the agent's bash changes files, the changes, a commit by the signed-in user and
+    its push back to the remote."""
+    remote.make_repository("site.git", {"index.html": "<h1>hi</h1>\n"}, branch="main")
+    alice.call("PUT", f"/api/credentials/git/{remote.host}",
+               {"username": "alice-git", "token": TOKEN})  # fmt: skip
+    made = alice.call("POST", "/api/projects",
+                      {"name": "site", "git_url": remote.url("site.git")})[1]  # fmt: skip
+    assert _settled(alice, made["id"])["state"] == "ready"
+    status, conversation = alice.call("POST", "/api/conversations", {"project": made["id"]})
+    assert status == 201, conversation
+    cid = conversation["id"]
+    shown = alice.call("GET", f"/api/conversations/{cid}")[1]
+    branch = shown["branch"]
+    assert shown["project"] == made["id"]
+    assert branch == f"harness/{cid.replace('-', '')[:8]}"
+    command = "echo '<p>more</p>' >> index.html && echo new > notes.txt && git status --short"
+    fresh.enqueue(tool_reply(("bash", {"command": command})), text_reply("edited"))
+    events = prompt_and_read(alice, cid, "edit the page")
+    (result,) = [e for e in events if e["type"] == "tool_result"]
+    assert not result["isError"], result["result"]
+    assert [e["files"] for e in events if e["type"] == "checkpoint"][-1] == [
+        "index.html", "notes.txt"]  # fmt: skip
+    changes = alice.call("GET", f"/api/conversations/{cid}/changes")[1]
+    assert {(f["path"], f["status"]) for f in changes["files"]} == {
+        ("index.html", "modified"), ("notes.txt", "added")}  # fmt: skip
+    status, committed = alice.call("POST", f"/api/conversations/{cid}/commit",
+                                   {"message": "More on the page"})  # fmt: skip
+    assert status == 201, committed
+    status, pushed = alice.call("POST", f"/api/conversations/{cid}/push")
+    assert status == 200, pushed
+    assert pushed["branch"] == branch and pushed["commit"] == committed["commit"]
+    assert remote.head_of("site.git", branch) == committed["commit"]
+    author = git("--git-dir", str(remote.root / "site.git"), "log", "-1", "--format=%an|%s",
+                 committed["commit"]).strip()  # fmt: skip
+    assert author == "alice|More on the page"
