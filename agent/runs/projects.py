@@ -122,4 +122,3 @@ def commit(conversation: Conversation, message: str, user) -> str:
 def archive(conversation: Conversation) -> bytes:
     _, data = run_op(conversation.owner_id, "archive", _args(conversation))
     return data
-
