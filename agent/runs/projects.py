@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 
-from agent.core.git import GitError
 from agent.models import Conversation, Project
 from agent.runs.workspaces import sandbox_ids, workspace_for
 from agent.sandbox import projects as sandboxed
@@ -123,6 +122,3 @@ def commit(conversation: Conversation, message: str, user) -> str:
 def archive(conversation: Conversation) -> bytes:
     _, data = run_op(conversation.owner_id, "archive", _args(conversation))
     return data
-
-
-__all__ = ["GitError", "TooMany", "run_op"]
