@@ -103,12 +103,31 @@ def plan(spec: dict) -> dict:
                     partial,
                 ],
                 [*git, "--git-dir", partial, "config", "remote.origin.url", spec["url"]],
+                # The shape of every project (agent/core/projects/repo.py): an empty hooks/
+                # (read-only in the agents' sandboxes), its worktrees' and state's homes.
+                ["/bin/mkdir", "-m", "0755", "--", f"{partial}/hooks"],
+                [
+                    "/bin/mkdir",
+                    "-p",
+                    "-m",
+                    "0700",
+                    "--",
+                    f"{os.path.dirname(final)}/trees",
+                    f"{os.path.dirname(final)}/state",
+                ],  # fmt: skip
                 ["/bin/mv", "-T", "--", partial, final],
                 [*git, "--git-dir", final, "symbolic-ref", "--short", "HEAD"],
             ],
             "cleanup": [
                 ["/bin/rm", "-rf", "--", partial],
-                ["/bin/rmdir", "--ignore-fail-on-non-empty", "--", os.path.dirname(final)],
+                [
+                    "/bin/rmdir",
+                    "--ignore-fail-on-non-empty",
+                    "--",
+                    f"{os.path.dirname(final)}/trees",
+                    f"{os.path.dirname(final)}/state",
+                    os.path.dirname(final),
+                ],  # fmt: skip
             ],
         }
     # Pushed from an empty repository of our own that borrows the project's objects
