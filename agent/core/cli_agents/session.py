@@ -116,8 +116,6 @@ def cli_sandbox(argv: list[str], binds: list[str], env: dict[str, str]) -> list[
     # CLI looks for its settings there (and hangs on EACCES).
     argv = [argv[0], "--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl",
             *argv[1:]]  # fmt: skip
-    tmp = argv.index("--tmpfs")  # writable by the sandbox's user (a root bwrap's is not)
-    argv[tmp:tmp] = ["--perms", "01777"]
     extra = list(binds)
     for name, value in {**env, "HOME": HOME_IN_SANDBOX, "TERM": "xterm-256color"}.items():
         extra += ["--setenv", name, value]
