@@ -4,10 +4,17 @@ agent/core/projects/ops.py there). Blocking: call from a thread."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from pathlib import Path
 
+from django.conf import settings
+
+from agent.core.projects.layout import PROJECTS_DIR
+from agent.core.tools.workspace import Workspace
 from agent.models import Conversation, Project
 from agent.runs.workspaces import sandbox_ids, workspace_for
+from agent.sandbox import archive_ops
 from agent.sandbox import projects as sandboxed
 
 log = logging.getLogger(__name__)
@@ -54,6 +61,43 @@ def create_empty(owner, name: str) -> Project:
         project.delete()
         raise
     project.default_branch = made["default_branch"]
+    project.state = Project.State.READY
+    project.save(update_fields=["default_branch", "state", "updated"])
+    return project
+
+
+def create_from_archive(owner, name: str, upload, size: int) -> Project:
+    """A project whose first commit is an uploaded ``.zip``/``.tar.gz`` (``upload``: a
+    seekable file of ``size`` bytes), ``ready``. The archive is unpacked by the owner in
+    their sandbox, checked whole first (agent/core/archives.py): ``ArchiveError`` when it is
+    refused, and then nothing of it, nor the project, is kept."""
+    if Project.objects.filter(owner=owner).count() >= MAX_PROJECTS:
+        raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
+    project = Project.objects.create(owner=owner, name=name, state=Project.State.CLONING)
+    named = {"project": project.id.hex}
+    made = None
+    try:
+        run_op(owner.pk, "prepare", named)
+        made = True
+        base = workspace_for(owner.pk)
+        quota = (base.quota_mb or settings.HARNESS_WORKSPACE_QUOTA_MB) * 1024 * 1024
+        limits = {"max_bytes": quota, "max_entries": archive_ops.MAX_ENTRIES}
+        if base.sandbox is not None:  # the host, its view rooted at the project's directory
+            home = base.sandbox.project_home(project.id.hex)
+            archive_ops.unpack_in_host(home, upload, "import", limits, max(size, 1))
+        else:  # a server without a broker may open the user's directories itself
+            with contextlib.closing(
+                Workspace(Path(base.root) / PROJECTS_DIR / project.id.hex)
+            ) as home:
+                archive_ops.unpack_upload(home, upload, "import", limits, max(size, 1))
+        done, _ = run_op(owner.pk, "create_from_import", named)
+    except BaseException:
+        if made:
+            with contextlib.suppress(Exception):
+                run_op(owner.pk, "delete", named)
+        project.delete()
+        raise
+    project.default_branch = done["default_branch"]
     project.state = Project.State.READY
     project.save(update_fields=["default_branch", "state", "updated"])
     return project

@@ -124,6 +124,11 @@ class UserSandbox:
         """This user's sandbox as a project conversation sees it (one host serves both)."""
         return WorktreeSandbox(self, [project, conversation])
 
+    def project_home(self, project: str) -> UserSandbox:
+        """This user's sandbox with a project's directory as its root (an archive is
+        unpacked there)."""
+        return WorktreeSandbox(self, [project])
+
     def project(self, name: str, args: dict, timeout: float = REQUEST_TIMEOUT):
         """Blocking: a project operation (agent/core/projects/ops.py) run by the user's file
         host, as the user, in their sandbox: (JSON result, bytes)."""
@@ -148,7 +153,7 @@ class UserSandbox:
 
     def call(self, op: str, args: list, blob: bytes = b"", timeout: float = READY_TIMEOUT):
         """Blocking: one operation of the host's (agent/sandbox/ops.py), its JSON result."""
-        future = self._connection().submit(op, args, blob, None)
+        future = self._connection().submit(op, args, blob, None, scope=self.scope)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:

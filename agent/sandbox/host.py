@@ -45,7 +45,10 @@ def main(fd: int) -> None:
         key = None if scope is None else tuple(scope)
         with lock:
             if key not in scopes:
-                tree = Layout.of(MOUNT, *key).tree
+                # [project]: its directory (an archive unpacked there); [project,
+                # conversation]: the conversation's worktree.
+                layout = Layout.of(MOUNT, *key)
+                tree = layout.home if len(key) == 1 else layout.tree
                 if len(scopes) > 64:  # a long-lived host: forget the oldest worktrees
                     scopes.pop(next(k for k in scopes if k is not None))
                 worktree = Workspace(tree)

@@ -13,8 +13,10 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from agent.access import DRIVE, READ, project_for, projects_of
+from agent.core.archive_formats import ArchiveError
 from agent.core.git import GitError
 from agent.core.projects.checkpoints import NothingToCommit, UnknownCheckpoint
+from agent.core.tools.workspace import PathError
 from agent.models import Conversation, Project
 from agent.runs import git_remote, projects, rewind
 from agent.runs.claim import RunRefused
@@ -44,6 +46,8 @@ def projects_view(request: HttpRequest) -> JsonResponse:
     git_remote.settle_interrupted(user)
     if request.method == "GET":
         return JsonResponse({"projects": [project_json(p) for p in projects_of(user)[:1000]]})
+    if request.content_type == "multipart/form-data":
+        return from_archive(request)
     body = json_body(request)
     if body is None:
         return api_error(400, "bad_request", "The body must be a JSON object.")
@@ -56,6 +60,28 @@ def projects_view(request: HttpRequest) -> JsonResponse:
         project = projects.create_empty(user, " ".join(name.split()))
     except projects.TooMany as exc:
         return api_error(429, "too_many_projects", str(exc))
+    except GitError as exc:
+        return git_failed(exc)
+    return JsonResponse({"id": str(project.id), "state": project.state}, status=201)
+
+
+def from_archive(request: HttpRequest) -> JsonResponse:
+    """``POST /api/projects`` as a form with ``name`` and an ``archive`` (.zip, .tar.gz)."""
+    name, archive = request.POST.get("name"), request.FILES.get("archive")
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
+        return api_error(400, "bad_request", f"'name' must be a string of 1 to {NAME_MAX}.")
+    if archive is None:
+        return api_error(400, "bad_request", "'archive' must be a .zip or .tar.gz file.")
+    archive.seek(0)
+    try:
+        project = projects.create_from_archive(request.api_user, " ".join(name.split()),
+                                               archive, archive.size)  # fmt: skip
+    except ArchiveError as exc:
+        return api_error(400, "bad_archive", f"The archive was refused: {exc}"[:2000])
+    except projects.TooMany as exc:
+        return api_error(429, "too_many_projects", str(exc))
+    except PathError as exc:
+        return api_error(400, "bad_archive", f"The archive could not be unpacked: {exc}")
     except GitError as exc:
         return git_failed(exc)
     return JsonResponse({"id": str(project.id), "state": project.state}, status=201)

@@ -284,3 +284,47 @@ def test_no_restore_while_a_prompt_runs(alice, project, fresh):
     read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
                and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
     assert _changes(alice, conversation) == ["a"]
+
+
+def _tar_gz(entries: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
+            archive.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            archive.addfile(info)
+    return out.getvalue()
+
+
+def test_a_project_from_an_archive_and_a_hostile_archive_refused_whole(live, alice, fresh):
+    """The archive's content is the first commit (GitHub's single top directory
+    stripped, .gitignore honoured, the executable bit kept); a link out refuses it whole."""
+    before = {p["id"] for p in alice.call("GET", "/api/projects")[1]["projects"]}
+    data = _tar_gz({"app-main/README.md": b"hello\n", "app-main/run.sh": b"#!/bin/sh\n",
+                    "app-main/.gitignore": b"*.log\n", "app-main/debug.log": b"noise\n",
+                    "app-main/src/app.py": b"print(1)\n"})  # fmt: skip
+    status, made = alice.form("/api/projects", {"name": "from tar"},
+                              {"archive": ("app-main.tar.gz", data)})  # fmt: skip
+    assert status == 201 and made["state"] == "ready", (status, made)
+    conversation = _conversation(alice, made["id"])
+    fresh.enqueue(tool_reply(("bash", {"command": "git ls-files -s | awk '{print $1, $4}'; ls -A"})),
+                  text_reply("listed"))  # fmt: skip
+    events = prompt_and_read(alice, conversation["id"], "what is here?")
+    (result,) = [e for e in events if e["type"] == "tool_result"]
+    output = json.loads(result["result"])["output"]
+    assert "100755 run.sh" in output and "100644 src/app.py" in output, output
+    assert "debug.log" not in output and "app-main" not in output, output
+    hostile = _tar_gz({"ok.txt": b"fine\n"}, links={"out": "../../../etc"})
+    status, refused = alice.form("/api/projects", {"name": "evil"},
+                                 {"archive": ("evil.tar.gz", hostile)})  # fmt: skip
+    assert (status, refused["error"]) == (400, "bad_archive"), refused
+    assert "out" in refused["message"]
+    status, refused = alice.form("/api/projects", {"name": "junk"},
+                                 {"archive": ("junk.zip", b"not an archive at all")})  # fmt: skip
+    assert (status, refused["error"]) == (400, "bad_archive"), refused
+    after = {p["id"] for p in alice.call("GET", "/api/projects")[1]["projects"]}
+    assert after - before == {made["id"]}  # nothing kept of the refused ones

@@ -48,6 +48,11 @@ class Layout:
     def repo(self) -> str:
         return f"{self.home}/repo.git"
 
+    @property
+    def imported(self) -> str:
+        """Where an uploaded archive is unpacked before its first commit (then removed)."""
+        return f"{self.home}/import"
+
     def _need_conversation(self) -> str:
         if not self.conversation:
             raise LayoutError("no conversation named")

@@ -20,6 +20,10 @@ def run(root: str, name: str, args: dict) -> tuple[dict, bytes]:
     layout = Layout.of(root, args.get("project"), args.get("conversation"))
     if name == "create":
         return repo.create(layout), b""
+    if name == "prepare":
+        return repo.prepare(layout), b""
+    if name == "create_from_import":
+        return repo.create_from_import(layout), b""
     if name == "add_worktree":
         return repo.add_worktree(layout, args.get("base")), b""
     if name == "remove_worktree":

@@ -15,12 +15,16 @@ DEFAULT_BRANCH = "main"
 REF = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/@^~{}-]{1,255}$")
 
 
-def create(layout: Layout) -> dict:
-    """An empty repository with one initial commit on ``main``."""
+def prepare(layout: Layout) -> dict:
+    """The project's directory, its worktrees' and state's homes (no repository yet)."""
     if os.path.lexists(layout.home):
         raise GitError("the project's directory exists already")
     os.makedirs(f"{layout.home}/trees", mode=0o700)
     os.makedirs(f"{layout.home}/state", mode=0o700)
+    return {}
+
+
+def _init(layout: Layout) -> Git:
     env = with_config(environment(), NEUTRAL)
     # No template: no sample hooks; hooks/ stays an empty directory (read-only in the
     # agents' sandboxes).
@@ -29,10 +33,35 @@ def create(layout: Layout) -> dict:
     if result.code != 0:
         raise GitError(result.err or "git init failed")
     os.mkdir(f"{layout.repo}/hooks", 0o755)
-    git = Git(layout.repo)
+    return Git(layout.repo)
+
+
+def create(layout: Layout) -> dict:
+    """An empty repository with one initial commit on ``main``."""
+    prepare(layout)
+    git = _init(layout)
     tree = git.text("mktree", stdin=b"")
     commit = git.text("commit-tree", tree, "-m", "Initial commit")
     git.run("update-ref", f"refs/heads/{DEFAULT_BRANCH}", commit, "")
+    return {"default_branch": DEFAULT_BRANCH, "commit": commit}
+
+
+def create_from_import(layout: Layout) -> dict:
+    """A repository whose first commit on ``main`` is what an archive unpacked into the
+    project's ``import`` directory (after ``prepare``): every file its ``.gitignore`` keeps,
+    as ``git add --all`` would. The directory goes either way."""
+    source = layout.imported
+    index = f"{layout.home}/state/import.index"
+    try:
+        git = _init(layout)
+        git.run("add", "--all", "--", ".", work_tree=source, index=index)
+        tree = git.text("write-tree", index=index)
+        commit = git.text("commit-tree", tree, "-m", "Imported from an archive")
+        git.run("update-ref", f"refs/heads/{DEFAULT_BRANCH}", commit, "")
+    finally:
+        _remove(source)
+        if os.path.lexists(index):
+            os.unlink(index)
     return {"default_branch": DEFAULT_BRANCH, "commit": commit}
 
 
