@@ -6,17 +6,40 @@ from __future__ import annotations
 
 import logging
 
-from agent.models import Conversation, Project
+from django.db import transaction
+
+from agent.models import Conversation, Project, User
 from agent.runs.workspaces import sandbox_ids, workspace_for
 from agent.sandbox import projects as sandboxed
 
 log = logging.getLogger(__name__)
 
 MAX_PROJECTS = 50  # a user's projects (each holds a repository in their quota)
+CLONES_AT_ONCE = 3  # per user: each holds a sandbox, a relay and the remote's bandwidth
 
 
 class TooMany(Exception):
     pass
+
+
+class TooManyClones(Exception):
+    pass
+
+
+def reserve(owner, **fields) -> Project:
+    """A new project row (``cloning``), within the owner's bounds: at most ``MAX_PROJECTS``
+    projects, and ``CLONES_AT_ONCE`` clones when it has a ``git_url``. The owner's row is
+    locked while counting, so requests sent together are counted one after another
+    (PostgreSQL runs them at once, and each would see the count before any insert)."""
+    with transaction.atomic():
+        list(User.objects.select_for_update(no_key=True).filter(pk=owner.pk).values_list("pk"))
+        mine = Project.objects.filter(owner=owner)
+        if mine.count() >= MAX_PROJECTS:
+            raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
+        cloning = mine.filter(state=Project.State.CLONING).exclude(git_url="")
+        if fields.get("git_url") and cloning.count() >= CLONES_AT_ONCE:
+            raise TooManyClones(f"At most {CLONES_AT_ONCE} clones run at once.")
+        return Project.objects.create(owner=owner, state=Project.State.CLONING, **fields)
 
 
 def run_op(owner_id: int, name: str, args: dict) -> tuple[dict, bytes]:
@@ -45,9 +68,7 @@ def _hex(value) -> str:
 
 def create_empty(owner, name: str) -> Project:
     """A project with an empty repository and one initial commit, ``ready``."""
-    if Project.objects.filter(owner=owner).count() >= MAX_PROJECTS:
-        raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
-    project = Project.objects.create(owner=owner, name=name, state=Project.State.CLONING)
+    project = reserve(owner, name=name)
     try:
         made, _ = run_op(owner.pk, "create", {"project": project.id.hex})
     except Exception:
