@@ -58,9 +58,14 @@ NEUTRAL = (
 # Drivers a repository's configuration may name, and the keys that hold their commands.
 DRIVERS = re.compile(
     r"^(filter\..+\.(clean|smudge|process)|diff\..+\.(command|textconv)|merge\..+\.driver"
-    r"|tar\..+\.command|remote\..+\.(uploadpack|receivepack|vcs)|alias\..+)$",
+    r"|tar\..+\.command|remote\..+\.(uploadpack|receivepack|vcs)|alias\..+"
+    r"|gpg\..+\.program|gpg\.ssh\.defaultkeycommand|credential\..+\.helper"
+    r"|trailer\..+\.(command|cmd)|(difftool|mergetool)\..+\.cmd)$",
     re.IGNORECASE,
 )
+# A transport the repository allows by name (``protocol.ext.allow=always`` beats the
+# command line's ``protocol.allow=never``; ``url.<ext::…>.insteadOf`` then runs it).
+PROTOCOLS = re.compile(r"^protocol\..+\.allow$", re.IGNORECASE)
 MAX_DRIVERS = 200
 
 
@@ -170,7 +175,8 @@ class Git:
         self._drivers: tuple[tuple[str, str], ...] | None = None
 
     def config(self) -> list[tuple[str, str]]:
-        return [*NEUTRAL, *self.extra_config, *self.drivers()]
+        # The caller's transports last: a repository's ``protocol.http.allow`` is undone.
+        return [*NEUTRAL, *self.drivers(), *self.extra_config]
 
     def drivers(self) -> tuple[tuple[str, str], ...]:
         """Every driver command the repository's configuration (its includes too) names,
@@ -184,7 +190,9 @@ class Git:
             found = []
             for item in result.out.split(b"\0"):
                 key = item.split(b"\n", 1)[0].decode(errors="replace")
-                if DRIVERS.match(key):
+                if PROTOCOLS.match(key):
+                    found.append((key, "never"))
+                elif DRIVERS.match(key):
                     found.append((key, ""))
                     if key.lower().startswith("filter."):
                         # A required filter that runs nothing would fail every add.

@@ -90,20 +90,27 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
     spec = git_spawn.validate(fields)
     root = os.open(workspace.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     sock = os.open(relay.socket_path, os.O_PATH | os.O_CLOEXEC)
+    repo = None
     try:
+        repo = git_spawn.repository_fd(root, spec, fields["project"])
         python = os.path.realpath(sys.executable)
         prefix = os.path.realpath(sys.base_prefix)
         if not python.startswith(prefix + "/"):
             python = os.path.join(prefix, "bin", f"python{sys.version_info[0]}")
         argv = git_spawn.argv(bwrap, spec, root, sock, sandbox_ids(owner_id), python, prefix,
-                              str(settings.BASE_DIR))  # fmt: skip
+                              str(settings.BASE_DIR), repo)  # fmt: skip
         bounds = limits(None, settings.HARNESS_SANDBOX_PIDS)
+        passed = [root, sock] + ([repo] if repo is not None else [])
         return await run_process(argv, env=SPAWN_ENV, timeout=timeout, output_cap=OUTPUT_CAP,
-                                 merge_stderr=True, pass_fds=[root, sock],
+                                 merge_stderr=True, pass_fds=passed,
                                  preexec_fn=bounds)  # fmt: skip
+    except git_spawn.Refused as exc:
+        raise GitFailed(str(exc)) from None
     finally:
         os.close(root)
         os.close(sock)
+        if repo is not None:
+            os.close(repo)
 
 
 def _said(result: ProcessResult, relay: GitRelay) -> str:

@@ -9,10 +9,11 @@ import logging
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 
 from agent.core.projects.layout import PROJECTS_DIR
 from agent.core.tools.workspace import Workspace
-from agent.models import Conversation, Project
+from agent.models import Conversation, Project, User
 from agent.runs.workspaces import sandbox_ids, workspace_for
 from agent.sandbox import archive_ops
 from agent.sandbox import projects as sandboxed
@@ -20,10 +21,31 @@ from agent.sandbox import projects as sandboxed
 log = logging.getLogger(__name__)
 
 MAX_PROJECTS = 50  # a user's projects (each holds a repository in their quota)
+CLONES_AT_ONCE = 3  # per user: each holds a sandbox, a relay and the remote's bandwidth
 
 
 class TooMany(Exception):
     pass
+
+
+class TooManyClones(Exception):
+    pass
+
+
+def reserve(owner, **fields) -> Project:
+    """A new project row (``cloning``), within the owner's bounds: at most ``MAX_PROJECTS``
+    projects, and ``CLONES_AT_ONCE`` clones when it has a ``git_url``. The owner's row is
+    locked while counting, so requests sent together are counted one after another
+    (PostgreSQL runs them at once, and each would see the count before any insert)."""
+    with transaction.atomic():
+        list(User.objects.select_for_update(no_key=True).filter(pk=owner.pk).values_list("pk"))
+        mine = Project.objects.filter(owner=owner)
+        if mine.count() >= MAX_PROJECTS:
+            raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
+        cloning = mine.filter(state=Project.State.CLONING).exclude(git_url="")
+        if fields.get("git_url") and cloning.count() >= CLONES_AT_ONCE:
+            raise TooManyClones(f"At most {CLONES_AT_ONCE} clones run at once.")
+        return Project.objects.create(owner=owner, state=Project.State.CLONING, **fields)
 
 
 def run_op(owner_id: int, name: str, args: dict) -> tuple[dict, bytes]:
@@ -52,9 +74,7 @@ def _hex(value) -> str:
 
 def create_empty(owner, name: str) -> Project:
     """A project with an empty repository and one initial commit, ``ready``."""
-    if Project.objects.filter(owner=owner).count() >= MAX_PROJECTS:
-        raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
-    project = Project.objects.create(owner=owner, name=name, state=Project.State.CLONING)
+    project = reserve(owner, name=name)
     try:
         made, _ = run_op(owner.pk, "create", {"project": project.id.hex})
     except Exception:
@@ -71,9 +91,7 @@ def create_from_archive(owner, name: str, upload, size: int) -> Project:
     seekable file of ``size`` bytes), ``ready``. The archive is unpacked by the owner in
     their sandbox, checked whole first (agent/core/archives.py): ``ArchiveError`` when it is
     refused, and then nothing of it, nor the project, is kept."""
-    if Project.objects.filter(owner=owner).count() >= MAX_PROJECTS:
-        raise TooMany(f"You have {MAX_PROJECTS} projects already; delete one first.")
-    project = Project.objects.create(owner=owner, name=name, state=Project.State.CLONING)
+    project = reserve(owner, name=name)
     named = {"project": project.id.hex}
     made = None
     try:

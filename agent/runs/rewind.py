@@ -20,6 +20,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agent.core.events import CheckpointEvent
+from agent.core.projects.checkpoints import UnknownCheckpoint
 from agent.models import Conversation, Event
 from agent.runs import eventlog, projects
 from agent.runs.branches import active_path
@@ -53,6 +54,15 @@ def newest(conversation: Conversation) -> str | None:
     return found[0][0].get("id") if found else None
 
 
+def recorded(conversation: Conversation, target: str) -> bool:
+    """Whether ``target`` is a checkpoint Harness recorded in this conversation (on any
+    of its branches). The sandbox's own test (reachable from the conversation's checkpoint
+    ref) is not enough: the agent moves that ref, and its repository may borrow objects
+    (``objects/info/alternates``) from another project the owner's sandbox can see."""
+    rows = Event.objects.filter(conversation=conversation, type=CheckpointEvent.type)
+    return rows.filter(payload__id=target).exists()
+
+
 def made(done: dict) -> list[CheckpointEvent]:
     """A restore's checkpoints (the state replaced, the state restored), unnumbered."""
     return [CheckpointEvent(id=c["id"], files=list(c["files"]))
@@ -81,7 +91,8 @@ def _let_go(conversation_id, state: str) -> None:
 async def restore(conversation_id, target: str | None = None) -> list[dict]:
     """Restore ``target`` (None: the active branch's newest checkpoint) while no prompt
     runs; the checkpoints made, as their events' JSON. ``RunRefused`` ``prompt_running``;
-    the sandbox's ``GitError`` (``UnknownCheckpoint`` for a stranger's id)."""
+    the sandbox's ``GitError`` (``UnknownCheckpoint`` for an id this conversation never
+    recorded)."""
     conversation = await _hold(conversation_id)
     if conversation is None:
         raise RunRefused("prompt_running", BUSY)
@@ -90,6 +101,8 @@ async def restore(conversation_id, target: str | None = None) -> list[dict]:
             target = await sync_to_async(newest, thread_sensitive=False)(conversation)
             if target is None:
                 return []
+        elif not await sync_to_async(recorded, thread_sensitive=False)(conversation, target):
+            raise UnknownCheckpoint("not a checkpoint of this conversation")
         done = await asyncio.to_thread(projects.restore, conversation, target)
         events = made(done)
         if not events:

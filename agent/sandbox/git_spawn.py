@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 from agent.core.tools.bash import sandbox_argv
+from agent.sandbox import project_mounts
 from agent.sandbox.spawn import parent_dirs
 
 PROJECTS = ".harness-projects"  # in the owner's workspace: counted in their quota
@@ -149,7 +150,13 @@ def plan(spec: dict) -> dict:
 
 
 def argv(bwrap: str, spec: dict, workspace_fd: int, socket_fd: int, run_as: tuple[int, int],
-         python: str, python_prefix: str, app: str) -> list[str]:  # fmt: skip
+         python: str, python_prefix: str, app: str,
+         repo_fd: int | None = None) -> list[str]:  # fmt: skip
+    """The sandbox's command line. A push (``repo_fd``: its repository, opened by
+    ``project_mounts.open_repository``) sees that repository alone, read-only, where the
+    workspace was: what it sends is this project's objects, never ones its repository
+    borrows (``objects/info/alternates``, which the agent writes) from another project
+    or from the plain workspace."""
     program = [python, "-I", "-S", "-B", f"{DIR_IN_SANDBOX}/forwarder.py",
                f"{DIR_IN_SANDBOX}/socket", str(PORT_IN_SANDBOX), str(spec["seconds"]),
                json.dumps(plan(spec))]  # fmt: skip
@@ -162,6 +169,12 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, socket_fd: int, run_as: tupl
         "--ro-bind", os.path.join(app, "agent", "sandbox", FORWARDER.name),
         f"{DIR_IN_SANDBOX}/forwarder.py",
     ]  # fmt: skip
+    if spec["action"] == "push":
+        if repo_fd is None:
+            raise Refused("a push needs its repository opened")
+        inside = f"/workspace/{spec['repository']}"
+        extra += ["--perms", "0755", "--tmpfs", "/workspace", *parent_dirs(inside),
+                  "--ro-bind-fd", str(repo_fd), inside]  # fmt: skip
     separator = base.index("--")
     return base[:separator] + extra + base[separator:]
 
@@ -173,16 +186,32 @@ def start(broker, user: int, message: dict, fds: list[int], workspace_fd: int,
     if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
         raise Refused("a git request sends one descriptor: the relay's socket")
     config = broker.config
-    command = argv(broker._need_bwrap(), spec, workspace_fd, fds[0], config.ids(user),
-                   config.python, config.python_prefix, config.app)  # fmt: skip
-    at = command.index("--")
-    command[at:at] = hide
-    read, write = os.pipe2(os.O_CLOEXEC)
+    repo = repository_fd(workspace_fd, spec, message.get("project"))
     try:
-        child, cgroup = broker.spawn(user, command, [workspace_fd, fds[0]], stdout=write)
-    except BaseException:
-        os.close(read)
-        raise
+        command = argv(broker._need_bwrap(), spec, workspace_fd, fds[0], config.ids(user),
+                       config.python, config.python_prefix, config.app, repo)  # fmt: skip
+        at = command.index("--")
+        command[at:at] = hide
+        read, write = os.pipe2(os.O_CLOEXEC)
+        passed = [workspace_fd, fds[0]] + ([repo] if repo is not None else [])
+        try:
+            child, cgroup = broker.spawn(user, command, passed, stdout=write)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
     finally:
-        os.close(write)
+        if repo is not None:
+            os.close(repo)
     return child, cgroup, read
+
+
+def repository_fd(workspace_fd: int, spec: dict, project) -> int | None:
+    """For a push, its repository opened by descriptor (None for a clone)."""
+    if spec["action"] != "push":
+        return None
+    try:
+        return project_mounts.open_repository(workspace_fd, project)
+    except project_mounts.Refused as exc:
+        raise Refused(str(exc)) from None

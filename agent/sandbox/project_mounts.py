@@ -58,6 +58,26 @@ def projects_fd(workspace_fd: int) -> int:
     return _open(workspace_fd, PROJECTS_DIR, os.fstat(workspace_fd).st_dev, stat.S_IFDIR)
 
 
+def open_repository(workspace_fd: int, project) -> int:
+    """A project's repository, opened (``O_PATH``): what a push's sandbox sees of the
+    workspace, and nothing else (its ``objects/info/alternates`` may name another
+    project's objects, or a repository in the plain workspace: they are not there)."""
+    try:
+        project = hex_id(project)
+    except ValueError:
+        raise Refused("project must be an id") from None
+    device = os.fstat(workspace_fd).st_dev
+    projects = projects_fd(workspace_fd)
+    try:
+        home = _open(projects, project, device, stat.S_IFDIR)
+    finally:
+        os.close(projects)
+    try:
+        return _open(home, "repo.git", device, stat.S_IFDIR)
+    finally:
+        os.close(home)
+
+
 def has_projects(workspace_fd: int) -> bool:
     try:
         os.close(projects_fd(workspace_fd))

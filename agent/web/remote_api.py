@@ -13,12 +13,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from agent.access import DRIVE
 from agent.models import Project
-from agent.runs import git_credentials, git_remote
+from agent.runs import git_credentials, git_remote, projects
 from agent.sandbox.git_spawn import BRANCH
 from agent.web.api_base import api_error, api_view, json_body, of_conversation
 
 NAME_MAX = 200
-CLONES_AT_ONCE = 3  # per user: each holds a sandbox, a relay and the remote's bandwidth
 
 
 @api_view("GET", session=True)
@@ -52,13 +51,15 @@ def create_cloned(request: HttpRequest, body: dict) -> JsonResponse:
     branch = body.get("branch")
     if branch is not None and (not isinstance(branch, str) or not BRANCH.match(branch)):
         return api_error(400, "bad_request", "'branch' must be a branch name.")
-    owner = request.api_user
-    if Project.objects.filter(owner=owner, state=Project.State.CLONING).count() >= CLONES_AT_ONCE:
-        return api_error(429, "throttled", f"At most {CLONES_AT_ONCE} clones run at once.")
-    project = Project.objects.create(
-        owner=owner, name=" ".join(name.split()), git_url=body["git_url"],
-        default_branch=branch or "",
-    )  # fmt: skip
+    try:
+        project = projects.reserve(
+            request.api_user, name=" ".join(name.split()), git_url=body["git_url"],
+            default_branch=branch or "",
+        )  # fmt: skip
+    except projects.TooMany as exc:
+        return api_error(429, "too_many_projects", str(exc))
+    except projects.TooManyClones as exc:
+        return api_error(429, "throttled", str(exc))
     git_remote.start_clone(project.id)
     return JsonResponse({"id": str(project.id), "state": project.state}, status=201)
 
