@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from agent.models import Conversation, User
+from agent.models import Conversation, Membership, Project, User
 
 pytestmark = pytest.mark.django_db
 
@@ -62,3 +62,25 @@ def test_a_stranger_session_is_not_found(page):
     other.force_login(lee)
     assert other.get(f"/api/conversations/{conversation.id}/changes").status_code == 404
     assert other.get(f"/api/conversations/{conversation.id}/checkpoints").status_code == 404
+
+
+def test_the_page_shows_projects_and_a_project_conversations_panel_by_role(page):
+    browser, _ = page
+    ada = User.objects.get(username="ada")
+    project = Project.objects.create(owner=ada, name="shop <b>", state=Project.State.FAILED,
+                                     error="fatal: <script>x</script>")  # fmt: skip
+    conversation = Conversation.objects.create(
+        owner=ada, model="claude-haiku-4-5", project=project, branch="harness/0a1b2c3d"
+    )
+    html = browser.get(f"/c/{conversation.id}/").content.decode()
+    assert 'data-state="failed"' in html and "fatal: &lt;script&gt;x&lt;/script&gt;" in html
+    assert 'id="project-badge"' in html and "harness/0a1b2c3d" in html
+    assert 'class="conv-project"' in html and "shop &lt;b&gt;" in html
+    assert 'id="changes-panel"' in html and 'id="commit-form"' in html
+    vic = User.objects.create_user("vic", password="pw-vic-12345")
+    Membership.objects.create(conversation=conversation, user=vic, role="viewer")
+    viewer = Client()
+    viewer.force_login(vic)
+    html = viewer.get(f"/c/{conversation.id}/").content.decode()
+    assert 'id="changes-panel"' in html and "data-can-drive" not in html  # the diff only
+    assert 'id="commit-form"' not in html and 'id="archive-link"' not in html

@@ -171,9 +171,10 @@ def api_endpoints(cid: str) -> list[tuple[str, str, object, set[str]]]:
         # A project conversation's (§15): here 400 not_in_project once access is granted.
         ("GET", f"{base}/checkpoints", None, READS),
         ("POST", f"{base}/restore", {"checkpoint": "0" * 40}, DRIVES),
-        ("GET", f"{base}/changes", None, DRIVES),
+        ("GET", f"{base}/changes", None, READS),  # a viewer of the page sees the diff
         ("POST", f"{base}/commit", {"message": "m"}, DRIVES),
         ("GET", f"{base}/archive", None, DRIVES),
+        ("POST", f"{base}/push", None, DRIVES),  # (409 no_project once access is granted)
     ]
 
 
@@ -235,7 +236,7 @@ def test_every_url_of_the_site_is_in_the_matrix():
         "api_fork": "/fork" in api_paths,
         "api_checkpoints": "/checkpoints" in api_paths, "api_restore": "/restore" in api_paths,
         "api_changes": "/changes" in api_paths, "api_commit": "/commit" in api_paths,
-        "api_archive": "/archive" in api_paths,
+        "api_archive": "/archive" in api_paths, "api_push": "/push" in api_paths,
     }  # fmt: skip
     covered.update(dict.fromkeys(PAGE_MATRIX, True))
     covered.update(dict.fromkeys(USER_SCOPED, True))
