@@ -154,3 +154,23 @@ def test_the_changes_panel_at_phone_width(new_context, fresh_model):
     page.keyboard.press("Escape")
     assert page.locator("#changes-panel").is_hidden()
     assert page.evaluate("document.activeElement.id") == "changes-toggle"
+
+
+def test_a_clone_that_fails_shows_gits_message_without_a_reload(new_context):
+    page = sign_in(new_context(), "alice")
+    name = f"remote {uuid.uuid4().hex[:6]}"
+    page.click("#new-project > summary")
+    page.fill("#project-name", name)
+    page.fill("#project-url", "http://127.0.0.1:9/nothing.git")  # no egress rule names it
+    assert page.inner_text("#project-host") == "127.0.0.1:9"
+    assert page.locator("#project-credential").is_visible()
+    page.fill("#project-username", "me")
+    page.fill("#project-token", "tok-e2e-0123456789")
+    page.click("#new-project-form button[type=submit]")
+    item = page.locator(".project-item", has=page.locator(".project-name", has_text=name))
+    item.locator(".project-state", has_text="failed").wait_for(timeout=30_000)
+    assert item.locator(".project-error").inner_text().strip()
+    assert page.input_value("#project-token") == ""  # the token is not kept on the page
+    assert item.locator("[data-new-conversation]").is_hidden()
+    hosts = page.request.get("/api/credentials/git").json()["hosts"]
+    assert {"host": "127.0.0.1:9", "username": "me"} in hosts
