@@ -51,7 +51,7 @@ from agent.web.throttle import Throttled, check_new_conversation
 from agent.web.views import TITLE_MAX, model_choices
 
 
-@api_view("GET", "POST")
+@api_view("GET", "POST", session=True)
 def conversations(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":  # own and shared ones, each with the caller's role
         items = [conversation_json(c) for c in listed_for(request.api_user)[:1000]]

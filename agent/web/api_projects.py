@@ -1,8 +1,10 @@
 """The API's projects (docs/API.md, "Projects"): a user's repositories, and what a project
 conversation's worktree offers: its checkpoints, a rewind, its changes, a commit, an
 archive. A project is its owner's alone (anyone else: 404); a conversation's endpoints
-follow its roles (agent/access.py): reading for checkpoints, driving for the rest (as
-the Files panel). The git work runs in the owner's sandbox (agent/runs/projects.py)."""
+follow its roles (agent/access.py): reading for checkpoints and changes (a viewer of
+the page sees the diff), driving for the rest (as the Files panel). The signed-in page
+calls them with its session (and CSRF token) as well as a client with a token. The git
+work runs in the owner's sandbox (agent/runs/projects.py)."""
 
 from __future__ import annotations
 
@@ -110,14 +112,14 @@ def in_project(conversation: Conversation) -> JsonResponse | None:
     return api_error(400, "not_in_project", "This conversation does not work in a project.")
 
 
-@api_view("GET")
+@api_view("GET", session=True)
 @of_conversation(READ)
 async def checkpoints_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     listed = await sync_to_async(rewind.listing, thread_sensitive=False)(conversation)
     return JsonResponse({"checkpoints": listed})
 
 
-@api_view("POST")
+@api_view("POST", session=True)
 @of_conversation(DRIVE)
 async def restore_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     refused = in_project(conversation)
@@ -137,8 +139,8 @@ async def restore_view(request: HttpRequest, conversation: Conversation) -> Json
     return JsonResponse({"restored": target, "checkpoints": made})
 
 
-@api_view("GET")
-@of_conversation(DRIVE)
+@api_view("GET", session=True)
+@of_conversation(READ)
 async def changes_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     refused = in_project(conversation)
     if refused:
@@ -150,7 +152,7 @@ async def changes_view(request: HttpRequest, conversation: Conversation) -> Json
     return JsonResponse(found)
 
 
-@api_view("POST")
+@api_view("POST", session=True)
 @of_conversation(DRIVE)
 async def commit_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     refused = in_project(conversation)
@@ -170,7 +172,7 @@ async def commit_view(request: HttpRequest, conversation: Conversation) -> JsonR
     return JsonResponse({"commit": made}, status=201)
 
 
-@api_view("GET")
+@api_view("GET", session=True)
 @of_conversation(DRIVE)
 async def archive_view(request: HttpRequest, conversation: Conversation) -> HttpResponse:
     refused = in_project(conversation)

@@ -64,7 +64,7 @@ def create_cloned(request: HttpRequest, body: dict) -> JsonResponse:
     return JsonResponse({"id": str(project.id), "state": project.state}, status=201)
 
 
-@api_view("POST")
+@api_view("POST", session=True)
 @of_conversation(DRIVE)
 async def push(request: HttpRequest, conversation) -> JsonResponse:
     """The conversation's branch pushed to its project's remote, with the project owner's

@@ -22,6 +22,7 @@ from agent.access import (
     empty_conversation_of,
     members_of,
     new_conversation,
+    projects_of,
     shared_with,
 )
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
@@ -133,7 +134,8 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     offline = agent_config().offline
     context = {
         "conversation": conversation,
-        "conversations": conversations_of(request.user)[:200],
+        "conversations": conversations_of(request.user).select_related("project")[:200],
+        "projects": projects_of(request.user).order_by("name")[:200],
         "shared": shared_with(request.user)[:200],
         "role": role,
         "can_drive": allows(role, DRIVE),

@@ -311,8 +311,8 @@ def test_a_project_from_an_archive_and_a_hostile_archive_refused_whole(live, ali
                               {"archive": ("app-main.tar.gz", data)})  # fmt: skip
     assert status == 201 and made["state"] == "ready", (status, made)
     conversation = _conversation(alice, made["id"])
-    fresh.enqueue(tool_reply(("bash", {"command": "git ls-files -s | awk '{print $1, $4}'; ls -A"})),
-                  text_reply("listed"))  # fmt: skip
+    listing = "git ls-files -s | awk '{print $1, $4}'; ls -A"
+    fresh.enqueue(tool_reply(("bash", {"command": listing})), text_reply("listed"))
     events = prompt_and_read(alice, conversation["id"], "what is here?")
     (result,) = [e for e in events if e["type"] == "tool_result"]
     output = json.loads(result["result"])["output"]

@@ -171,7 +171,7 @@ def api_endpoints(cid: str) -> list[tuple[str, str, object, set[str]]]:
         # A project conversation's (§15): here 400 not_in_project once access is granted.
         ("GET", f"{base}/checkpoints", None, READS),
         ("POST", f"{base}/restore", {"checkpoint": "0" * 40}, DRIVES),
-        ("GET", f"{base}/changes", None, DRIVES),
+        ("GET", f"{base}/changes", None, READS),  # a viewer of the page sees the diff
         ("POST", f"{base}/commit", {"message": "m"}, DRIVES),
         ("GET", f"{base}/archive", None, DRIVES),
         ("POST", f"{base}/push", None, DRIVES),  # here 409 no_project once access is granted
