@@ -61,11 +61,25 @@ def test_the_worktrees_commondir_does_not_move_harness_git(dana, fresh):
                    " 2>&1; echo planted > planted.txt")  # fmt: skip
     # The checkpoint after that call, and a commit.
     status, body = dana.call("POST", f"/api/conversations/{mine['id']}/commit", {"message": "m"})
-    _, seen = _bash(fresh, dana, victim, f"git for-each-ref --format='%(refname)' "
-                    f"refs/harness/checkpoints/{cid} refs/heads/harness/{cid[:8]}; echo end")  # fmt: skip
+    refs = f"refs/harness/checkpoints/{cid} refs/heads/harness/{cid[:8]}"
+    _, seen = _bash(fresh, dana, victim, f"git for-each-ref --format='%(refname)' {refs}; echo end")
     assert seen.split() == ["end"], (out, seen)
     assert "Read-only file system" in out, out
     assert status == 201, body
+
+
+def test_a_commondir_in_the_repository_does_not_move_harness_git(dana, fresh):
+    """The repository itself is the agent's to write in: a ``commondir`` put there would
+    send the refs of Harness's git on the repository (a new conversation's branch) to the
+    one it names."""
+    mine, victim = _two(dana)
+    plant = f"echo {_repo(victim)} > $(git rev-parse --git-common-dir)/commondir"
+    _, base = _bash(fresh, dana, mine, f"git rev-parse HEAD; {plant}")
+    made = {"project": mine["project"], "base": base.strip()}
+    status, body = dana.call("POST", "/api/conversations", made)
+    _, seen = _bash(fresh, dana, victim, "git for-each-ref --format='%(refname)' refs/heads")
+    assert seen.split() == ["refs/heads/" + victim["branch"], "refs/heads/main"], seen
+    assert status >= 400 and "commondir" in body["message"], (status, body)
 
 
 def test_alternates_and_a_moved_objects_directory_reach_no_other_project(dana, fresh):
@@ -84,8 +98,10 @@ def test_alternates_and_a_moved_objects_directory_reach_no_other_project(dana, f
     assert status == 200 and [f["path"] for f in body["files"]] == ["unique.txt"], body
     assert "refused" in out, out
     # Alternates: refused by the kernel (objects/info is read-only).
-    _, out = _bash(fresh, dana, mine, f"echo {_repo(victim)}/objects >> "
-                   "$(git rev-parse --git-common-dir)/objects/info/alternates 2>&1; echo end")  # fmt: skip
+    alternates = "$(git rev-parse --git-common-dir)/objects/info/alternates"
+    _, out = _bash(
+        fresh, dana, mine, f"echo {_repo(victim)}/objects >> {alternates} 2>&1; echo end"
+    )
     assert "Read-only file system" in out, out
 
 
