@@ -87,8 +87,8 @@ def test_alternates_and_a_moved_objects_directory_reach_no_other_project(dana, f
     # The objects directory moved aside, a link to the other project's in its place: a
     # checkpoint would write this file's blob there.
     _, out = _bash(fresh, dana, mine, f"""cd $(git rev-parse --git-common-dir)
-        mv objects objects.moved 2>&1 || echo refused
-        ln -s {_repo(victim)}/objects objects 2>&1; cd /workspace
+        mv objects objects.moved 2>&1 && ln -s {_repo(victim)}/objects objects || echo refused
+        cd /workspace
         echo 'a unique secret 41c7' > unique.txt""")  # fmt: skip
     content = b"a unique secret 41c7\n"
     blob = hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
@@ -115,3 +115,19 @@ def test_a_repository_with_alternates_is_refused(live, dana, fresh):
     (found[0] / "objects" / "info" / "alternates").write_text(f"{_repo(victim)}/objects\n")
     status, body = dana.call("GET", f"/api/conversations/{mine['id']}/changes")
     assert status >= 400 and "alternates" in body["message"], (status, body)
+
+
+def test_a_link_in_the_refs_writes_no_ref_into_another_project(dana, fresh):
+    """The checkpoint ref's directory swapped for a link to the other project's branches:
+    the checkpoint after the call would create a branch there (naming an object it lacks).
+    Refused by a check before each operation (a race remains: SECURITY.md)."""
+    mine, victim = _two(dana)
+    cid = mine["id"].replace("-", "")
+    at = "$(git rev-parse --git-common-dir)/refs/harness/checkpoints"
+    link = f"cd {at} && rm -rf {cid} && ln -s {_repo(victim)}/refs/heads {cid} && echo linked"
+    _, out = _bash(fresh, dana, mine, f"{link}; echo x > /workspace/x")
+    assert "linked" in out, out
+    _, seen = _bash(fresh, dana, victim, "git for-each-ref --format='%(refname)' refs/heads")
+    assert seen.split() == ["refs/heads/" + victim["branch"], "refs/heads/main"], seen
+    status, body = dana.call("GET", f"/api/conversations/{mine['id']}/changes")
+    assert status >= 400 and "link in the repository" in body["message"], (status, body)
