@@ -164,11 +164,20 @@ def run(args: list[str], *, cwd: str, env: dict[str, str], stdin: bytes = b"",
 
 class Git:
     """git on one repository (``git_dir``), hardened as above. ``extra_config``: what a
-    caller adds (the network half allows its transports here)."""
+    caller adds (the network half allows its transports here). ``common_dir``: the
+    repository's own directory, pinned (``GIT_COMMON_DIR``, ``GIT_OBJECT_DIRECTORY``) so
+    that neither a worktree's ``commondir`` file nor a moved ``objects`` names another
+    one for its configuration and objects. git's files ref backend still reads
+    ``<git_dir>/commondir`` for refs: callers check it (agent/core/projects/pinned.py)."""
 
     def __init__(self, git_dir: str, *, path: str = "", timeout: float = TIMEOUT,
-                 extra_config: tuple[tuple[str, str], ...] = ()):  # fmt: skip
+                 extra_config: tuple[tuple[str, str], ...] = (),
+                 common_dir: str | None = None):  # fmt: skip
         self.git_dir = git_dir
+        self.pins = {"GIT_DIR": git_dir}
+        if common_dir is not None:
+            self.pins.update(GIT_COMMON_DIR=common_dir,
+                             GIT_OBJECT_DIRECTORY=f"{common_dir}/objects")  # fmt: skip
         self.base_env = environment(path=path)
         self.timeout = timeout
         self.extra_config = tuple(extra_config)
@@ -182,7 +191,7 @@ class Git:
         """Every driver command the repository's configuration (its includes too) names,
         blanked. Read on each Git (one per operation): an agent may add one any time."""
         if self._drivers is None:
-            env = with_config({**self.base_env, "GIT_DIR": self.git_dir}, NEUTRAL)
+            env = with_config({**self.base_env, **self.pins}, NEUTRAL)
             result = run(["config", "--includes", "--null", "--get-regexp", "."],
                          cwd="/", env=env, timeout=self.timeout, cap=4 << 20)  # fmt: skip
             if result.code not in (0, 1):
@@ -204,7 +213,7 @@ class Git:
 
     def env(self, work_tree: str | None = None, index: str | None = None,
             extra: dict[str, str] | None = None) -> dict[str, str]:  # fmt: skip
-        env = {**self.base_env, "GIT_DIR": self.git_dir, **(extra or {})}
+        env = {**self.base_env, **(extra or {}), **self.pins}
         if work_tree is not None:
             env["GIT_WORK_TREE"] = work_tree
         if index is not None:

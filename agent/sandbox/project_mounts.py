@@ -6,9 +6,11 @@ nothing in a user-writable tree can redirect a mount.
 - The file host gets the whole projects directory at ``/projects`` (``MOUNT``).
 - A project conversation's bash and CLI sandbox get its worktree at ``/workspace`` and, so
   that git's absolute back-pointers hold, the repository and the same worktree at their
-  ``/projects/...`` paths; the repository's ``config``, ``hooks/`` and the other worktrees'
-  administrative directories read-only (defence in depth: git run by Harness ignores the
-  configuration anyway, agent/core/git.py); no other conversation's worktree.
+  ``/projects/...`` paths; the repository's ``config``, ``hooks/``, ``objects/info``
+  (alternates), the other worktrees' administrative directories and its own's
+  ``commondir`` and ``gitdir`` read-only, ``objects`` a mount point (it cannot be moved
+  aside for a link): nothing there can point Harness's git (which runs where every
+  project is visible) at another project; no other conversation's worktree.
 - Every other sandbox sees an empty, read-only directory where the projects are.
 """
 
@@ -21,6 +23,10 @@ from dataclasses import dataclass, field
 
 from agent.core.projects import MOUNT, PROJECTS_DIR
 from agent.core.projects.layout import hex_id
+
+# A worktree's administrative files that name where git goes: the repository (commondir,
+# which Harness's git follows for refs) and the worktree (gitdir, for prune and remove).
+POINTERS = ("commondir", "gitdir")
 
 
 class Refused(Exception):
@@ -134,10 +140,18 @@ def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
         opened.append(config)
         hooks = _open(repo, "hooks", device, stat.S_IFDIR)
         opened.append(hooks)
+        objects = _open(repo, "objects", device, stat.S_IFDIR)
+        opened.append(objects)
+        info = _open(objects, "info", device, stat.S_IFDIR)
+        opened.append(info)
         admins = _open(repo, "worktrees", device, stat.S_IFDIR)
         opened.append(admins)
         admin = _open(admins, conversation, device, stat.S_IFDIR)
         opened.append(admin)
+        pointers = []
+        for name in POINTERS:
+            pointers.append(_open(admin, name, device, stat.S_IFREG))
+            opened.append(pointers[-1])
         trees = _open(home, "trees", device, stat.S_IFDIR)
         opened.append(trees)
         tree = _open(trees, conversation, device, stat.S_IFDIR)
@@ -156,10 +170,17 @@ def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
         "--bind-fd", str(repo), f"{at}/repo.git",
         "--ro-bind-fd", str(config), f"{at}/repo.git/config",
         "--ro-bind-fd", str(hooks), f"{at}/repo.git/hooks",
+        # objects a mount point (rename gets EBUSY: no link to another project's in its
+        # place) and objects/info read-only (no alternates lending another's objects).
+        "--bind-fd", str(objects), f"{at}/repo.git/objects",
+        "--ro-bind-fd", str(info), f"{at}/repo.git/objects/info",
         # The other worktrees' administrative directories (their lock, HEAD, index) out of
-        # this agent's reach: only its own is writable.
+        # this agent's reach: only its own is writable, but for the pointers naming the
+        # repository (commondir) and the worktree (gitdir).
         "--ro-bind-fd", str(admins), f"{at}/repo.git/worktrees",
         "--bind-fd", str(admin), f"{at}/repo.git/worktrees/{conversation}",
+        *(arg for name, fd in zip(POINTERS, pointers, strict=True)
+          for arg in ("--ro-bind-fd", str(fd), f"{at}/repo.git/worktrees/{conversation}/{name}")),
         "--bind-fd", str(again), f"{at}/trees/{conversation}",
     ]  # fmt: skip
     return Worktree(tree=tree, binds=binds, fds=opened)
@@ -178,7 +199,12 @@ def path_binds(projects: str, project: str, conversation: str) -> list[str]:
         "--bind", repo, f"{at}/repo.git",
         "--ro-bind", f"{repo}/config", f"{at}/repo.git/config",
         "--ro-bind", f"{repo}/hooks", f"{at}/repo.git/hooks",
+        "--bind", f"{repo}/objects", f"{at}/repo.git/objects",
+        "--ro-bind", f"{repo}/objects/info", f"{at}/repo.git/objects/info",
         "--ro-bind", f"{repo}/worktrees", f"{at}/repo.git/worktrees",
         "--bind", f"{repo}/worktrees/{conversation}", f"{at}/repo.git/worktrees/{conversation}",
+        *(arg for name in POINTERS for arg in (
+            "--ro-bind", f"{repo}/worktrees/{conversation}/{name}",
+            f"{at}/repo.git/worktrees/{conversation}/{name}")),
         "--bind", f"{projects}/{project}/trees/{conversation}", f"{at}/trees/{conversation}",
     ]  # fmt: skip

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 
 from agent.core.git import Git, GitError
+from agent.core.projects import pinned
 from agent.core.projects.layout import Layout
 
 ARCHIVE_CAP = 60 * 1024 * 1024
@@ -48,7 +49,7 @@ def _lock(layout: Layout) -> Iterator[None]:
 def _git(layout: Layout) -> Git:
     if not os.path.isdir(layout.tree):
         raise GitError("the conversation's worktree is missing")
-    return Git(layout.tree_git_dir)
+    return pinned.worktree(layout)
 
 
 def _resolve(git: Git, name: str) -> str | None:

@@ -4,8 +4,8 @@ JSON, with bytes beside it for an archive."""
 
 from __future__ import annotations
 
-from agent.core.git import Git, GitError
-from agent.core.projects import checkpoints, repo
+from agent.core.git import GitError
+from agent.core.projects import checkpoints, pinned, repo
 from agent.core.projects.layout import Layout, LayoutError
 
 NETWORK = (("protocol.http.allow", "always"), ("protocol.https.allow", "always"))
@@ -61,8 +61,8 @@ def git_command(layout: Layout, args: dict) -> dict:
         for k, v in env.items()
     ):
         raise LayoutError("env may only name an author or a committer")
-    git = Git(layout.tree_git_dir if layout.conversation else layout.repo, extra_config=extra,
-              timeout=float(args.get("timeout") or 60))  # fmt: skip
+    pin = pinned.worktree if layout.conversation else pinned.repository
+    git = pin(layout, extra_config=extra, timeout=float(args.get("timeout") or 60))
     result = git.run(*argv, work_tree=layout.tree if layout.conversation else None, check=False,
                      extra=env)  # fmt: skip
     return {"code": result.code, "out": result.out.decode(errors="replace"), "err": result.err}

@@ -8,6 +8,7 @@ import shutil
 import stat
 
 from agent.core.git import NEUTRAL, Git, GitError, environment, run, with_config
+from agent.core.projects import pinned
 from agent.core.projects.layout import Layout
 
 DEFAULT_BRANCH = "main"
@@ -33,7 +34,7 @@ def _init(layout: Layout) -> Git:
     if result.code != 0:
         raise GitError(result.err or "git init failed")
     os.mkdir(f"{layout.repo}/hooks", 0o755)
-    return Git(layout.repo)
+    return pinned.repository(layout)
 
 
 def create(layout: Layout) -> dict:
@@ -70,7 +71,7 @@ def add_worktree(layout: Layout, base: str) -> dict:
     locked (an agent's ``git worktree prune`` elsewhere cannot drop it)."""
     if not isinstance(base, str) or not REF.match(base):
         raise GitError(f"not a branch or commit: {str(base)[:100]!r}")
-    git = Git(layout.repo)
+    git = pinned.repository(layout)
     found = git.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}",
                     check=False)  # fmt: skip
     if found.code != 0:
@@ -83,7 +84,7 @@ def add_worktree(layout: Layout, base: str) -> dict:
 
 def remove_worktree(layout: Layout) -> dict:
     """The worktree and its private state gone; the branch and the checkpoints stay."""
-    git = Git(layout.repo)
+    git = pinned.repository(layout)
     if os.path.lexists(layout.tree):
         git.run("worktree", "remove", "--force", "--force", layout.tree, check=False)
         _remove(layout.tree)
