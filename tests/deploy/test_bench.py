@@ -67,7 +67,7 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
     report = json.loads((tmp_path / "latest.json").read_text())
     assert "levels" not in report and report["options"]["only"] == "projects"
     projects = report["projects"]
-    assert projects["files"] == 300 and projects["plain_clone"]["count"] == 3
+    assert projects["files"] == 300 and projects["plain_clone"]["count"] == 5
     assert "clone <= x1.2 a plain `git clone --bare`" in proc.stdout
     for mode in ("core", "oneshot", "host"):
         figures = projects["paths"][mode]
@@ -79,5 +79,5 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
         assert 0 < figures["after_one_change"]["p50_ms"] <= figures["after_one_change"]["p99_ms"]
         assert figures["first_ms"] > 0 and figures["restore"]["p50_ms"] > 0
         if mode != "core":  # the product's clone, against the plain one
-            assert figures["clone"]["count"] == 3 and figures["clone_ratio"] > 0
+            assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
             assert f"(x{figures['clone_ratio']})" in proc.stdout
