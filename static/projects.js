@@ -166,6 +166,17 @@
       note.textContent = stored ? `A sign-in for ${host} is stored (as ${stored.username}): leave these empty to use it.` : "";
     }
     url.addEventListener("input", urlChanged);
+    // A chosen archive can be let go again (a file input cannot be emptied by keyboard).
+    const archiveInput = $("#project-archive", form);
+    const clearArchive = $("#project-archive-clear", form);
+    const archiveChanged = () => { clearArchive.hidden = !archiveInput.files.length; };
+    archiveInput.addEventListener("change", archiveChanged);
+    form.addEventListener("reset", () => setTimeout(archiveChanged));
+    clearArchive.addEventListener("click", () => {
+      archiveInput.value = "";
+      archiveChanged();
+      archiveInput.focus();
+    });
     // A stored sign-in added or removed elsewhere on the page (git_signins.js).
     document.addEventListener("harness:signins-changed", () => { known = null; urlChanged(); });
 

@@ -230,6 +230,10 @@ def test_projects_from_archives(context_on):
     assert "'../evil.txt'" in said and "leaves the root" in said and "Nothing was kept" in said
     assert page.input_value("#project-name") == name
     assert page.eval_on_selector("#project-archive", "e => e.files.length") == 1
+    page.click("#project-archive-clear")  # the file let go of, the name still there
+    assert page.eval_on_selector("#project-archive", "e => e.files.length") == 0
+    assert page.locator("#project-archive-clear").is_hidden()
+    assert page.evaluate("document.activeElement.id") == "project-archive"
     assert page.locator(".project-item").count() == projects
     assert page.request.get("/api/projects").json()["projects"] == []
 
@@ -244,13 +248,31 @@ def test_projects_from_archives(context_on):
     )
     assert page.input_value("#project-name") == name
 
-    # A good one (GitHub's shape: one top directory, stripped): ready at once.
+    # A good one (GitHub's shape: one top directory, stripped): its upload shown going on,
+    # then the project ready at once, its files those of the archive.
+    page.evaluate("""() => {
+        window.seen = [];
+        const status = document.querySelector('#new-project-status');
+        const bar = document.querySelector('#project-upload');
+        new MutationObserver(() => window.seen.push([status.textContent, bar.hidden]))
+            .observe(status, {childList: true, characterData: true, subtree: true});
+    }""")
     upload(page, name, "site.zip", zip_bytes({"site-main/index.html": "<h1>hi</h1>\n",
                                               "site-main/src/app.js": "1;\n"}))  # fmt: skip
     item = project_item(page, name)
     item.locator(".project-state", has_text="ready").wait_for(timeout=30_000)
     assert page.inner_text("#new-project-status") == f"“{name}” is ready."
+    seen = page.evaluate("window.seen")
+    assert ["Uploading site.zip…", False] in seen, seen
+    assert ["Unpacking the archive and making the first commit…", False] in seen, seen
     assert page.input_value("#project-name") == ""
     assert page.locator("#project-upload").is_hidden()
+    assert page.locator("#project-archive-clear").is_hidden()
     (made,) = page.request.get("/api/projects").json()["projects"]
     assert (made["name"], made["state"], made["default_branch"]) == (name, "ready", "main")
+    item.locator("[data-new-conversation]").click()
+    page.wait_for_selector("main[data-project]")
+    conversation = page.get_attribute("main", "data-conversation")
+    for path, text in (("index.html", "<h1>hi</h1>\n"), ("src/app.js", "1;\n")):
+        response = page.request.get(f"/c/{conversation}/files/download?path={path}")
+        assert (response.status, response.text()) == (200, text), path
