@@ -1,8 +1,10 @@
 // Projects on the page (docs/API.md, "Projects", "Git credentials"): the sidebar's list and
-// its "New project" form, "Restore files to before this prompt", and the choice Edit,
-// Regenerate and the ‹ › switcher offer about the files (the Changes panel: changes.js). Everything goes to the JSON API with the page's
-// session and CSRF token. Repository content (paths, diffs, git's messages) only ever
-// becomes text nodes. Frames for the socket go through harness.js (harness:send).
+// its "New project" form (empty, cloned from a URL, or from an uploaded archive), "Restore
+// files to before this prompt", and the choice Edit, Regenerate and the ‹ › switcher offer
+// about the files (the Changes panel: changes.js; the sign-ins: git_signins.js).
+// Everything goes to the JSON API with the page's session and CSRF token. Repository
+// content (paths, diffs, git's and the unpacker's messages) only ever becomes text nodes.
+// Frames for the socket go through harness.js (harness:send).
 (function () {
   "use strict";
   const $ = (sel, root = document) => root.querySelector(sel);
@@ -98,6 +100,42 @@
     });
   }
 
+  // The archive form sent with XMLHttpRequest: fetch() says nothing of an upload's progress.
+  // {status, data} as api()'s.
+  function uploadArchive(name, file, progressed) {
+    return new Promise((resolve) => {
+      const body = new FormData();
+      body.append("name", name);
+      body.append("archive", file);
+      const xhr = new XMLHttpRequest();
+      xhr.open("POST", "/api/projects");
+      xhr.setRequestHeader("X-CSRFToken", csrfToken());
+      xhr.setRequestHeader("Accept", "application/json");
+      xhr.upload.addEventListener("progress", (event) => {
+        if (event.lengthComputable) progressed(event.loaded, event.total);
+      });
+      xhr.addEventListener("load", () => {
+        let data = {};
+        try { data = JSON.parse(xhr.responseText); } catch (e) { /* not JSON */ }
+        if (xhr.status >= 400 && !data.message) data.message = `The server answered ${xhr.status}.`;
+        resolve({ status: xhr.status, data });
+      });
+      const failed = () => resolve({ status: 0, data: { message: "The upload did not reach the server; nothing was made." } });
+      xhr.addEventListener("error", failed);
+      xhr.addEventListener("abort", failed);
+      xhr.send(body);
+    });
+  }
+
+  // What a refused archive says, in plain words; the form keeps the name and the file.
+  function archiveRefusal(code, data, limitMb) {
+    if (code === 413 || data.error === "too_large") {
+      return `The archive is too large: the server takes archives of up to ${limitMb} MB. Nothing was made.`;
+    }
+    if (data.error === "bad_archive") return `${data.message} Nothing was kept.`;
+    return `The project was not made: ${data.message}`;
+  }
+
   function hostOf(url) {
     try {
       const parsed = new URL(url);
@@ -111,6 +149,7 @@
   function bindNewProject(form, list, template) {
     const status = $("#new-project-status");
     const url = $("#project-url", form);
+    const progress = $("#project-upload", form);
     let known = null; // the stored sign-ins' hosts, asked for once
     async function urlChanged() {
       const host = hostOf(url.value.trim());
@@ -127,6 +166,67 @@
       note.textContent = stored ? `A sign-in for ${host} is stored (as ${stored.username}): leave these empty to use it.` : "";
     }
     url.addEventListener("input", urlChanged);
+    // A chosen archive can be let go again (a file input cannot be emptied by keyboard).
+    const archiveInput = $("#project-archive", form);
+    const clearArchive = $("#project-archive-clear", form);
+    const archiveChanged = () => { clearArchive.hidden = !archiveInput.files.length; };
+    archiveInput.addEventListener("change", archiveChanged);
+    form.addEventListener("reset", () => setTimeout(archiveChanged));
+    clearArchive.addEventListener("click", () => {
+      archiveInput.value = "";
+      archiveChanged();
+      archiveInput.focus();
+    });
+    // A stored sign-in added or removed elsewhere on the page (git_signins.js).
+    document.addEventListener("harness:signins-changed", () => { known = null; urlChanged(); });
+
+    // {status, data} of the POST, or null when it was not sent (said in the status line).
+    async function sendJson(name, gitUrl, username, token) {
+      const body = { name };
+      if (gitUrl) {
+        const host = hostOf(gitUrl);
+        if (!host) { say(status, "The URL must start with https:// or http://.", "error"); url.focus(); return null; }
+        body.git_url = gitUrl;
+        if (form.elements.branch.value.trim()) body.branch = form.elements.branch.value.trim();
+        if (username || token) {
+          form.elements.token.value = "";
+          const saved = await api("PUT", `/api/credentials/git/${encodeURIComponent(host)}`, { username, token });
+          if (saved.status !== 204) { say(status, `The sign-in was not stored: ${saved.data.message}`, "error"); return null; }
+          known = null;
+          document.dispatchEvent(new CustomEvent("harness:signins-changed"));
+        }
+      }
+      say(status, gitUrl ? "Starting the clone…" : "Making the project…");
+      return api("POST", "/api/projects", body);
+    }
+
+    async function sendArchive(name, file) {
+      const limitMb = Number(form.dataset.maxUploadMb) || 0;
+      if (limitMb && file.size > limitMb * 1024 * 1024) {
+        say(status, archiveRefusal(413, {}, limitMb), "error");
+        return null;
+      }
+      const submit = $("button[type=submit]", form);
+      submit.disabled = true;
+      form.setAttribute("aria-busy", "true");
+      progress.hidden = false;
+      progress.value = 0;
+      say(status, `Uploading ${file.name}…`);
+      const made = await uploadArchive(name, file, (loaded, total) => {
+        progress.value = total ? loaded / total : 0;
+        say(status, loaded < total ? `Uploading ${file.name}… ${Math.floor((100 * loaded) / total)}%`
+          : "Unpacking the archive and making the first commit…");
+      });
+      submit.disabled = false;
+      form.removeAttribute("aria-busy");
+      if (made.status !== 201) {
+        progress.hidden = true;
+        say(status, archiveRefusal(made.status, made.data, limitMb), "error");
+        return null;
+      }
+      return made;
+    }
+
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const name = form.elements.name.value.trim();
@@ -134,27 +234,20 @@
       const username = form.elements.username.value.trim();
       const token = form.elements.token.value;
       if (!name) { say(status, "Give the project a name.", "error"); form.elements.name.focus(); return; }
-      const body = { name };
-      if (gitUrl) {
-        const host = hostOf(gitUrl);
-        if (!host) { say(status, "The URL must start with https:// or http://.", "error"); url.focus(); return; }
-        body.git_url = gitUrl;
-        if (form.elements.branch.value.trim()) body.branch = form.elements.branch.value.trim();
-        if (username || token) {
-          form.elements.token.value = "";
-          const saved = await api("PUT", `/api/credentials/git/${encodeURIComponent(host)}`, { username, token });
-          if (saved.status !== 204) { say(status, `The sign-in was not stored: ${saved.data.message}`, "error"); return; }
-          known = null;
-        }
+      const archive = form.elements.archive.files[0];
+      if (archive && gitUrl) {
+        say(status, "Give a Git URL or an archive, not both.", "error"); url.focus(); return;
       }
-      say(status, gitUrl ? "Starting the clone…" : "Making the project…");
-      const { status: code, data } = await api("POST", "/api/projects", body);
+      const made = archive ? await sendArchive(name, archive) : await sendJson(name, gitUrl, username, token);
+      if (!made) return;
+      const { status: code, data } = made;
       if (code !== 201) { say(status, data.message, "error"); return; }
       const item = template.content.firstElementChild.cloneNode(true);
       showProject(item, { id: data.id, name: name.split(/\s+/).join(" "), state: data.state });
       list.append(item);
       pollWhileCloning(item);
       form.reset();
+      progress.hidden = true;
       $("#project-remote", form).hidden = true;
       say(status, data.state === "cloning" ? `“${name}” is being cloned.` : `“${name}” is ready.`);
     });

@@ -136,6 +136,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "conversation": conversation,
         "conversations": conversations_of(request.user).select_related("project")[:200],
         "projects": projects_of(request.user).order_by("name")[:200],
+        "max_upload_mb": settings.HARNESS_MAX_UPLOAD_MB,  # a project's archive, said before sent
         "shared": shared_with(request.user)[:200],
         "role": role,
         "can_drive": allows(role, DRIVE),
