@@ -213,10 +213,11 @@ def test_commit_archive_and_who_may(live, alice, project, fresh):
         alice.call("PUT", f"/api/conversations/{cid}/members/carol", {"role": "viewer"})[0] == 200
     )
     assert carol.call("GET", f"/api/conversations/{cid}/checkpoints")[0] == 200
+    assert carol.call("GET", f"/api/conversations/{cid}/changes")[0] == 200  # the page's diff
     at = f"/api/conversations/{cid}"
+    assert bob.call("GET", f"{at}/changes")[0] == 404
     for path, method, body in ((f"{at}/commit", "POST", {"message": "m"}),
                                (f"{at}/restore", "POST", {"checkpoint": made["commit"]}),
-                               (f"{at}/changes", "GET", None),
                                (f"{at}/archive", "GET", None)):  # fmt: skip
         assert carol.call(method, path, body)[0] == 403, path
         assert bob.call(method, path, body)[0] == 404, path
