@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -187,6 +188,15 @@ def settle_interrupted(owner) -> None:
 
 
 _cloning: set[threading.Thread] = set()
+
+
+def wait_for_clones(timeout: float) -> bool:
+    """Whether every clone this process started has ended within ``timeout`` seconds (a
+    test's end; a server's stop does not wait: a clone left ``cloning`` is settled)."""
+    deadline = time.monotonic() + timeout
+    for thread in list(_cloning):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not _cloning
 
 
 def start_clone(project_id) -> threading.Thread:

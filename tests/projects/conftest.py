@@ -34,3 +34,12 @@ def net(settings, tmp_path, remote):
     settings.HARNESS_EGRESS_ALLOW = parse_rules(remote.host)
     settings.HARNESS_GIT_TIMEOUT = 60
     return settings
+
+
+@pytest.fixture(autouse=True)
+def _clones_ended():
+    """A clone's thread outliving its test would write into the next test's database."""
+    yield
+    from agent.runs import git_remote
+
+    assert git_remote.wait_for_clones(60), "a clone was still running after its test"
