@@ -77,7 +77,8 @@ cli-agents:
 	else echo "note: npm is missing: the CLI agent tests will skip"; fi
 
 # The performance benchmark (docs/PERFORMANCE.md): prints a table, writes var/bench/*.json.
-# Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…"
+# Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…";
+# BENCH_ARGS="--only projects": projects' checkpoints, restores and clones alone.
 bench: install-dev
 	$(BIN)/python manage.py bench $(BENCH_ARGS)
 

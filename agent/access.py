@@ -23,7 +23,7 @@ import uuid
 
 from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
 
-from agent.models import Conversation, Membership, User
+from agent.models import Conversation, Membership, Project, User
 
 # Roles, and the access levels an action needs (a role allows its level and those below).
 OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
@@ -205,3 +205,17 @@ def actable_by(actor) -> QuerySet[User]:
     if actor.has_perm(CHANGE_USERS):
         return User.objects.filter(Q(is_superuser=False) | Q(pk=actor.pk))
     return User.objects.filter(pk=actor.pk)
+
+
+# -- Projects ---------------------------------------------------------------------------
+# A project is its owner's alone (docs/API.md, "Projects"): anyone else gets 404. What its
+# conversations' members may do with the worktree follows the conversation's roles above.
+
+
+def projects_of(user) -> QuerySet[Project]:
+    return Project.objects.filter(owner_id=user.pk, owner__is_active=True)
+
+
+def project_for(user, project_id) -> Project | None:
+    key = _key(project_id)
+    return None if key is None else projects_of(user).filter(pk=key).first()

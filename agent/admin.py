@@ -25,6 +25,7 @@ from agent.models import (
     Conversation,
     DeploymentInstructions,
     Event,
+    GitCredential,
     Membership,
     ProxyIdentity,
     UsageDay,
@@ -265,6 +266,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(GitCredential)
+class GitCredentialAdmin(ReadOnlyAdmin):
+    """Which users hold a git credential for which host: never the token (not a field here,
+    not even sealed); users replace or remove their own through the API."""
+
+    fields = list_display = ["user", "host", "username", "created", "updated"]
+    list_filter = ["host"]
+    search_fields = ["user__username", "host"]
 
 
 @admin.register(UsageDay)

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import latency, page, render_cost
+from . import latency, page, projects, render_cost
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +37,9 @@ class Options:
     redis_url: str | None = None
     processes: int = 1  # Daphne processes (more than one needs redis_url)
     out: Path = REPO / "var" / "bench"
+    only: str | None = None  # "projects": that section alone (no server, no model)
+    project_files: int = 10_000  # the worktree checkpointed and restored, the repo cloned
+    project_runs: int = 30  # checkpoints after a one-file change, per path
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -227,9 +230,9 @@ async def measure(cluster: Cluster, model_url: str, options: Options) -> dict:
     return result
 
 
-def run(options: Options) -> dict:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
-    options.out.mkdir(parents=True, exist_ok=True)
+def streaming(options: Options) -> tuple[dict, str]:
+    """The model and the product under Daphne: latency, CPU, memory, render cost, pages;
+    and the server's log."""
     root = Path(tempfile.mkdtemp(prefix="run-", dir=options.out))
     upstream = Upstream(options.tokens, options.rate)
     cluster = None
@@ -254,6 +257,16 @@ def run(options: Options) -> dict:
         figures["render"] = render_cost.measure(unpaced.url, options.render_tokens)
     finally:
         unpaced.stop()
+    return figures, str(cluster.log) if cluster else ""
+
+
+def run(options: Options) -> dict:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+    options.out.mkdir(parents=True, exist_ok=True)
+    figures, log = {}, ""
+    if options.only is None:
+        figures, log = streaming(options)
+    figures["projects"] = projects.measure(options.project_files, options.project_runs)
     report = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(options),
               "options": {k: str(v) if isinstance(v, Path) else v
                           for k, v in asdict(options).items()},
@@ -261,7 +274,7 @@ def run(options: Options) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for name in (f"bench-{stamp}.json", "latest.json"):
         (options.out / name).write_text(json.dumps(report, indent=2) + "\n")
-    report["log"] = str(cluster.log) if cluster else ""
+    report["log"] = log
     return report
 
 
@@ -297,6 +310,16 @@ def _ms(value) -> str:
 
 
 def table(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"Harness benchmark, {report['when']}: {m['cpus']} CPUs, Python {m['python']}"]
+    if "levels" in report:
+        lines = streaming_lines(report)
+    if "projects" in report:
+        lines += ["", *projects.lines(report["projects"])]
+    return "\n".join(lines)
+
+
+def streaming_lines(report: dict) -> list[str]:
     m, render, idle = report["machine"], report["render"], report["idle_memory"]
     transfer, long = report["page"]["transfer"], report["page"]["long_conversation"]
     opts = report["options"]
@@ -337,4 +360,4 @@ def table(report: dict) -> str:
         f"gzipped); its first load in a process, before any of it is rendered: "
         f"{long['first_ms']} ms",
     ]
-    return "\n".join(lines)
+    return lines

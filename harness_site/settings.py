@@ -19,6 +19,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from agent.core.config import APPROVAL_MODES, DEFAULT_MODEL, MIN_THINKING_BUDGET
+from agent.core.egress_rules import BadRule, parse_rules
 from agent.core.tools import BASH_MODES
 
 from .env import (
@@ -326,6 +327,22 @@ if HARNESS_OIDC:
 HARNESS_METRICS_TOKEN = env_secret("HARNESS_METRICS_TOKEN")
 if HARNESS_METRICS_TOKEN is not None and len(HARNESS_METRICS_TOKEN) < 24:
     raise ImproperlyConfigured("HARNESS_METRICS_TOKEN must be at least 24 characters")
+# Git credentials (agent/runs/git_credentials.py) are encrypted with a key derived from this
+# secret (HKDF-SHA256); unset, from DJANGO_SECRET_KEY (changing that then makes stored
+# credentials unreadable: users enter them again).
+HARNESS_CREDENTIALS_KEY = env_secret("HARNESS_CREDENTIALS_KEY")
+if HARNESS_CREDENTIALS_KEY is not None and len(HARNESS_CREDENTIALS_KEY) < 32:
+    raise ImproperlyConfigured("HARNESS_CREDENTIALS_KEY must be at least 32 characters")
+# Hosts sandboxed traffic may reach (agent/core/egress_rules.py): `host`, `host:port` or
+# `*.domain`. A loopback, private or link-local address needs a rule naming it exactly.
+try:
+    HARNESS_EGRESS_ALLOW = parse_rules(env_str("HARNESS_EGRESS_ALLOW", "") or "")
+except BadRule as exc:
+    raise ImproperlyConfigured(f"HARNESS_EGRESS_ALLOW: {exc}") from None
+# A git clone, fetch or push through the relay (agent/runs/git_relay.py): its time and the
+# bytes it may move each way.
+HARNESS_GIT_TIMEOUT = env_int("HARNESS_GIT_TIMEOUT", 600, minimum=10)
+HARNESS_GIT_MAX_MB = env_int("HARNESS_GIT_MAX_MB", 1024, minimum=1)
 # Seconds a run's lease lasts; its process renews it every third of that.
 HARNESS_RUN_LEASE = env_int("HARNESS_RUN_LEASE", 30, minimum=2)
 
@@ -352,7 +369,7 @@ HARNESS_LOG_FORMAT = env_choice("HARNESS_LOG_FORMAT", ("text", "json"), "text")
 # Masked wherever they appear in a record, traceback included (agent/server/logs.py).
 _LOG_SECRETS = tuple(
     str(value)
-    for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN,
+    for value in (SECRET_KEY, ANTHROPIC_API_KEY, HARNESS_METRICS_TOKEN, HARNESS_CREDENTIALS_KEY,
                   HARNESS_TRUSTED_PROXY_SECRET, _OIDC.get("OIDC_RP_CLIENT_SECRET"),
                   DATABASES["default"].get("PASSWORD"),
                   urlsplit(REDIS_URL).password if REDIS_URL else None)

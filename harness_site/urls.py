@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from agent.web import api, file_views, files_api, health, llm, oidc, uploads, views
+from agent.web import api, file_views, files_api, health, llm, oidc, remote_api, uploads, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -43,6 +43,20 @@ urlpatterns = [
     path("api/files/", files_api.files, name="api_files_root"),
     path("api/files/<path:path>", files_api.files, name="api_files"),
     path("api/search", api.search_view, name="api_search"),
+    path("api/projects", api.projects_view, name="api_projects"),
+    path("api/projects/<uuid:project_id>", api.project_view, name="api_project"),
+    path(
+        "api/conversations/<uuid:conversation_id>/checkpoints",
+        api.checkpoints_view,
+        name="api_checkpoints",
+    ),
+    path("api/conversations/<uuid:conversation_id>/restore", api.restore_view, name="api_restore"),
+    path("api/conversations/<uuid:conversation_id>/changes", api.changes_view, name="api_changes"),
+    path("api/conversations/<uuid:conversation_id>/commit", api.commit_view, name="api_commit"),
+    path("api/conversations/<uuid:conversation_id>/archive", api.archive_view, name="api_archive"),
+    path("api/credentials/git", remote_api.git_credentials_view, name="api_git_credentials"),
+    path("api/credentials/git/<str:host>", remote_api.git_credential, name="api_git_credential"),
+    path("api/conversations/<uuid:conversation_id>/push", remote_api.push, name="api_push"),
     path("search", views.search_view, name="search"),
     path("api/conversations/<uuid:conversation_id>", api.conversation, name="api_conversation"),
     path("api/conversations/<uuid:conversation_id>/events", api.events, name="api_events"),

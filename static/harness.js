@@ -897,6 +897,17 @@
         $(".app").classList.toggle("with-files", open);
       },
     });
+    const changes = $("#changes-panel"); // a project conversation's (static/projects.js fills it)
+    if (changes) {
+      drawers.add("#changes-toggle", "#changes-panel", "#changes-close", {
+        isOpen: () => !changes.hidden,
+        setOpen(open) {
+          changes.hidden = !open;
+          $(".app").classList.toggle("with-files", open);
+          changes.dispatchEvent(new CustomEvent(open ? "harness:opened" : "harness:closed"));
+        },
+      });
+    }
     drawers.add("#menu-toggle", "#sidebar", "#sidebar-close", {
       isOpen: () => document.body.classList.contains("sidebar-open"),
       setOpen(open) { document.body.classList.toggle("sidebar-open", open); },
@@ -1120,14 +1131,21 @@
   // Edit turns the prompt into a box in place; saving sends it as a new version (the
   // server re-draws the transcript for every tab). Typed text survives a refusal: the box
   // stays until the transcript is re-drawn.
+  // In a project conversation each of them also restores the files: static/projects.js
+  // takes the cancelable harness:branch-action, asks, and sends the frame itself (with
+  // restore_files) through harness:send.
   function bindBranches(messages, seqSync) {
+    function act(frame, anchor) {
+      const asked = new CustomEvent("harness:branch-action", { cancelable: true, detail: { frame, anchor } });
+      if (document.dispatchEvent(asked)) seqSync.send(frame);
+    }
     messages.addEventListener("click", (event) => {
       const edit = event.target.closest("[data-edit]");
       if (edit) { openEditor(edit.closest("[data-part]"), Number(edit.dataset.edit)); return; }
       const again = event.target.closest("[data-regenerate]");
-      if (again) { seqSync.send({ action: "regenerate", of: Number(again.dataset.regenerate) }); return; }
+      if (again) { act({ action: "regenerate", of: Number(again.dataset.regenerate) }, again); return; }
       const arrow = event.target.closest("[data-branch-switch] button[data-branch]");
-      if (arrow && arrow.dataset.branch !== "") seqSync.send({ action: "branch", id: Number(arrow.dataset.branch) });
+      if (arrow && arrow.dataset.branch !== "") act({ action: "branch", id: Number(arrow.dataset.branch) }, arrow);
     });
 
     function openEditor(part, seq) {
@@ -1161,7 +1179,7 @@
       form.addEventListener("submit", (event) => {
         event.preventDefault();
         if (!area.value.trim()) return;
-        seqSync.send({ action: "edit", of: seq, content: area.value });
+        act({ action: "edit", of: seq, content: area.value }, save);
       });
     }
   }
@@ -1292,6 +1310,11 @@
 
     copyOnClick(messages);
     bindBranches(messages, seqSync);
+    // Frames other scripts of the page send on this socket (static/projects.js: a branch
+    // action with restore_files, a comment on a changed line); detail.sent says if it went.
+    document.addEventListener("harness:send", (event) => {
+      event.detail.sent = seqSync.send(event.detail.frame);
+    });
     addCopyButtons(messages); // the page's own code blocks; the observer covers what arrives later
     quietLiveBlock(messages);
     const welcomeChanged = bindWelcome($("#welcome"), prompt, messages);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+import uuid
 from urllib.parse import urlparse
 
 
@@ -20,10 +21,12 @@ class Api:
         headers.update(extra or {})
         return headers
 
-    def call(self, method: str, path: str, body=None, raw: bytes | None = None):
+    def call(self, method: str, path: str, body=None, raw: bytes | None = None,
+             content_type: str = "application/json"):  # fmt: skip
         connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        connection.request(method, path, body=data, headers=self._headers())
+        headers = self._headers({"Content-Type": content_type})
+        connection.request(method, path, body=data, headers=headers)
         response = connection.getresponse()
         text = response.read().decode()
         connection.close()
@@ -32,6 +35,21 @@ class Api:
         except ValueError:
             payload = text
         return response.status, payload
+
+    def form(self, path: str, fields: dict[str, str], files: dict[str, tuple[str, bytes]]):
+        """A multipart/form-data POST: ``files`` maps a field to (file name, bytes)."""
+        boundary = f"harness-{uuid.uuid4().hex}"
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                 f"{value}\r\n".encode() for name, value in fields.items()]  # fmt: skip
+        for name, (filename, data) in files.items():
+            head = (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+                f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+            )
+            parts.append(head.encode() + data + b"\r\n")
+        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+        return self.call("POST", path, raw=body,
+                         content_type=f"multipart/form-data; boundary={boundary}")  # fmt: skip
 
     def events(self, conversation_id: str, *, since: int | None = None,
                last_event_id: int | None = None, timeout: float = 30):  # fmt: skip

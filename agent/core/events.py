@@ -225,6 +225,16 @@ class BranchEvent(Event):
     fork_seq: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointEvent(Event):
+    """A project conversation's worktree was recorded (docs/API.md, "Projects"): ``id``,
+    the checkpoint's commit; ``files``, the paths changed since the previous one."""
+
+    type: ClassVar[str] = "checkpoint"
+    id: str
+    files: list[str] = field(default_factory=list)
+
+
 # The token counts of a usage event, summed into a conversation's totals.
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                 "cache_creation_input_tokens")  # fmt: skip
@@ -258,6 +268,7 @@ TYPES: dict[str, type[Event]] = {
         ApprovalEvent,
         ApprovalDecisionEvent,
         BranchEvent,
+        CheckpointEvent,
     )
 }
 

@@ -34,14 +34,17 @@ log = logging.getLogger(__name__)
 LIVE_GROUP = "live.batches"  # every process's receiver of the live batches
 
 # The conversation's figures a page's live fragments show: the title, the meter.
+# (``project_id``: a project conversation's parts offer to restore its files.)
 SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
-         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window")  # fmt: skip
+         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window",
+         "project_id")  # fmt: skip
 
 
 def shown(conversation: Conversation) -> dict[str, Any]:
     """``SHOWN`` of the conversation, as the layer carries them (the cost as a string)."""
     values = {name: getattr(conversation, name) for name in SHOWN}
     values["cost_usd"] = str(values["cost_usd"])
+    values["project_id"] = str(values["project_id"] or "")
     return values
 
 

@@ -30,7 +30,7 @@ from agent.models import Conversation, DeploymentInstructions, Membership, User
 from agent.runs import attachments, rate, usage
 from agent.runs.config import agent_config
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
-from agent.runs.workspaces import workspace_for
+from agent.runs.workspaces import conversation_workspace, workspace_for
 from agent.server import grouping
 
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -246,7 +246,9 @@ def _claim_all(requests: list[_Claim]) -> list[Setup | BaseException]:
         try:
             if deployment is None:
                 deployment = DeploymentInstructions.current()
-            result.workspace = workspace_for(result.conversation.owner_id)
+            result.workspace = conversation_workspace(
+                result.conversation, workspace_for(result.conversation.owner_id)
+            )
             result.system = build_system_prompt(result.workspace, result.config.system_prompt,
                                                 deployment=deployment)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the manager releases the claim

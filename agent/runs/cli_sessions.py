@@ -26,8 +26,9 @@ from django.conf import settings
 from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agents, detect_cached
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
+from agent.models import Conversation
 from agent.runs.llm_gateway import open_gateway
-from agent.runs.workspaces import sandbox_ids, workspace_for
+from agent.runs.workspaces import conversation_workspace, sandbox_ids, workspace_for
 from agent.sandbox import drop
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class CliSessions:
         executable = provider.find(agent_environ())
         if executable is None:
             raise RuntimeError(f"{agent} is not installed")
-        workspace = await asyncio.to_thread(workspace_for, owner_id)
+        workspace = await asyncio.to_thread(_workspace, key, owner_id)
         if workspace.sandbox is None and sandbox_ids(owner_id) is not None:
             # Root without a broker (print mode, an in-process test): nothing may start a
             # CLI as root, and only the broker starts one as the user.
@@ -251,3 +252,10 @@ def capture_sync(conversation_id) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.decode(errors="replace") if done.returncode == 0 else ""
+
+
+def _workspace(conversation_id: str, owner_id: int):
+    """The conversation's workspace: its project's worktree, or its owner's own."""
+    conversation = (Conversation.objects.filter(pk=conversation_id, owner_id=owner_id)
+                    .only("id", "owner_id", "project_id", "branch").first())  # fmt: skip
+    return workspace_for(owner_id) if conversation is None else conversation_workspace(conversation)

@@ -85,13 +85,16 @@ class RunManager:
         remember: bool = False,
         branch_from: tuple[str, int] | None = None,
         images: list[Snapshot] = (),
+        restore_files: bool = True,
     ) -> Run:
         """Start a prompt (``None``: a compaction of the history) sent by ``user_id``, the
         owner or a collaborator: the run works in the owner's workspace either way.
         ``remember`` also saves it in the sender's prompt history (the page's prompts).
         ``branch_from``: (``edit`` | ``regenerate``, a prompt's seq): the run starts a new
         branch; open pages and streams are told before it streams.
-        ``images``: the attached images' snapshots (``agent/runs/attachments.py``)."""
+        ``images``: the attached images' snapshots (``agent/runs/attachments.py``).
+        ``restore_files``: a project conversation's branch starts from the files as they
+        were when that prompt started (agent/runs/checkpoints.py)."""
         existing = self._runs.get(str(conversation_id))
         if existing is not None:
             if existing.agent.running:
@@ -109,7 +112,9 @@ class RunManager:
             if setup.unprepared is not None:  # (the workspace, made on the claims' thread)
                 raise setup.unprepared
             again = branch_from is not None and branch_from[0] == "regenerate"
-            run = Run(setup, content, setup.workspace, setup.system, again=again)
+            rewind_to = branch_from[1] if branch_from is not None and restore_files else None
+            run = Run(setup, content, setup.workspace, setup.system, again=again,
+                      rewind_to=rewind_to)  # fmt: skip
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await release(conversation_id)

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from agent.core.agent import Agent
 from agent.core.events import (
+    CheckpointEvent,
     CompactionEvent,
     ErrorEvent,
     Event,
@@ -31,9 +32,11 @@ from agent.models import Conversation
 from agent.runs import eventlog
 from agent.runs.agents import agent_for
 from agent.runs.broadcast import broadcast
+from agent.runs.checkpoints import Checkpointer
 from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.inbox import Inbox
 from agent.runs.pacing import loop_lag
+from agent.runs.projects import in_project
 from agent.runs.spend import SpendGuard
 from agent.server import metrics
 
@@ -69,7 +72,7 @@ def _only_deltas(batch: list[Event]) -> bool:
 
 class Run:
     def __init__(self, setup: Setup, content: str | None, workspace: Workspace, system: str,
-                 again: bool = False):  # fmt: skip
+                 again: bool = False, rewind_to: int | None = None):  # fmt: skip
         self.conversation = setup.conversation
         self.config = setup.config
         self.announce_title = setup.titled
@@ -85,7 +88,13 @@ class Run:
         # The owner's budget, checked before each model call of the run (the offline demo
         # model costs nothing).
         self.guard = None if self.config.offline else SpendGuard(self.conversation.owner_id)
-        self.agent: Agent = agent_for(setup, workspace, system, self._put, self.guard)
+        # A project conversation's worktree is checkpointed (agent/runs/checkpoints.py).
+        self.checkpoints = (
+            Checkpointer(self.conversation) if in_project(self.conversation) else None
+        )
+        self.rewind_to = rewind_to  # an edited or regenerated prompt's seq: its files back
+        self.agent: Agent = agent_for(setup, workspace, system, self._put, self.guard,
+                                      self.checkpoints)  # fmt: skip
 
     def _put(self, event: Event) -> None:
         """An event of the agent's into the inbox; what it cost is spent already, though
@@ -93,6 +102,28 @@ class Run:
         if self.guard is not None and isinstance(event, UsageEvent):
             self.guard.spent(event)
         self.inbox.put(event)
+        if self.checkpoints is not None and isinstance(event, ToolResultEvent):
+            if self.conversation.agent == "harness":
+                for checkpoint in self.checkpoints.take():  # its call's, recorded already
+                    self._put_own(checkpoint)
+            else:
+                self.checkpoints.later(self._put_own)
+
+    def _put_own(self, event: Event) -> None:
+        """An event of the run's own (not the agent's), numbered in the agent's sequence."""
+        seq = self.agent.next_seq
+        self.agent.next_seq = seq + 1
+        self.inbox.put(event.with_seq(seq))
+
+    async def _checkpoint_at_start(self) -> None:
+        if self.checkpoints is not None and self.rewind_to is not None:
+            # Edit or Regenerate: the files as they were when that prompt started.
+            for event in await self.checkpoints.rewind(self.rewind_to):
+                self._put_own(event)
+        if self.checkpoints is not None:
+            done = await self.checkpoints.record()
+            if done is not None:
+                self._put_own(CheckpointEvent(id=done["id"], files=list(done["files"])))
 
     # Set by the writer when the run's events cannot be stored: the page's message (and
     # its code); the run is then stopped and its end shown, not stored.
@@ -106,11 +137,15 @@ class Run:
         lease = asyncio.create_task(self._keep_lease())
         try:
             if self.again:
+                await self._checkpoint_at_start()
                 await self.agent.answer_again()
             elif self.content is None:
                 await self.agent.compact()
             else:
+                await self._checkpoint_at_start()
                 await self.agent.prompt(self.content, self.author, images=self.images)
+            if self.checkpoints is not None:
+                await self.checkpoints.settle()
         except Exception:  # the loop ends runs as events; this is a bug guard
             self.failed = True
             log.exception("run of %s crashed", self.conversation.id)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from agent.core.projects import PROJECTS_DIR
 from agent.core.tools import Workspace
-from agent.sandbox import drop
+from agent.sandbox import drop, project_mounts
 from agent.sandbox.workspaces import prepare
 
 
@@ -58,6 +59,40 @@ def workspace_for(user_id: int) -> Workspace:
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
         quota_mb = None
+        with _opened(path) as fd:
+            project_mounts.ensure_dir(fd, None)
     workspace = Workspace(path)
     workspace.quota_mb = quota_mb  # the bash tool names it when a command fills the disk
+    workspace.hidden = (PROJECTS_DIR,)
+    workspace.sandbox_binds = tuple(project_mounts.hidden())
     return workspace
+
+
+def conversation_workspace(conversation, base: Workspace | None = None) -> Workspace:
+    """Where a conversation's tools, bash, CLI and Files panel work: its worktree when it
+    is in a project (docs/API.md, "Projects"), else its owner's workspace (``base``, when
+    the caller has it already). Blocking."""
+    base = base or workspace_for(conversation.owner_id)
+    if not conversation.project_id or not conversation.branch:
+        return base
+    project, mine = conversation.project_id.hex, conversation.id.hex
+    if base.sandbox is not None:
+        # The server cannot enter the workspace: every call names the worktree to the
+        # user's sandbox, which alone reaches it.
+        workspace = Workspace(base.root)
+        workspace.sandbox = base.sandbox.worktree(project, mine)
+    else:
+        projects = base.root / PROJECTS_DIR
+        workspace = Workspace(projects / project / "trees" / mine)
+        workspace.sandbox_binds = tuple(project_mounts.path_binds(str(projects), project, mine))
+    workspace.quota_mb = base.quota_mb
+    return workspace
+
+
+@contextlib.contextmanager
+def _opened(path: Path):
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

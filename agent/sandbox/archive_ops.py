@@ -173,7 +173,12 @@ def unpack_upload(workspace: Workspace, source: BinaryIO, dest: str, limits: dic
 
         return workers.call(workspace, unpack_into, workspace, source, dest, limits,
                             timeout=HOST_TIMEOUT)  # fmt: skip
-    sandbox = workspace.sandbox
+    return unpack_in_host(workspace.sandbox, source, dest, limits, max_size)
+
+
+def unpack_in_host(sandbox, source: BinaryIO, dest: str, limits: dict, max_size: int) -> dict:
+    """The same through the user's file host (``sandbox``: their ``UserSandbox``, or its view
+    of a project's directory): the upload streamed to it in pieces, unpacked there."""
     token = sandbox.call("archive_open", [max_size])
     try:
         offset = 0

@@ -3,7 +3,8 @@
 It is started by the root launcher (``drop``) as ``python -m agent.sandbox.broker FD`` with
 its configuration on standard input, and serves the server over the SOCK_SEQPACKET socket
 FD. Its requests are few and validated: make a user's workspace (``workspace``), start that
-user's file host (``host``), run a bash command (``bash``), hand a CLI agent's pane to a
+user's file host (``host``), run a bash command (``bash``), clone or push a project's
+repository through the git relay (``git``), hand a CLI agent's pane to a
 sandbox (``cli`` then ``attach``), and run the start-up self-test (``selftest``). A request
 names a user by number and a kind; every path, uid, limit and mount comes from the broker's
 own configuration, so no request can make it open a path inside a user-writable tree. When
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn
+from agent.sandbox import cli_spawn, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -95,6 +96,8 @@ class Broker:
             if message.get("op") == "cli":
                 result, out_fds = self.cli(message, fds)
                 fds = []  # the gateway's socket is kept with the ticket
+            elif message.get("op") == "git":
+                result, out_fds = self.git(message, fds)
             else:
                 handler = {"workspace": self.workspace, "host": self.host, "bash": self.bash,
                            "selftest": self.selftest}.get(message.get("op"))  # fmt: skip
@@ -102,7 +105,7 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused) as exc:
+        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused) as exc:
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -148,13 +151,17 @@ class Broker:
         user = _user(message)
         bwrap = self._need_bwrap()
         workspace = self._workspace_fd(user)
+        projects = None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            projects = project_mounts.projects_fd(workspace)
             argv = host_argv(bwrap, self.config, workspace, theirs.fileno(), self.config.ids(user))
+            at = argv.index("--")
+            argv[at:at] = project_mounts.host_binds(projects)
             child, cgroup = self.spawn(
                 user,
                 argv,
-                [workspace, theirs.fileno()],
+                [workspace, projects, theirs.fileno()],
                 nofile=HOST_NOFILE,
                 stdout=subprocess.DEVNULL,
             )
@@ -163,6 +170,8 @@ class Broker:
             raise
         finally:
             os.close(workspace)
+            if projects is not None:
+                os.close(projects)
             theirs.close()
         # It ends when the server closes its socket; then its cgroup goes.
         threading.Thread(target=self.supervise, args=(child, cgroup), daemon=True).start()
@@ -176,7 +185,13 @@ class Broker:
         unsafe = message.get("unsafe") is True
         bwrap = None if unsafe else self._need_bwrap()
         workspace = self._workspace_fd(user)
+        worktree = None
         try:
+            # A project conversation: its worktree is the workspace (project_mounts.py).
+            worktree = project_mounts.requested(workspace, message)
+            if worktree is not None:
+                os.close(workspace)
+                workspace = os.dup(worktree.tree)
             if unsafe:
                 # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
                 # cgroup, limits), in the workspace: never root, never the server.
@@ -187,13 +202,13 @@ class Broker:
                 cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
             else:
                 argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
-                if _has_homes(workspace):
-                    at = argv.index("--")
-                    argv[at:at] = cli_spawn.hidden_homes()
+                at = argv.index("--")
+                argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
+            passed = [workspace] + (worktree.fds if worktree is not None else [])
             try:
-                child, cgroup = self.spawn(user, argv, [workspace], stdout=write, cwd=cwd,
+                child, cgroup = self.spawn(user, argv, passed, stdout=write, cwd=cwd,
                                            env=env)  # fmt: skip
             except BaseException:
                 os.close(read)
@@ -201,6 +216,25 @@ class Broker:
             finally:
                 os.close(write)
             # Kept for the watcher: the workspace's disk is measured where it is mounted.
+            measure = os.dup(workspace)
+        finally:
+            os.close(workspace)
+            if worktree is not None:
+                worktree.close()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
+                         daemon=True).start()  # fmt: skip
+        return {}, [read, theirs.detach()]
+
+    def git(self, message: dict, fds: list[int]):
+        """A clone or a push of a project's repository, as its owner, in their sandbox;
+        the network only through the relay's socket (the one descriptor sent)."""
+        user = _user(message)
+        workspace = self._workspace_fd(user)
+        try:
+            # (the projects stay: git works on one of them; the CLI homes do not)
+            hide = cli_spawn.hidden_homes() if cli_spawn.has_homes(workspace) else []
+            child, cgroup, read = git_spawn.start(self, user, message, fds, workspace, hide)
             measure = os.dup(workspace)
         finally:
             os.close(workspace)
@@ -342,16 +376,6 @@ class Broker:
             children = list(self.children)
         for child in children:
             _kill(child)
-
-
-def _has_homes(workspace_fd: int) -> bool:
-    try:
-        fd = os.open(cli_spawn.HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=workspace_fd)  # fmt: skip
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _kill(child: subprocess.Popen) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
 from agent.core.tools.bash import sandbox_argv
+from agent.sandbox import project_mounts
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -60,8 +61,11 @@ def validate(message: dict, fds: list[int], config) -> dict:
         raise Refused("at most one descriptor: the gateway's socket")
     if fds and not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
         raise Refused("the descriptor is not a socket")
+    project = message.get("project")
+    if project is not None and not (isinstance(project, str) and CONVERSATION.match(project)):
+        raise Refused("project must be a UUID")
     return {"conversation": conversation.replace("-", ""), "program": program, "env": env,
-            "cli_root": root}  # fmt: skip
+            "cli_root": root, "project": project}  # fmt: skip
 
 
 def closed_to_others(path: str) -> str:
@@ -104,8 +108,9 @@ def open_home(workspace_fd: int, conversation: str) -> int:
 
 
 def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
-         ids: tuple[int, int], forwarder: str) -> list[str]:  # fmt: skip
-    binds = hidden_homes() + [
+         ids: tuple[int, int], forwarder: str, worktree=None) -> list[str]:  # fmt: skip
+    # In a project conversation the workspace is its worktree (no homes in it to hide).
+    binds = (worktree.binds if worktree is not None else hidden_for(workspace_fd)) + [
         "--perms", "0755", "--dir", "/home",
         "--bind-fd", str(home_fd), HOME_IN_SANDBOX,
         *install_binds(spec["cli_root"]),
@@ -117,6 +122,25 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: in
                   "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
     base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
     return cli_sandbox(base, binds, spec["env"])
+
+
+def hidden_for(workspace_fd: int) -> list[str]:
+    """What a sandbox of the user's own workspace must not see: the CLI homes (when made)
+    and the projects."""
+    binds = hidden_homes() if has_homes(workspace_fd) else []
+    if project_mounts.has_projects(workspace_fd):
+        binds += project_mounts.hidden()
+    return binds
+
+
+def has_homes(workspace_fd: int) -> bool:
+    try:
+        fd = os.open(HOMES, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=workspace_fd)  # fmt: skip
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def hidden_homes() -> list[str]:
@@ -177,16 +201,23 @@ def attach(broker, conn: socket.socket) -> None:
 def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, object]:
     user = spec["user"]
     workspace = broker._workspace_fd(user)
-    home = None
+    home = worktree = None
     try:
         home = open_home(workspace, spec["conversation"])
+        root = workspace
+        if spec.get("project"):
+            worktree = project_mounts.requested(workspace, spec)
+            root = worktree.tree
         forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
-        command = argv(broker._need_bwrap(), spec, workspace, home, spec.get("gateway_fd"),
-                       broker.config.ids(user), forwarder)  # fmt: skip
+        command = argv(broker._need_bwrap(), spec, root, home, spec.get("gateway_fd"),
+                       broker.config.ids(user), forwarder, worktree)  # fmt: skip
         passed = [workspace, home] + ([spec["gateway_fd"]] if spec.get("gateway_fd") else [])
+        passed += worktree.fds if worktree is not None else []
         return broker.spawn(user, command, passed, address_space=CLI_ADDRESS_SPACE,
                             stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])  # fmt: skip
     finally:
         os.close(workspace)
         if home is not None:
             os.close(home)
+        if worktree is not None:
+            worktree.close()

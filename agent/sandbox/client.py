@@ -110,11 +110,30 @@ class UserSandbox:
     """One user's side of the broker: their file host (started on first use, again after
     it died) and their bash commands. What ``Workspace.sandbox`` holds."""
 
+    # (project, conversation) hex ids: the file work, tools and bash of a conversation in
+    # a project, in its worktree (``worktree``); None: the user's own workspace.
+    scope: list[str] | None = None
+
     def __init__(self, broker: Broker, user_id: int):
         self.broker = broker
         self.user_id = user_id
         self._host: HostConnection | None = None
         self._lock = threading.Lock()
+
+    def worktree(self, project: str, conversation: str) -> UserSandbox:
+        """This user's sandbox as a project conversation sees it (one host serves both)."""
+        return WorktreeSandbox(self, [project, conversation])
+
+    def project_home(self, project: str) -> UserSandbox:
+        """This user's sandbox with a project's directory as its root (an archive is
+        unpacked there)."""
+        return WorktreeSandbox(self, [project])
+
+    def project(self, name: str, args: dict, timeout: float = REQUEST_TIMEOUT):
+        """Blocking: a project operation (agent/core/projects/ops.py) run by the user's file
+        host, as the user, in their sandbox: (JSON result, bytes)."""
+        future = self._connection().submit("project", [name, args], b"", "project")
+        return future.result(timeout)
 
     def _connection(self) -> HostConnection:
         with self._lock:
@@ -125,7 +144,7 @@ class UserSandbox:
 
     def submit(self, fn, args: tuple) -> concurrent.futures.Future:
         name, json_args, blob = ops.request_of(fn, args)
-        return self._connection().submit(name, json_args, blob, decode=name)
+        return self._connection().submit(name, json_args, blob, decode=name, scope=self.scope)
 
     def cli_home(self, conversation: str, files: dict[str, str]) -> None:
         """Blocking: the conversation's CLI home and its files, made by the user's host."""
@@ -134,7 +153,7 @@ class UserSandbox:
 
     def call(self, op: str, args: list, blob: bytes = b"", timeout: float = READY_TIMEOUT):
         """Blocking: one operation of the host's (agent/sandbox/ops.py), its JSON result."""
-        future = self._connection().submit(op, args, blob, None)
+        future = self._connection().submit(op, args, blob, None, scope=self.scope)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -154,7 +173,7 @@ class UserSandbox:
                 fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
             reply, _ = self.broker.request(
                 "cli", fds, user=self.user_id, conversation=conversation, program=program,
-                env=env, cli_root=cli_root,
+                env=env, cli_root=cli_root, project=self.scope[0] if self.scope else None,
             )  # fmt: skip
         finally:
             for fd in fds:
@@ -162,7 +181,7 @@ class UserSandbox:
         return str(reply["ticket"])
 
     def tool_future(self, name: str, params: dict, op: str = "tool") -> concurrent.futures.Future:
-        return self._connection().submit(op, [name, params], b"", decode=None)
+        return self._connection().submit(op, [name, params], b"", decode=None, scope=self.scope)
 
     async def tool(self, name: str, params: dict, timeout: float):
         from agent.core.tools.base import ToolResult
@@ -189,39 +208,75 @@ class UserSandbox:
     async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
         """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
         (ProcessResult, RunStats, the workspace's disk usage after it or None)."""
+        where = {"project": self.scope[0], "conversation": self.scope[1]} if self.scope else {}
         request = functools.partial(self.broker.request, "bash", user=self.user_id,
-                                    command=command, unsafe=unsafe)  # fmt: skip
+                                    command=command, unsafe=unsafe, **where)  # fmt: skip
         _, fds = await _thread(request)
-        read_fd, control = fds[0], socket.socket(fileno=fds[1])
-        out = HeadTailBuffer(output_cap)
-        drained = _thread(_drain, read_fd, out)
-        ended = _thread(recv_packet, control)
-        timed_out = False
-        try:
-            async with asyncio.timeout(timeout):
-                message, _ = await asyncio.shield(ended)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            if not ended.done():
-                with contextlib.suppress(OSError):
-                    send_packet(control, {"kill": True})
-            try:
-                message, _ = await asyncio.wait_for(asyncio.shield(ended), KILL_GRACE)
-                await asyncio.wait_for(asyncio.shield(drained), KILL_GRACE)
-            except (TimeoutError, WireError, OSError):
-                message = {}
-            finally:
-                control.close()
-        code = message.get("exit")
-        result = ProcessResult(
-            output=out.text(), stderr="", returncode=None if timed_out else code,
-            timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
-        )  # fmt: skip
+        result, message = await _supervised(fds, timeout, output_cap)
         stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))
         disk = message.get("disk")
         usage = tuple(int(n) for n in disk) if isinstance(disk, list) and len(disk) == 4 else None
         return result, stats, usage
+
+    async def git(self, fields: dict, relay_socket: str, timeout: float,
+                  output_cap: int) -> ProcessResult:  # fmt: skip
+        """A clone or push in the user's sandbox (agent/sandbox/git_spawn.py), its network
+        through the relay's socket, handed over as a descriptor opened here."""
+        fd = os.open(relay_socket, os.O_PATH | os.O_CLOEXEC)
+        try:
+            request = functools.partial(self.broker.request, "git", [fd], user=self.user_id,
+                                        **fields)  # fmt: skip
+            _, fds = await _thread(request)
+        finally:
+            os.close(fd)
+        result, _ = await _supervised(fds, timeout, output_cap)
+        return result
+
+
+async def _supervised(fds: list[int], timeout: float, output_cap: int):
+    """A process the broker started: its output (the pipe) read while it runs, killed past
+    ``timeout`` (through the control socket); (ProcessResult, the broker's last word)."""
+    read_fd, control = fds[0], socket.socket(fileno=fds[1])
+    out = HeadTailBuffer(output_cap)
+    drained = _thread(_drain, read_fd, out)
+    ended = _thread(recv_packet, control)
+    timed_out = False
+    try:
+        async with asyncio.timeout(timeout):
+            message, _ = await asyncio.shield(ended)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        if not ended.done():
+            with contextlib.suppress(OSError):
+                send_packet(control, {"kill": True})
+        try:
+            message, _ = await asyncio.wait_for(asyncio.shield(ended), KILL_GRACE)
+            await asyncio.wait_for(asyncio.shield(drained), KILL_GRACE)
+        except (TimeoutError, WireError, OSError):
+            message = {}
+        finally:
+            control.close()
+    code = message.get("exit")
+    result = ProcessResult(
+        output=out.text(), stderr="", returncode=None if timed_out else code,
+        timed_out=timed_out, truncated=out.truncated, total_bytes=out.total,
+    )  # fmt: skip
+    return result, message
+
+
+class WorktreeSandbox(UserSandbox):
+    """A project conversation's view of its user's sandbox: the same file host, asked
+    about the conversation's worktree; bash and the CLI in that worktree."""
+
+    def __init__(self, parent: UserSandbox, scope: list[str]):
+        self.parent = parent
+        self.broker = parent.broker
+        self.user_id = parent.user_id
+        self.scope = scope
+
+    def _connection(self) -> HostConnection:
+        return self.parent._connection()
 
 
 def _drain(fd: int, buffer: HeadTailBuffer) -> None:
@@ -254,13 +309,17 @@ class HostConnection:
         self._lock = threading.Lock()
         threading.Thread(target=self._read, name="file-host", daemon=True).start()
 
-    def submit(self, op: str, args: list, blob: bytes, decode: str | None):
+    def submit(self, op: str, args: list, blob: bytes, decode: str | None,
+               scope: list[str] | None = None):  # fmt: skip
         future: concurrent.futures.Future = concurrent.futures.Future()
+        header = {"id": None, "op": op, "args": args}
+        if scope is not None:
+            header["scope"] = scope
         with self._lock:
-            request_id = next(self._ids)
+            request_id = header["id"] = next(self._ids)
             self._waiting[request_id] = (future, decode)
             try:
-                write_frame(self.sock, {"id": request_id, "op": op, "args": args}, blob)
+                write_frame(self.sock, header, blob)
             except OSError:
                 self._waiting.pop(request_id, None)
                 self.closed = True

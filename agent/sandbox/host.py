@@ -1,5 +1,6 @@
 """A user's file host: the file tools and the Files panel's reads and writes, run as the
-user inside their sandbox (the workspace at /workspace, nothing else of theirs writable).
+user inside their sandbox (the workspace at /workspace, their projects at /projects,
+nothing else of theirs writable), and the projects' git work (agent/core/projects).
 
 The broker starts it for a server that has dropped root; the server talks to it over one
 socket (``wire`` frames, ``ops`` by name). A symlink, a race or a bug here reaches at most
@@ -13,6 +14,9 @@ import os
 import socket
 import threading
 
+from agent.core.projects import MOUNT, PROJECTS_DIR
+from agent.core.projects import ops as project_ops
+from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
 from agent.core.tools.workspace import Workspace
 from agent.sandbox import ops
@@ -29,17 +33,39 @@ def main(fd: int) -> None:
     os.makedirs(f"/workspace/{HOMES}", mode=0o700, exist_ok=True)
     homes = Workspace(f"/workspace/{HOMES}")
     workspace = Workspace("/workspace")
-    workspace.hidden = (HOMES,)
+    # The projects (their repositories, the conversations' worktrees) are reached at
+    # /projects, where every sandbox that uses them shows them, never through here.
+    workspace.hidden = (HOMES, PROJECTS_DIR)
     write_frame(sock, {"ready": True})  # the homes exist: sandboxes may start now
-    tools = {tool.name: tool for tool in build_tools(workspace, "off")}
+    scopes = {None: (workspace, {tool.name: tool for tool in build_tools(workspace, "off")})}
     lock = threading.Lock()
+
+    def scoped(scope) -> tuple[Workspace, dict]:
+        """The workspace a request names: the user's own, or a conversation's worktree."""
+        key = None if scope is None else tuple(scope)
+        with lock:
+            if key not in scopes:
+                # [project]: its directory (an archive unpacked there); [project,
+                # conversation]: the conversation's worktree.
+                layout = Layout.of(MOUNT, *key)
+                tree = layout.home if len(key) == 1 else layout.tree
+                if len(scopes) > 64:  # a long-lived host: forget the oldest worktrees
+                    scopes.pop(next(k for k in scopes if k is not None))
+                worktree = Workspace(tree)
+                scopes[key] = (worktree, {t.name: t for t in build_tools(worktree, "off")})
+            return scopes[key]
 
     def answer(header: dict, blob: bytes) -> None:
         reply = {"id": header.get("id")}
         out = b""
         try:
-            result, out = ops.run(workspace, tools, header.get("op"), header.get("args"), blob,
-                                  homes)  # fmt: skip
+            if header.get("op") == "project":
+                name, args = header.get("args")
+                result, out = project_ops.run(MOUNT, name, args)
+            else:
+                root, tools = scoped(header.get("scope"))
+                result, out = ops.run(root, tools, header.get("op"), header.get("args"), blob,
+                                      homes)  # fmt: skip
             reply.update(ok=True, result=result)
         except Exception as exc:
             reply.update(ok=False, **ops.error_header(exc))

@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.core.archive_formats import ArchiveError
 from agent.core.instructions import read_directories
+from agent.core.projects import ops as project_ops
 from agent.core.system_prompt import read_agents_file
 from agent.core.tools.browsing import (
     Entry,
@@ -98,6 +99,10 @@ def result_of(name: str, result: Any, blob: bytes):
     """On the server: the value the local call would have returned. The host runs as the
     user: its answer is checked for shape, never trusted to be one."""
     try:
+        if name == "project":
+            if isinstance(result, dict):
+                return result, blob
+            raise TypeError
         if name == "browse":
             if "file" in result:
                 shown = FileView(**result["file"])
@@ -120,7 +125,10 @@ def result_of(name: str, result: Any, blob: bytes):
 
 
 def error_of(header: dict) -> Exception:
-    message = str(header.get("message", "the file operation failed"))[:1000]
+    message = str(header.get("message", "the file operation failed"))[:4000]
+    git = project_ops.error_from(str(header.get("error")), message)
+    if git is not None:
+        return git
     if header.get("error") == "too_large":
         return TooLarge(message)
     if header.get("error") == "bad_archive":
@@ -135,4 +143,7 @@ def error_header(exc: BaseException) -> dict:
         return {"error": "bad_archive", "message": str(exc)}
     if isinstance(exc, PathError):
         return {"error": "path", "message": str(exc)}
+    code = project_ops.error_code(exc)
+    if code is not None:
+        return {"error": code, "message": str(exc)[:4000]}
     return {"error": "internal", "message": f"the file operation failed ({type(exc).__name__})"}

@@ -67,7 +67,7 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _dirs(path: str) -> list[str]:
+def parent_dirs(path: str) -> list[str]:
     # bwrap, privileged, would make these parents closed to the sandbox's user.
     out = []
     for directory in _ancestors(path):
@@ -85,7 +85,7 @@ def host_argv(bwrap: str, config: BrokerConfig, workspace_fd: int, sock_fd: int,
     )
     program = [config.python, "-I", "-S", "-B", "-c", code]
     argv = sandbox_argv(bwrap, workspace_fd, "", run_as, program=program)
-    extra = _dirs(config.python_prefix + "/x") + [
+    extra = parent_dirs(config.python_prefix + "/x") + [
         "--ro-bind", config.python_prefix, config.python_prefix,
         "--perms", "0755", "--dir", "/opt",
         "--perms", "0755", "--dir", APP_IN_SANDBOX,

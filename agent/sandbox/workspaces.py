@@ -9,6 +9,7 @@ import os
 import stat
 from pathlib import Path
 
+from agent.sandbox import project_mounts
 from agent.server import storage
 
 
@@ -25,7 +26,13 @@ def prepare(root: Path, user_id: int, ids: tuple[int, int]) -> int | None:
     own(path, *ids)
     # Before anyone opens the root: it must hold the mounted, size-limited file system
     # (agent/server/storage.py), not the directory beneath it.
-    return storage.prepare(user_id, path, ids)
+    quota = storage.prepare(user_id, path, ids)
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        project_mounts.ensure_dir(fd, ids)  # the projects: in the quota, out of sight
+    finally:
+        os.close(fd)
+    return quota
 
 
 def own(path: Path, uid: int, gid: int) -> None:

@@ -28,6 +28,8 @@ MB = 1024 * 1024
 # Raw file bodies (the API's PUT /api/files/… and the page's PUT /files/upload/…) may be
 # up to HARNESS_MAX_UPLOAD_MB.
 UPLOAD_PATHS = ("/api/files/", "/files/upload/")
+# So may a project made from an uploaded archive (POST /api/projects, multipart).
+UPLOAD_POSTS = ("/api/projects",)
 # Answered in JSON, the API's error shape: what the API and the page's fetch() read.
 JSON_PATHS = ("/api/", "/files/upload/")
 # Room for a form's encoding around Django's own limit.
@@ -36,7 +38,10 @@ FORM_SLACK = 64 * 1024
 
 def limit_for(scope: dict) -> int:
     """A request body's limit by path: uploads theirs, every other request Django's own."""
-    if scope.get("method") == "PUT" and scope.get("path", "").startswith(UPLOAD_PATHS):
+    method, path = scope.get("method"), scope.get("path", "")
+    if (method == "PUT" and path.startswith(UPLOAD_PATHS)) or (
+        method == "POST" and path in UPLOAD_POSTS
+    ):
         return settings.HARNESS_MAX_UPLOAD_MB * MB
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE + FORM_SLACK
 

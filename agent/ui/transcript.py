@@ -1,5 +1,5 @@
-"""Parts (user / text / tool / reasoning / approval / compaction / error) built from stored
-events.
+"""Parts (user / text / tool / reasoning / approval / compaction / error / checkpoint) built
+from stored events.
 
 The same part objects feed the page and the live WebSocket fragments, so a reload shows
 exactly what streamed. Tool output is shown as text (templates escape it); only model text
@@ -15,6 +15,7 @@ from typing import Any
 from agent.core.events import (
     ApprovalDecisionEvent,
     ApprovalEvent,
+    CheckpointEvent,
     CompactionEvent,
     ErrorEvent,
     Event,
@@ -78,6 +79,7 @@ class Part:
     approval: ApprovalView | None = None  # approval parts
     prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate)
     switch: Any = None  # a branches.Switch: versions part just before this part
+    files: tuple = ()  # checkpoint parts: the paths changed since the previous checkpoint
 
     @property
     def is_notice(self) -> bool:
@@ -271,6 +273,9 @@ class Transcript:
             detail = f"{event.tokens_before:,} → {event.tokens_after:,} tokens"
             html = render_markdown(event.summary)
             return Part("compaction", event.seq, content=event.summary, html=html, detail=detail)
+        if isinstance(event, CheckpointEvent):  # a project's worktree recorded (its id)
+            files = tuple(f for f in event.files or () if isinstance(f, str))
+            return Part("checkpoint", event.seq, content=str(event.id), files=files)
         if isinstance(event, ErrorEvent):
             self.error_code = event.code
             retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""

@@ -37,11 +37,21 @@ from agent.web.api_conversation import (  # noqa: F401 - routed from here (harne
     unqueue,
 )
 from agent.web.api_events import EventStream, events  # noqa: F401
+from agent.web.api_projects import (  # noqa: F401 - routed from here (harness_site/urls.py)
+    archive_view,
+    changes_view,
+    checkpoints_view,
+    commit_view,
+    project_view,
+    projects_view,
+    restore_view,
+    start_in_project,
+)
 from agent.web.throttle import Throttled, check_new_conversation
 from agent.web.views import TITLE_MAX, model_choices
 
 
-@api_view("GET", "POST")
+@api_view("GET", "POST", session=True)
 def conversations(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":  # own and shared ones, each with the caller's role
         items = [conversation_json(c) for c in listed_for(request.api_user)[:1000]]
@@ -64,7 +74,14 @@ def conversations(request: HttpRequest) -> JsonResponse:
         check_new_conversation(request.api_user)
     except Throttled as refusal:
         return throttled(refusal)
+    project = body.get("project")
+    if project is not None and not isinstance(project, str):
+        return api_error(400, "bad_request", "'project' must be a project's id.")
     created = new_conversation(request.api_user, model, agent)
+    if project is not None:
+        refused = start_in_project(created, project, body.get("base"))
+        if refused is not None:
+            return refused
     if title.strip():
         created.title = " ".join(title.split())
         created.save(update_fields=["title"])

@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from agent.access import READ, allows, conversation_for
 from agent.models import Conversation
@@ -63,11 +63,14 @@ def _check(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | Non
     return None
 
 
-def api_view(*methods: str):
+def api_view(*methods: str, session: bool = False):
     """Check the method and the bearer token (``request.api_user``) for a sync or async
-    view; tokens, not cookies, so no CSRF."""
+    view; tokens, not cookies, so no CSRF. ``session``: a request without a token from a
+    signed-in browser is its user's too, with Django's CSRF check."""
 
     def decorate(view):
+        if session:
+            return _token_or_session(view, methods)
         if asyncio.iscoroutinefunction(view):
 
             @wraps(view)
@@ -90,6 +93,47 @@ def api_view(*methods: str):
         return csrf_exempt(wrapper)
 
     return decorate
+
+
+def _token_or_session(view, methods: tuple[str, ...]):
+    """A bearer token as ``api_view``'s; without one, the signed-in browser's session, its
+    writes under Django's CSRF check (the page's ``X-CSRFToken``)."""
+    protected = csrf_protect(view)
+    if asyncio.iscoroutinefunction(view):
+
+        @wraps(view)
+        async def async_wrapper(request, *args, **kwargs):
+            user = await request.auser()
+            try:
+                if "Authorization" not in request.headers and user.is_authenticated:
+                    refused = _as_session(request, user, methods)
+                    return refused or await protected(request, *args, **kwargs)
+                refused = await sync_to_async(_check)(request, methods)
+                return refused or await view(request, *args, **kwargs)
+            except RequestDataTooBig:
+                return too_large()
+
+        return csrf_exempt(async_wrapper)
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            if "Authorization" not in request.headers and request.user.is_authenticated:
+                return _as_session(request, request.user, methods) or protected(
+                    request, *args, **kwargs
+                )
+            return _check(request, methods) or view(request, *args, **kwargs)
+        except RequestDataTooBig:
+            return too_large()
+
+    return csrf_exempt(wrapper)
+
+
+def _as_session(request: HttpRequest, user, methods: tuple[str, ...]) -> JsonResponse | None:
+    if request.method not in methods:
+        return api_error(405, "method_not_allowed", f"Use {' or '.join(methods)}.")
+    request.api_user, request.api_token_id = user, None
+    return None
 
 
 def json_body(request: HttpRequest) -> dict[str, Any] | None:
@@ -116,7 +160,8 @@ def conversation_detail(c: Conversation) -> dict[str, Any]:
     """One conversation, with its settings (``thinking`` null: the deployment's default)."""
     return {**conversation_json(c), "model": c.model, "thinking": c.thinking or None,
             "approval": c.approval or settings.HARNESS_APPROVAL, "team": c.team,
-            "agent": c.agent}  # fmt: skip
+            "agent": c.agent, "project": str(c.project_id) if c.project_id else None,
+            "branch": c.branch or None}  # fmt: skip
 
 
 def forbidden() -> JsonResponse:

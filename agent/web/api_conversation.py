@@ -48,8 +48,8 @@ async def prompt(request: HttpRequest, conversation: Conversation) -> JsonRespon
     content, mode = body.get("content"), body.get("mode")
     try:
         queued = await accept_prompt(conversation.id, request.api_user, content, mode,
-                                     edit_of=body.get("edit_of"),
-                                     images=body.get("images"))  # fmt: skip
+                                     edit_of=body.get("edit_of"), images=body.get("images"),
+                                     restore_files=body.get("restore_files", True))  # fmt: skip
     except RunRefused as refused:
         if refused.code == "empty_prompt":  # here: a body without a prompt's text
             return api_error(400, "bad_request", 'The body must be {"content": "<prompt>"}.')
@@ -68,7 +68,9 @@ async def regenerate_view(request: HttpRequest, conversation: Conversation) -> J
     if body is None and request.body.strip():
         return api_error(400, "bad_request", 'The body must be JSON: {"of"?: <seq>}.')
     try:
-        await regenerate(conversation.id, request.api_user, (body or {}).get("of"))
+        body = body or {}
+        await regenerate(conversation.id, request.api_user, body.get("of"),
+                         body.get("restore_files", True))  # fmt: skip
     except RunRefused as refused:
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
     return JsonResponse({"accepted": True}, status=202)
@@ -87,7 +89,9 @@ async def activate_branch(
     request: HttpRequest, conversation: Conversation, branch: int
 ) -> JsonResponse:
     try:
-        fork = await switch_branch(conversation.id, request.api_user, branch)
+        body = json_body(request) or {}
+        fork = await switch_branch(conversation.id, request.api_user, branch,
+                                   body.get("restore_files", True))  # fmt: skip
     except RunRefused as refused:
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)
     return JsonResponse({"active": branch, "fork_seq": fork})

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from agent.access import DRIVE, READ, inspectable
 from agent.core.tools import PathError
 from agent.runs import attachments
-from agent.runs.workspaces import workspace_for
+from agent.runs.workspaces import conversation_workspace, workspace_for
 from agent.ui import browse
 from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
@@ -52,13 +52,13 @@ def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     links), or shown as a page on its own (``/files/``)."""
     context: dict = {"error": None, "files_url": reverse("files"), "download_url": "",
                      "download_cap": browse.DOWNLOAD_CAP}  # fmt: skip
-    owner_id = request.user.pk
-    if conversation_id is not None:  # the workspace its runs work in: the owner's
-        conversation = reach(request, conversation_id, DRIVE)
-        owner_id = conversation.owner_id
+    if conversation_id is not None:  # the workspace its runs work in (the owner's, or
+        conversation = reach(request, conversation_id, DRIVE)  # its project's worktree)
         context["files_url"] = reverse("conversation_files", args=[conversation.id])
         context["download_url"] = reverse("download_file", args=[conversation.id])
-    workspace = workspace_for(owner_id)
+        workspace = conversation_workspace(conversation)
+    else:
+        workspace = workspace_for(request.user.pk)
     path = request.GET.get("path", "")
     try:
         rel, shown, truncated = browse.browse(workspace, path)
@@ -86,7 +86,7 @@ def download_file(request: HttpRequest, conversation_id) -> HttpResponse:
     ``browse.DOWNLOAD_CAP``) and never served as something a browser would render here: an
     octet stream, ``nosniff``, and a sandboxing CSP should it be opened anyway."""
     conversation = reach(request, conversation_id, DRIVE)
-    workspace = workspace_for(conversation.owner_id)  # the one its runs work in
+    workspace = conversation_workspace(conversation)  # the one its runs work in
     try:
         rel, data = browse.download(workspace, request.GET.get("path", ""))
     except browse.TooLarge as exc:

@@ -53,7 +53,7 @@ class Shown:
         return self.title or Conversation(title="").display_title
 
 
-_DEFAULTS = {"title": "", "cost_usd": "0"}
+_DEFAULTS = {"title": "", "cost_usd": "0", "project_id": ""}
 
 
 def shown_conversation(conversation_id, shown: dict | None) -> Shown:

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from agent.core.events import QUEUE_MODES
 from agent.models import Conversation, Event
-from agent.runs import attachments
+from agent.runs import attachments, rewind
 from agent.runs.attachments import Snapshot
 from agent.runs.branches import AGAIN, EDIT, last_prompt_seq, switch_to
 from agent.runs.broadcast import announce_branch
@@ -99,14 +99,16 @@ async def checked_images(conversation_id, user, value, queued: bool = False) -> 
 
 async def accept_prompt(
     conversation_id, user, content, mode=None, *, remember: bool = False, edit_of=None,
-    images=None,
+    images=None, restore_files=True,
 ) -> str | None:  # fmt: skip
     """Start the prompt on the conversation or, with a ``mode`` while one runs, queue it
     (its queue id is returned); or raise ``RunRefused`` saying why not. ``remember``: it
     joins the user's prompt history (the page's prompts, not the API's). ``edit_of``: the
     seq of an earlier prompt this one replaces, on a new branch.
-    ``images``: workspace paths of images attached to it."""
+    ``images``: workspace paths of images attached to it. ``restore_files``: an edit in a
+    project conversation first restores the files of before that prompt."""
     text, mode = checked_text(content), checked_mode(mode)
+    checked_flag(restore_files)
     if edit_of is not None:
         checked_seq(edit_of)
     taken = await checked_images(conversation_id, user, images, queued=mode is not None)
@@ -118,7 +120,8 @@ async def accept_prompt(
         if mode is not None:
             raise RunRefused("bad_request", "An edited prompt cannot be queued.")
         await runs.start(conversation_id, user.pk, text, remember=remember,
-                         branch_from=(EDIT, edit_of), images=taken)  # fmt: skip
+                         branch_from=(EDIT, edit_of), images=taken,
+                         restore_files=restore_files)  # fmt: skip
         return None
     if mode is None:
         await runs.start(conversation_id, user.pk, text, remember=remember, images=taken)
@@ -127,26 +130,38 @@ async def accept_prompt(
                              images=taken)  # fmt: skip
 
 
-async def regenerate(conversation_id, user, of_seq=None) -> None:
+async def regenerate(conversation_id, user, of_seq=None, restore_files=True) -> None:
     """Answer a prompt again on a new branch (default: the last prompt on
-    the active branch); or ``RunRefused`` saying why not."""
+    the active branch); or ``RunRefused`` saying why not. ``restore_files``: in a project
+    conversation, first the files of before that prompt."""
+    checked_flag(restore_files)
     if of_seq is None:
         of_seq = await sync_to_async(last_prompt_seq)(conversation_id)
         if of_seq is None:
             raise RunRefused("not_a_prompt", "There is no prompt to answer again.")
     checked_seq(of_seq)
-    await runs.start(conversation_id, user.pk, None, branch_from=(AGAIN, of_seq))
+    await runs.start(conversation_id, user.pk, None, branch_from=(AGAIN, of_seq),
+                     restore_files=restore_files)  # fmt: skip
 
 
-async def switch_branch(conversation_id, user, number) -> int:
+async def switch_branch(conversation_id, user, number, restore_files=True) -> int:
     """Show and continue another branch; every open page re-draws and
     every stream gets the ``branch`` event. Returns where the branches part; or
-    ``RunRefused`` (``not_found``, ``prompt_running``, ``forbidden``)."""
+    ``RunRefused`` (``not_found``, ``prompt_running``, ``forbidden``). ``restore_files``:
+    a project conversation's files become that branch's newest checkpoint."""
+    checked_flag(restore_files)
     active, fork, events = await sync_to_async(switch_to, thread_sensitive=False)(
         conversation_id, user.pk, number
     )
     await announce_branch(conversation_id, active, fork, events)
+    if restore_files:
+        await rewind.restore_branch(conversation_id)
     return fork
+
+
+def checked_flag(value) -> None:
+    if not isinstance(value, bool):
+        raise RunRefused("bad_request", "'restore_files' must be true or false.")
 
 
 async def start_compaction(conversation_id, user) -> None:

@@ -146,14 +146,16 @@ class SocketFrames:
 
     async def _branch_action(self, frame: dict) -> None:
         """Edit a prompt, answer one again, or show another branch (docs/API.md, branches)."""
+        restore = frame.get("restore_files", True)  # a project conversation's files
         try:
             if frame["action"] == "edit":
                 await accept_prompt(self.conversation_id, self.user, frame.get("content"),
-                                    remember=True, edit_of=frame.get("of"))  # fmt: skip
+                                    remember=True, edit_of=frame.get("of"),
+                                    restore_files=restore)  # fmt: skip
             elif frame["action"] == "regenerate":
-                await regenerate(self.conversation_id, self.user, frame.get("of"))
+                await regenerate(self.conversation_id, self.user, frame.get("of"), restore)
             else:
-                await switch_branch(self.conversation_id, self.user, frame.get("id"))
+                await switch_branch(self.conversation_id, self.user, frame.get("id"), restore)
         except RunRefused as refused:
             await self.send(text_data=composer_alert(refused.message, refused.code))
 

@@ -22,11 +22,12 @@ from agent.access import (
     empty_conversation_of,
     members_of,
     new_conversation,
+    projects_of,
     shared_with,
 )
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.models import Conversation, Membership, User
-from agent.runs import search, usage
+from agent.runs import projects, search, usage
 from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.claim import RunRefused
@@ -133,7 +134,9 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     offline = agent_config().offline
     context = {
         "conversation": conversation,
-        "conversations": conversations_of(request.user)[:200],
+        "conversations": conversations_of(request.user).select_related("project")[:200],
+        "projects": projects_of(request.user).order_by("name")[:200],
+        "max_upload_mb": settings.HARNESS_MAX_UPLOAD_MB,  # a project's archive, said before sent
         "shared": shared_with(request.user)[:200],
         "role": role,
         "can_drive": allows(role, DRIVE),
@@ -222,6 +225,7 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
         cancel_from_sync(conversation.id)
     if conversation.agent != "harness":
         end_session_sync(conversation.id)  # its CLI's tmux session
+    projects.remove_worktree(conversation)  # in a project: its worktree (the branch stays)
     conversation.delete()
     return _back_to(request, redirect("home"))
 

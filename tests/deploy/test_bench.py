@@ -21,7 +21,7 @@ def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
         [sys.executable, "manage.py", "bench", "--levels", "1,3", "--tokens", "15",
          "--idle-sessions", "5", "--idle-prompts", "3", "--burst", "4",
          "--long-events", "40", "--render-tokens", "2000",
-         "--out", str(tmp_path)],
+         "--project-files", "200", "--project-runs", "2", "--out", str(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -46,3 +46,38 @@ def test_bench_command_measures_every_figure_and_delivers_every_delta(tmp_path):
     assert len(transfer["items"]) >= 6
     assert all("immutable" in i["cache_control"] for i in transfer["items"][1:])
     assert report["page"]["long_conversation"]["events"] == 40
+    assert report["projects"]["files"] == 200 and "projects: a worktree of 200" in proc.stdout
+
+
+@pytest.mark.bench  # make test-bench
+def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
+    """`--only projects`: no server, no model; a checkpoint's, a restore's and a clone's
+    figures for each path (the sandboxes need bubblewrap, the broker root), none failed."""
+    from bench.projects import modes
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "DJANGO_"))}
+    env["DJANGO_DEBUG"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "bench", "--only", "projects", "--project-files", "300",
+         "--project-runs", "3", "--out", str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sessions |  SDK p50" not in proc.stdout  # the streaming section did not run
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert "levels" not in report and report["options"]["only"] == "projects"
+    projects = report["projects"]
+    assert projects["files"] == 300 and projects["plain_clone"]["count"] == 5
+    assert "clone <= x1.2 a plain `git clone --bare`" in proc.stdout
+    for mode in ("core", "oneshot", "host"):
+        figures = projects["paths"][mode]
+        if mode not in modes():
+            assert "skipped" in figures and f"{mode}: " in proc.stdout
+            continue
+        assert "error" not in figures, figures
+        assert figures["after_one_change"]["count"] == 3
+        assert 0 < figures["after_one_change"]["p50_ms"] <= figures["after_one_change"]["p99_ms"]
+        assert figures["first_ms"] > 0 and figures["restore"]["p50_ms"] > 0
+        if mode != "core":  # the product's clone, against the plain one
+            assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
+            assert f"(x{figures['clone_ratio']})" in proc.stdout

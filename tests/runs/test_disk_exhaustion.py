@@ -357,7 +357,8 @@ def test_workspaces_are_mounted_once_by_concurrent_callers_and_again_after_a_reb
     assert points == [str(path)]  # one mount, whoever came first
     st = os.stat(path)
     assert (st.st_uid, st.st_gid) == sandbox_ids(41) and st.st_mode & 0o777 == 0o700
-    assert os.listdir(path) == []  # no lost+found in the user's way
+    # No lost+found in the user's way; only the projects' directory (hidden from the tools).
+    assert os.listdir(path) == [".harness-projects"]
     (path / "kept").write_text("survives")
     assert results[0].quota_mb == QUOTA_MB
     results.clear()

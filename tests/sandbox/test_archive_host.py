@@ -16,8 +16,9 @@ import threading
 import pytest
 
 from agent.core.archive_formats import ArchiveError
+from agent.core.projects.layout import PROJECTS_DIR
 from agent.core.tools.workspace import PathError, Workspace
-from agent.sandbox import archive_ops, client
+from agent.sandbox import archive_ops, client, project_mounts
 from agent.sandbox.broker import Broker
 from agent.sandbox.cli_spawn import HOMES
 from agent.sandbox.spawn import BrokerConfig
@@ -48,6 +49,11 @@ def workspace(tmp_path):
     root = tmp_path / "workspaces" / str(USER)
     root.mkdir(parents=True, mode=0o700)
     os.chown(root, UID_BASE + USER, UID_BASE + USER)
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:  # as the broker's ``workspace`` request makes every workspace
+        project_mounts.ensure_dir(fd, (UID_BASE + USER, UID_BASE + USER))
+    finally:
+        os.close(fd)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     broker = Broker(config)
     threading.Thread(target=broker.serve, args=(theirs,), daemon=True).start()
@@ -74,7 +80,7 @@ def _tar_gz(*files: tuple[str, bytes, int], links: tuple[tuple[str, str], ...] =
 
 
 def _left(workspace: Workspace) -> list[str]:
-    return sorted(set(os.listdir(workspace.root)) - {HOMES})
+    return sorted(set(os.listdir(workspace.root)) - {HOMES, PROJECTS_DIR})
 
 
 def test_an_archive_streamed_to_the_host_is_unpacked_as_the_user(workspace):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.api_client import Api
+from testkit.api_client import Api, read_until
 from testkit.model_server import text_reply, tool_reply
 from tests.cli_agents import cli_live_server
 from tests.web.test_cli_agents_live import prompt_and_read, script
@@ -174,3 +174,21 @@ def test_where_bash_is_off_the_cli_agents_are_too(live, alice, model):
         assert status == 403 and "commands are switched off" in body["message"], body
     finally:
         live.manage("shell", "-c", code.replace("False", "True"))
+
+
+def test_a_cli_agent_in_a_project_works_in_its_worktree_with_checkpoints(live, alice, model):
+    """A CLI runs its own commands: it sees the conversation's worktree (git works there),
+    not the user's workspace, and what its calls changed is checkpointed."""
+    project = alice.call("POST", "/api/projects", {"name": "cli"})[1]["id"]
+    status, made = alice.call("POST", "/api/conversations", {"agent": "pi", "project": project})
+    assert status == 201, made
+    command = "echo cli > made.txt; git status --short; ls -A /workspace | tr '\\n' ' '"
+    script(model, tool_reply(("bash", {"command": command})), text_reply("done"))
+    events = prompt_and_read(alice, made["id"], "go")
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert "?? made.txt" in result["result"] and ".harness-cli" not in result["result"], result
+    # Taken once the CLI's result is read: it may follow the turn's end.
+    _, stream = alice.events(made["id"], since=events[0]["seq"], timeout=30)
+    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "checkpoint"
+                       and i[2]["files"], timeout=30)  # fmt: skip
+    assert items[-1][2]["files"] == ["made.txt"]

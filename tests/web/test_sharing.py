@@ -50,7 +50,9 @@ def live(tmp_path_factory, model):
                             ANTHROPIC_BASE_URL=model.url, HARNESS_BASH="off",
                             HARNESS_SSE_HEARTBEAT="60", HARNESS_RUNS_PER_MINUTE="200",
                             HARNESS_CONVERSATIONS_PER_HOUR="1000",
-                            HARNESS_CONCURRENT_RUNS="5")  # fmt: skip
+                            HARNESS_CONCURRENT_RUNS="5",
+                            # the anonymous row of the matrix is one bad token per endpoint
+                            HARNESS_API_TOKEN_FAILURES="200")  # fmt: skip
         server.start()
         try:
             server.create_users(*NAMES.values())
@@ -166,6 +168,13 @@ def api_endpoints(cid: str) -> list[tuple[str, str, object, set[str]]]:
         ("GET", f"{base}/branches", None, READS),
         ("POST", f"{base}/branches/0/activate", None, DRIVES),
         ("POST", f"{base}/fork", {}, READS),  # a copy of the reader's own (§11)
+        # A project conversation's (§15): here 400 not_in_project once access is granted.
+        ("GET", f"{base}/checkpoints", None, READS),
+        ("POST", f"{base}/restore", {"checkpoint": "0" * 40}, DRIVES),
+        ("GET", f"{base}/changes", None, READS),  # a viewer of the page sees the diff
+        ("POST", f"{base}/commit", {"message": "m"}, DRIVES),
+        ("GET", f"{base}/archive", None, DRIVES),
+        ("POST", f"{base}/push", None, DRIVES),  # here 409 no_project once access is granted
     ]
 
 
@@ -225,6 +234,9 @@ def test_every_url_of_the_site_is_in_the_matrix():
         "api_regenerate": "/regenerate" in api_paths, "api_branches": "/branches" in api_paths,
         "api_activate_branch": "/branches/0/activate" in api_paths,
         "api_fork": "/fork" in api_paths,
+        "api_checkpoints": "/checkpoints" in api_paths, "api_restore": "/restore" in api_paths,
+        "api_changes": "/changes" in api_paths, "api_commit": "/commit" in api_paths,
+        "api_archive": "/archive" in api_paths, "api_push": "/push" in api_paths,
     }  # fmt: skip
     covered.update(dict.fromkeys(PAGE_MATRIX, True))
     covered.update(dict.fromkeys(USER_SCOPED, True))

@@ -81,6 +81,9 @@ def sandbox_argv(
         target = os.path.realpath(f"/{name}")
         if target.startswith("/usr/"):
             argv += ["--symlink", target.removeprefix("/"), f"/{name}"]
+    # /etc open to the command's uid (bwrap, privileged, would make it root's alone): a
+    # program looking for a file that is not there (git's /etc/gitconfig) is told so.
+    argv += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
@@ -271,6 +274,8 @@ class BashTool:
                     await _release(self.cgroups, cgroup)
                 raise
             argv = sandbox_argv(bwrap, workspace_fd, command, run_as)
+            at = argv.index("--")
+            argv[at:at] = self.workspace.sandbox_binds
             # A pids cgroup counts the sandbox's processes whatever their uid, per
             # workspace; a per-uid limit on top would again couple users sharing a uid.
             pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers

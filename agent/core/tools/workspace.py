@@ -104,6 +104,9 @@ class Workspace:
     # (agent/sandbox/client.py): file work, tools and bash all go there.
     sandbox = None
     hidden: tuple[str, ...] = ()  # names in the root no path may enter (the CLI homes)
+    # bwrap arguments the local bash sandbox adds (a server without a broker): what it
+    # hides, or a project worktree's repository (agent/sandbox/project_mounts.py).
+    sandbox_binds: tuple[str, ...] = ()
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))

@@ -1,4 +1,4 @@
-"""``python manage.py bench``: measure the streaming path, first load and memory."""
+"""``python manage.py bench``: measure the streaming path, first load, memory, projects."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _levels(value: str) -> list[int]:
 class Command(BaseCommand):
     help = (
         "Start the stamped test model and the product under Daphne, measure delivery latency "
-        "against the SDK alone, CPU, memory, render cost and first load; print a table and "
-        "write JSON under var/bench/."
+        "against the SDK alone, CPU, memory, render cost and first load; then projects' "
+        "checkpoints, restores and clones; print a table and write JSON under var/bench/."
     )
 
     def add_arguments(self, parser):
@@ -85,6 +85,24 @@ class Command(BaseCommand):
             default=default.out,
             help=f"directory for the JSON (default {default.out})",
         )
+        parser.add_argument(
+            "--only",
+            choices=["projects"],
+            help="run one section alone: projects (checkpoint, restore, clone; no server)",
+        )
+        parser.add_argument(
+            "--project-files",
+            type=int,
+            default=default.project_files,
+            help=f"files in the projects section's worktree (default {default.project_files})",
+        )
+        parser.add_argument(
+            "--project-runs",
+            type=int,
+            default=default.project_runs,
+            help="checkpoints after a one-file change, per path measured "
+            f"(default {default.project_runs})",
+        )
         parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
 
     def handle(self, *args, **options):
@@ -94,6 +112,8 @@ class Command(BaseCommand):
             raise CommandError("--tokens and --rate must be positive, --render-tokens >= 2000")
         if options["idle_prompts"] < 1 or options["burst"] < 1:
             raise CommandError("--idle-prompts and --burst must be 1 or more")
+        if options["project_files"] < 1 or options["project_runs"] < 1:
+            raise CommandError("--project-files and --project-runs must be 1 or more")
         if options["processes"] < 1:
             raise CommandError("--processes must be 1 or more")
         if options["processes"] > 1 and not options["redis_url"]:
@@ -111,6 +131,9 @@ class Command(BaseCommand):
             database_url=options["database_url"],
             redis_url=options["redis_url"],
             out=options["out"],
+            only=options["only"],
+            project_files=options["project_files"],
+            project_runs=options["project_runs"],
         )
         report = run(chosen)
         self.stdout.write(json.dumps(report, indent=2) if options["json"] else table(report))

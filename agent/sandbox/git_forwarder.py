@@ -1,0 +1,128 @@
+"""Runs inside a user's sandbox (no network), as the user, on the interpreter's standard
+library alone: listens on the sandbox's own loopback and relays each connection, byte for
+byte, to the git relay's Unix socket (bound into the sandbox), then runs the plan's git
+commands one after another, so that none can start before the port is open.
+
+    python -I -S forwarder.py SOCKET PORT SECONDS PLAN_JSON
+
+PLAN_JSON is ``{"run": [step, ...], "cleanup": [argv, ...]}``: when a command fails or the
+time runs out, the rest is not run and ``cleanup`` is (what a failed clone made goes).
+A step is an argv, or ``{"argv": [...], "keep": NAME}``: its output (an object name, or
+the command fails) is printed and kept, and ``{NAME}`` in a later argument becomes it.
+The exit status is the failed command's (124: out of time), 0 when all succeeded.
+"""
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+GIT_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",  # a fresh tmpfs: no user configuration to read
+    "LANG": "C.UTF-8",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "/bin/false",
+}
+
+
+def pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            with contextlib.suppress(OSError):
+                sock.shutdown(how)
+
+
+def relay(client: socket.socket, path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    back.start()
+    pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def listen(path: str, port: int) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(16)
+
+    def accept() -> None:
+        while True:
+            client, _ = server.accept()
+            threading.Thread(target=relay, args=(client, path), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
+OBJECT_NAME = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def run(plan: dict, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    code = 0
+    kept: dict[str, str] = {}
+    for step in plan["run"]:
+        keep = step.get("keep") if isinstance(step, dict) else None
+        argv = step["argv"] if isinstance(step, dict) else step
+        for name, value in kept.items():
+            argv = [arg.replace("{" + name + "}", value) for arg in argv]
+        left = deadline - time.monotonic()
+        child = subprocess.Popen(argv, env=GIT_ENV, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE if keep else None,
+                                 start_new_session=True)  # fmt: skip
+        try:
+            if keep:
+                out, _ = child.communicate(timeout=max(left, 0.1))
+                value = out.decode(errors="replace").strip()
+                print(value, flush=True)
+                if child.returncode == 0 and not OBJECT_NAME.match(value):
+                    print(f"harness: not an object name: {value[:80]!r}", flush=True)
+                    child.returncode = 1
+                kept[keep] = value
+                code = child.returncode
+            else:
+                code = child.wait(max(left, 0.1))
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, 9)
+            child.wait()
+            print(f"harness: git ran past the time limit of {seconds:g} s and was stopped",
+                  flush=True)  # fmt: skip
+            code = 124
+        if code != 0:
+            break
+    if code != 0:
+        for argv in plan.get("cleanup", ()):
+            subprocess.run(argv, env=GIT_ENV, stdin=subprocess.DEVNULL, check=False)
+    return code
+
+
+def main() -> None:
+    path, port, seconds, plan = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    sys.stdout.reconfigure(line_buffering=True)
+    listen(path, port)
+    sys.exit(run(json.loads(plan), seconds))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Git's network operations in a user's sandbox: a clone into a project's repository, a
+push of one of its branches. What the server may name is checked here (the project by
+its UUID, the action, a branch, the remote's URL as recorded); every path is made here
+from the project's id, and git reaches the network only through the relay's socket (a
+descriptor the server opened) by way of ``git_forwarder.py`` on the sandbox's loopback.
+The broker's ``git`` request and a server that kept root (tests, a single-user machine)
+build the same command line.
+
+Git runs hardened: no system or global configuration, no prompt, no credential helper,
+no hooks, no fsmonitor, only the http protocol (to the forwarder), no redirects, no
+automatic gc, no submodules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from agent.core.tools.bash import sandbox_argv
+from agent.sandbox import project_mounts
+from agent.sandbox.spawn import parent_dirs
+
+PROJECTS = ".harness-projects"  # in the owner's workspace: counted in their quota
+DIR_IN_SANDBOX = "/harness-git"
+PORT_IN_SANDBOX = 47012
+RELAY_URL = f"http://127.0.0.1:{PORT_IN_SANDBOX}/git"
+FORWARDER = Path(__file__).with_name("git_forwarder.py")
+UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+BRANCH = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*\.lock$)(?!.*/$)"
+                    r"[A-Za-z0-9._/+-]{1,200}$")  # fmt: skip
+URL = re.compile(r"^https?://[\x21-\x7e]{1,1990}$")
+ACTIONS = ("clone", "push")
+HARDENING = [
+    "-c", "protocol.allow=never", "-c", "protocol.http.allow=always",
+    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+    "-c", "credential.helper=", "-c", "core.askPass=/bin/false",
+    "-c", "http.followRedirects=false", "-c", "submodule.recurse=false",
+    "-c", "fetch.recurseSubmodules=false", "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false", "-c", "core.sshCommand=/bin/false",
+]  # fmt: skip
+GIT = "/usr/bin/git"
+
+
+class Refused(Exception):
+    pass
+
+
+def project_repository(project_id) -> str:
+    """Where a project's bare repository is, relative to its owner's workspace (the
+    projects' layout: ``<PROJECTS>/<32 hex>/repo.git``, agent/core/projects/layout.py on
+    the local half's side): the one place this half decides it."""
+    text = str(project_id).lower()
+    if not UUID.match(text):
+        raise Refused("project must be a UUID")
+    return f"{PROJECTS}/{text.replace('-', '')}/repo.git"
+
+
+def validate(message: dict) -> dict:
+    action = message.get("action")
+    if action not in ACTIONS:
+        raise Refused("action must be clone or push")
+    repository = project_repository(message.get("project", ""))
+    branch = message.get("branch")
+    if branch is not None and (not isinstance(branch, str) or not BRANCH.match(branch)):
+        raise Refused("branch must be a plain branch name")
+    if action == "push" and branch is None:
+        raise Refused("a push names its branch")
+    url = message.get("url")
+    if action == "clone" and (not isinstance(url, str) or not URL.match(url)):
+        raise Refused("url must be an http(s) URL")
+    seconds = message.get("seconds")
+    if type(seconds) is not int or not 0 < seconds <= 86400:
+        raise Refused("seconds must be a whole number up to a day")
+    return {"action": action, "repository": repository, "branch": branch, "url": url,
+            "seconds": seconds}  # fmt: skip
+
+
+def plan(spec: dict) -> dict:
+    """The commands, run in order in the sandbox (cwd /workspace), and what a failure
+    leaves to remove."""
+    final = f"/workspace/{spec['repository']}"
+    git = [GIT, *HARDENING]
+    branch = spec["branch"]
+    if spec["action"] == "clone":
+        partial = final + ".partial"
+        pick = ["--branch", branch] if branch else []
+        return {
+            "run": [
+                ["/bin/rm", "-rf", "--", partial],
+                ["/bin/mkdir", "-p", "--", os.path.dirname(final)],
+                [
+                    *git,
+                    "clone",
+                    "--bare",
+                    "--quiet",
+                    "--no-tags",
+                    "--template=",
+                    *pick,
+                    "--",
+                    RELAY_URL,
+                    partial,
+                ],
+                [*git, "--git-dir", partial, "config", "remote.origin.url", spec["url"]],
+                # The shape of every project (agent/core/projects/repo.py): an empty hooks/
+                # (read-only in the agents' sandboxes), its worktrees' and state's homes.
+                ["/bin/mkdir", "-m", "0755", "--", f"{partial}/hooks"],
+                [
+                    "/bin/mkdir",
+                    "-p",
+                    "-m",
+                    "0700",
+                    "--",
+                    f"{os.path.dirname(final)}/trees",
+                    f"{os.path.dirname(final)}/state",
+                ],  # fmt: skip
+                ["/bin/mv", "-T", "--", partial, final],
+                [*git, "--git-dir", final, "symbolic-ref", "--short", "HEAD"],
+            ],
+            "cleanup": [
+                ["/bin/rm", "-rf", "--", partial],
+                [
+                    "/bin/rmdir",
+                    "--ignore-fail-on-non-empty",
+                    "--",
+                    f"{os.path.dirname(final)}/trees",
+                    f"{os.path.dirname(final)}/state",
+                    os.path.dirname(final),
+                ],  # fmt: skip
+            ],
+        }
+    # Pushed from an empty repository of our own that borrows the project's objects
+    # (alternates): nothing of the project's configuration or hooks is read by the push.
+    ref, shadow = f"refs/heads/{branch}", "/tmp/push.git"
+    borrow = 'printf "%s\\n" "$1" > "$2"'
+    return {
+        "run": [
+            {"argv": [*git, "--git-dir", final, "rev-parse", "--verify", f"{ref}^{{commit}}"],
+             "keep": "commit"},
+            [*git, "init", "--bare", "--quiet", shadow],
+            ["/bin/sh", "-c", borrow, "sh", f"{final}/objects",
+             f"{shadow}/objects/info/alternates"],
+            [*git, "--git-dir", shadow, "push", "--porcelain", "--", RELAY_URL,
+             f"{{commit}}:{ref}"],
+        ],
+        "cleanup": [],
+    }  # fmt: skip
+
+
+def argv(bwrap: str, spec: dict, workspace_fd: int, socket_fd: int, run_as: tuple[int, int],
+         python: str, python_prefix: str, app: str,
+         repo_fd: int | None = None) -> list[str]:  # fmt: skip
+    """The sandbox's command line. A push (``repo_fd``: its repository, opened by
+    ``project_mounts.open_repository``) sees that repository alone, read-only, where the
+    workspace was: what it sends is this project's objects, never ones its repository
+    borrows (``objects/info/alternates``, which the agent writes) from another project
+    or from the plain workspace."""
+    program = [python, "-I", "-S", "-B", f"{DIR_IN_SANDBOX}/forwarder.py",
+               f"{DIR_IN_SANDBOX}/socket", str(PORT_IN_SANDBOX), str(spec["seconds"]),
+               json.dumps(plan(spec))]  # fmt: skip
+    base = sandbox_argv(bwrap, workspace_fd, "", run_as, program=program)
+    extra = parent_dirs(python_prefix + "/x") + [
+        "--perms", "01777", "--tmpfs", "/tmp",  # the user's (a privileged bwrap makes root's)
+        "--ro-bind", python_prefix, python_prefix,
+        "--perms", "0755", "--dir", DIR_IN_SANDBOX,
+        "--ro-bind-fd", str(socket_fd), f"{DIR_IN_SANDBOX}/socket",
+        "--ro-bind", os.path.join(app, "agent", "sandbox", FORWARDER.name),
+        f"{DIR_IN_SANDBOX}/forwarder.py",
+    ]  # fmt: skip
+    if spec["action"] == "push":
+        if repo_fd is None:
+            raise Refused("a push needs its repository opened")
+        inside = f"/workspace/{spec['repository']}"
+        extra += ["--perms", "0755", "--tmpfs", "/workspace", *parent_dirs(inside),
+                  "--ro-bind-fd", str(repo_fd), inside]  # fmt: skip
+    separator = base.index("--")
+    return base[:separator] + extra + base[separator:]
+
+
+def start(broker, user: int, message: dict, fds: list[int], workspace_fd: int,
+          hide: list[str]):  # fmt: skip
+    """The broker's ``git`` request: (child, its cgroup, the read end of its output)."""
+    spec = validate(message)
+    if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+        raise Refused("a git request sends one descriptor: the relay's socket")
+    config = broker.config
+    repo = repository_fd(workspace_fd, spec, message.get("project"))
+    try:
+        command = argv(broker._need_bwrap(), spec, workspace_fd, fds[0], config.ids(user),
+                       config.python, config.python_prefix, config.app, repo)  # fmt: skip
+        at = command.index("--")
+        command[at:at] = hide
+        read, write = os.pipe2(os.O_CLOEXEC)
+        passed = [workspace_fd, fds[0]] + ([repo] if repo is not None else [])
+        try:
+            child, cgroup = broker.spawn(user, command, passed, stdout=write)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+    finally:
+        if repo is not None:
+            os.close(repo)
+    return child, cgroup, read
+
+
+def repository_fd(workspace_fd: int, spec: dict, project) -> int | None:
+    """For a push, its repository opened by descriptor (None for a clone)."""
+    if spec["action"] != "push":
+        return None
+    try:
+        return project_mounts.open_repository(workspace_fd, project)
+    except project_mounts.Refused as exc:
+        raise Refused(str(exc)) from None

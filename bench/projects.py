@@ -1,0 +1,308 @@
+"""Projects (issue 31's targets): a checkpoint of a 10,000-file worktree after a one-file
+change, a restore of one of its checkpoints, a clone through the product against a plain
+``git clone --bare`` of the same repository from the same server.
+
+The remote is testkit/git_server.py on loopback (git's own http-backend), holding one
+commit of ``files`` small files. Each path is measured in a child process of its own
+(``python -m bench.projects``) with a throwaway SQLite database and workspaces:
+
+- ``core``: agent/core/projects/ops.py called in-process on a plain directory, no sandbox:
+  git's own cost, the floor of the others;
+- ``oneshot``: the product's calls (agent/runs/projects.py, agent/runs/git_remote.py) on a
+  server without a broker: each project operation starts a one-shot bwrap sandbox
+  (as the user's uid when the bench runs as root), the clone goes through the git relay;
+- ``host``: the same calls after the child dropped root as the deployed server does
+  (agent/sandbox/drop.py): the broker, the user's file host, the broker's git sandbox.
+  Root only.
+
+The one-file change is written the way the product writes a file (the conversation's
+workspace: through the user's file host under a broker).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = {"checkpoint_p50_ms": 100.0, "restore_p50_ms": 1000.0, "clone_ratio": 1.2}
+CHANGED = "src/d000/f00000.txt"  # the file every run changes
+CHILD_TIMEOUT = 1800
+
+
+def _files(count: int) -> dict[str, str]:
+    """``count`` small text files, 100 to a directory (a source tree's shape)."""
+    return {f"src/d{n // 100:03d}/f{n:05d}.txt": f"file {n}\n" + f"x = compute({n})\n" * 12
+            for n in range(count)}  # fmt: skip
+
+
+def _stats(values: list[float]) -> dict:
+    ordered = sorted(values)
+
+    def at(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))], 1)
+
+    return {"p50_ms": at(50), "p99_ms": at(99), "count": len(values)}
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+# -- in the child --------------------------------------------------------------------------
+def _checkpoints(checkpoint, write, restore, runs: int, restores: int) -> dict:
+    """The first checkpoint, ``runs`` more after a one-file change each, ``restores``
+    restores alternating between the first and the last checkpoint (each changes the one
+    file back or forth)."""
+    started = time.perf_counter()
+    first = checkpoint()
+    result = {"first_ms": round(_ms(started), 1)}
+    if not first:
+        raise RuntimeError("the first checkpoint recorded nothing")
+    times, last = [], first
+    for n in range(runs):
+        write(f"changed {n}\n".encode())
+        started = time.perf_counter()
+        last = checkpoint()
+        times.append(_ms(started))
+        if not last or last["files"] != [CHANGED]:
+            raise RuntimeError(f"a checkpoint after a one-file change said {last!r}")
+    result["after_one_change"] = _stats(times)
+    times = []
+    for n in range(restores):
+        target = (first if n % 2 == 0 else last)["id"]
+        started = time.perf_counter()
+        done = restore(target)
+        times.append(_ms(started))
+        if not done.get("after") or done["after"]["files"] != [CHANGED]:
+            raise RuntimeError(f"a restore said {done!r}")
+    result["restore"] = _stats(times)
+    return result
+
+
+def _core(remote: str, runs: int, restores: int) -> dict:
+    from agent.core.projects import ops
+    from agent.core.projects.layout import Layout
+
+    root = tempfile.mkdtemp(prefix="harness-bench-core-")
+    try:
+        args = {"project": secrets.token_hex(16), "conversation": secrets.token_hex(16)}
+        layout = Layout.of(root, args["project"], args["conversation"])
+        ops.run(root, "prepare", args)
+        subprocess.run(["git", "clone", "--bare", "-q", remote, layout.repo], check=True)
+        made, _ = ops.run(root, "add_worktree", {**args, "base": "main"})
+        base = made["base_commit"]
+
+        def write(data: bytes) -> None:
+            Path(layout.tree, CHANGED).write_bytes(data)
+
+        result = _checkpoints(
+            lambda: ops.run(root, "checkpoint", {**args, "base": base})[0]["checkpoint"],
+            write,
+            lambda target: ops.run(root, "restore", {**args, "base": base, "target": target})[0],
+            runs, restores,
+        )  # fmt: skip
+        return {"path": "agent/core/projects/ops.py in-process, no sandbox", **result}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _product(mode: str, remote: str, runs: int, restores: int, clones: int) -> dict:
+    import asyncio
+
+    from agent.models import Conversation, Project, User
+    from agent.runs import git_remote
+    from agent.runs import projects as projects_
+    from agent.runs.workspaces import conversation_workspace, workspace_for
+
+    user = User.objects.create(username="bench-projects")
+    clone_ms, project = [], None
+    for n in range(clones):
+        project = projects_.reserve(user, name=f"bench {n}", git_url=remote)
+        started = time.perf_counter()
+        asyncio.run(git_remote.clone_project(project.id))
+        clone_ms.append(_ms(started))
+        project.refresh_from_db()
+        if project.state != Project.State.READY:
+            raise RuntimeError(f"the clone failed: {project.error}")
+    conversation = Conversation.objects.create(owner=user, model="bench", project=project)
+    projects_.add_worktree(conversation, project.default_branch)
+    workspace = conversation_workspace(conversation)
+
+    def write(data: bytes) -> None:
+        if workspace.sandbox is not None:  # under a broker: the user's file host writes it
+            workspace.sandbox.submit(workspace.write, (CHANGED, data)).result(60)
+        else:
+            workspace.write(CHANGED, data)
+
+    result = _checkpoints(lambda: projects_.checkpoint(conversation), write,
+                          lambda target: projects_.restore(conversation, target),
+                          runs, restores)  # fmt: skip
+    broker = workspace_for(user.pk).sandbox is not None
+    path = ("the broker and the user's file host (agent/sandbox/host.py); the clone in the "
+            "broker's git sandbox" if broker else
+            "a one-shot bwrap sandbox per operation (agent/sandbox/projects.py); the clone "
+            "in bwrap started by the server")  # fmt: skip
+    as_uid = "as the user's own uid" if os.geteuid() == 0 or broker else "as the bench's user"
+    return {
+        "path": f"{path}, {as_uid}; the clone through the git relay",
+        **result,
+        "clone": {**_stats(clone_ms), "median_ms": round(statistics.median(clone_ms), 1)},
+    }
+
+
+def child(argv: list[str]) -> None:
+    """``python -m bench.projects MODE REMOTE RUNS RESTORES CLONES``: one path measured,
+    its figures as JSON on the last line of stdout."""
+    mode, remote, runs, restores, clones = argv[0], argv[1], *map(int, argv[2:5])
+    if mode == "core":
+        print(json.dumps(_core(remote, runs, restores)), flush=True)
+        return
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    if mode == "host":
+        from agent.sandbox import drop
+
+        if drop.start() is None:
+            raise RuntimeError("no broker: the file host path needs the bench to run as root")
+    print(json.dumps(_product(mode, remote, runs, restores, clones)), flush=True)
+
+
+# -- in the benchmark's process ------------------------------------------------------------
+def _run_child(mode: str, remote, runs: int, restores: int, clones: int) -> dict:
+    root = Path(tempfile.mkdtemp(prefix=f"harness-bench-{mode}-"))
+    os.chmod(root, 0o755)  # the dropped server and the sandboxes pass through it
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "HARNESS_", "DJANGO_", "DATABASE_", "REDIS_"))
+    }
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}",
+        "HARNESS_WORKSPACES": str(root / "workspaces"),
+        "HARNESS_WORKSPACE_STORAGE": "plain",
+        "HARNESS_AGENT_STATE": str(root / "agent-state"),
+        "HARNESS_EGRESS_ALLOW": remote.host,
+        "HARNESS_GIT_TIMEOUT": "600",
+    })  # fmt: skip
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.projects", mode, remote.url("big.git"), str(runs),
+             str(restores), str(clones)],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip() or done.stdout.strip())[-1500:]}
+    return json.loads(lines[-1])
+
+
+def _plain_clones(url: str, count: int) -> list[float]:
+    """``git clone --bare`` from the same server, no configuration but git's defaults."""
+    times = []
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+    for _ in range(count):
+        target = tempfile.mkdtemp(prefix="harness-bench-plain-")
+        try:
+            env["HOME"] = target
+            started = time.perf_counter()
+            subprocess.run(["git", "clone", "--bare", "-q", url, f"{target}/repo.git"],
+                           check=True, env=env)  # fmt: skip
+            times.append(_ms(started))
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+    return times
+
+
+def modes() -> list[str]:
+    """The paths this machine can measure: the sandboxes need bubblewrap, the broker root."""
+    found = ["core"]
+    if shutil.which("bwrap"):
+        found.append("oneshot")
+        if os.geteuid() == 0:
+            found.append("host")
+    return found
+
+
+def measure(files: int = 10_000, runs: int = 30, restores: int = 7, clones: int = 5) -> dict:
+    from testkit.git_server import GitServer
+
+    with GitServer() as remote:
+        remote.public = True  # no credential: the plain clone and the product's alike
+        started = time.perf_counter()
+        remote.make_repository("big.git", _files(files))
+        made_s = time.perf_counter() - started
+        plain = _plain_clones(remote.url("big.git"), clones)
+        result = {"files": files, "runs": runs, "restores": restores, "clones": clones,
+                  "repository_made_s": round(made_s, 1), "targets": TARGETS,
+                  # Other work on the machine moves these figures by 2x: said beside them.
+                  "load_average_1m": round(os.getloadavg()[0], 2),
+                  "plain_clone": {**_stats(plain),
+                                  "median_ms": round(statistics.median(plain), 1)},
+                  "paths": {}}  # fmt: skip
+        skipped = {"oneshot": "bubblewrap (bwrap) is not installed",
+                   "host": "the broker needs root (the bench runs unprivileged)"}  # fmt: skip
+        for mode in ("core", "oneshot", "host"):
+            if mode not in modes():
+                result["paths"][mode] = {"skipped": skipped[mode]}
+                continue
+            figures = _run_child(mode, remote, runs, restores, clones)
+            if "clone" in figures:
+                figures["clone_ratio"] = round(
+                    figures["clone"]["median_ms"] / result["plain_clone"]["median_ms"], 2
+                )
+            result["paths"][mode] = figures
+            print(f"projects, {mode}: " + _summary(figures), file=sys.stderr, flush=True)
+    return result
+
+
+def _summary(figures: dict) -> str:
+    if "skipped" in figures or "error" in figures:
+        return figures.get("skipped") or f"FAILED: {figures['error'][-300:]}"
+    cp, restore = figures["after_one_change"], figures["restore"]
+    text = (f"checkpoint after a one-file change p50 {cp['p50_ms']} / p99 {cp['p99_ms']} ms "
+            f"({cp['count']} runs; first {figures['first_ms']} ms); restore p50 "
+            f"{restore['p50_ms']} ms")  # fmt: skip
+    if "clone_ratio" in figures:
+        text += f"; clone {figures['clone']['median_ms']} ms (x{figures['clone_ratio']})"
+    return text
+
+
+def lines(report: dict) -> list[str]:
+    """The table's projects section: each path's figures against issue 31's targets."""
+    plain = report["plain_clone"]
+    out = [
+        f"projects: a worktree of {report['files']:,} files; targets: checkpoint after a "
+        f"one-file change <= {TARGETS['checkpoint_p50_ms']:g} ms p50, restore <= "
+        f"{TARGETS['restore_p50_ms']:g} ms p50, clone <= x{TARGETS['clone_ratio']} a plain "
+        f"`git clone --bare` ({plain['median_ms']} ms, median of {plain['count']}); load "
+        f"average before: {report['load_average_1m']}",
+    ]
+    for mode, figures in report["paths"].items():
+        out.append(f"  {mode:>7}: {_summary(figures)}")
+        if "path" in figures:
+            out.append(f"           ({figures['path']})")
+    return out
+
+
+if __name__ == "__main__":
+    child(sys.argv[1:])
