@@ -14,7 +14,7 @@ from agent.models import Project, User
 from agent.runs import git_remote
 from agent.web.api_tokens import create_token
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _client(user: User) -> Client:
