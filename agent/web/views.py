@@ -5,6 +5,8 @@ member whose role does not allow the action."""
 
 from __future__ import annotations
 
+import time
+
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -46,6 +48,7 @@ from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import Throttled, check_new_conversation
 
 TITLE_MAX = 200
+RUN_STOP_WAIT = 10.0  # seconds a deleted conversation's cancelled run gets to stop
 
 
 def _owned_or_404(request: HttpRequest, conversation_id) -> Conversation:
@@ -223,11 +226,22 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     if conversation.state == Conversation.State.RUNNING:
         cancel_from_sync(conversation.id)
+        _wait_until_stopped(conversation.id)
     if conversation.agent != "harness":
         end_session_sync(conversation.id)  # its CLI's tmux session
     projects.remove_worktree(conversation)  # in a project: its worktree (the branch stays)
     conversation.delete()
     return _back_to(request, redirect("home"))
+
+
+def _wait_until_stopped(conversation_id) -> None:
+    """A cancelled run's last events (its ``cancelled`` status) are written as it stops: the
+    conversation is deleted after them, or those writes would fail (and the delete with
+    them). A run that does not stop in time is deleted under (its writes then fail)."""
+    deadline = time.monotonic() + RUN_STOP_WAIT
+    running = Conversation.objects.filter(pk=conversation_id, state=Conversation.State.RUNNING)
+    while running.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _budget_line(user) -> dict:

@@ -258,3 +258,36 @@ def test_page_load_queries_do_not_grow_with_the_transcript(client, django_assert
     with django_assert_max_num_queries(len(small_queries.captured_queries)):
         page = client.get(f"/c/{large.id}/").content.decode()
     assert page.count('data-part="text"') == 2000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_conversation_is_deleted_after_its_run_has_written_its_last_events(client, ada):
+    """Deleting mid-run cancels the run; its last events (the cancelled status) are written
+    as it stops, and must land before the conversation goes (seen as a 500 on delete)."""
+    import threading
+    import time
+
+    from django.db import close_old_connections
+
+    conversation = Conversation.objects.create(owner=ada, model="m",
+                                               state=Conversation.State.RUNNING)  # fmt: skip
+    failures: list[BaseException] = []
+
+    def run_stopping():  # what a cancelled run does, a moment after the cancel
+        try:
+            time.sleep(0.3)
+            Event.objects.create(conversation_id=conversation.id, seq=1, type="status",
+                                 payload={"type": "status", "state": "idle"})  # fmt: skip
+            Conversation.objects.filter(pk=conversation.id).update(state="idle")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            close_old_connections()
+
+    writer = threading.Thread(target=run_stopping)
+    writer.start()
+    assert client.post(f"/c/{conversation.id}/delete").status_code == 302
+    writer.join(10)
+    assert failures == []
+    assert not Conversation.objects.filter(id=conversation.id).exists()
+    assert not Event.objects.filter(conversation_id=conversation.id).exists()
