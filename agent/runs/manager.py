@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 SUBMIT_ATTEMPTS = 3  # a run may end between "running" and the queue request: start it then
 QUEUE_FULL = "Too many prompts are queued on this one already; wait, or remove one."
 NOT_REACHED = "A prompt is running but could not be reached to queue this one; try again."
+SETTLE_WAIT = 10.0  # seconds a switch waits for a run that has answered to let go
 
 
 class RunManager:
@@ -150,6 +151,16 @@ class RunManager:
         # sensitive database calls to an executor that dies with the request or socket).
         run.task = asyncio.create_task(main(), name=f"run-{key}", context=contextvars.Context())
         return run
+
+    async def settled(self, conversation_id) -> None:
+        """Waits, a few seconds at most, for this process's run of the conversation if the
+        agent has answered and the run is only recording its last checkpoints and saving:
+        a branch switch or a restore asked on its final status then goes through rather
+        than meeting 409 ``prompt_running``."""
+        run = self._runs.get(str(conversation_id))
+        if run is not None and run.ending and run.task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(run.task), SETTLE_WAIT)
 
     def is_running(self, conversation_id) -> bool:
         return str(conversation_id) in self._runs

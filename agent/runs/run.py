@@ -131,6 +131,9 @@ class Run:
     _store_failures = 0  # consecutive failed stores
     _failure_shown = False  # the page got the storage error event
     failed = False  # ended in an error status (the metrics count it)
+    # The agent has answered (its final status is out); the run records its last
+    # checkpoints and saves: a branch switch or a restore waits for it (manager.settled).
+    ending = False
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -144,6 +147,7 @@ class Run:
             else:
                 await self._checkpoint_at_start()
                 await self.agent.prompt(self.content, self.author, images=self.images)
+            self.ending = True
             if self.checkpoints is not None:
                 await self.checkpoints.settle()
         except Exception:  # the loop ends runs as events; this is a bug guard

@@ -22,6 +22,7 @@ from agent.core.tools.workspace import PathError
 from agent.models import Conversation, Project
 from agent.runs import git_remote, projects, rewind
 from agent.runs.claim import RunRefused
+from agent.runs.manager import runs
 from agent.web import remote_api
 from agent.web.api_base import REFUSAL_STATUS, api_error, api_view, json_body, of_conversation
 
@@ -129,6 +130,7 @@ async def restore_view(request: HttpRequest, conversation: Conversation) -> Json
     if not isinstance(target, str) or not COMMIT.match(target):
         return api_error(400, "bad_request", "'checkpoint' must be a checkpoint's id.")
     try:
+        await runs.settled(conversation.id)  # a run that has answered lets it go
         made = await rewind.restore(conversation.id, target)
     except RunRefused as refused:
         return api_error(REFUSAL_STATUS.get(refused.code, 400), refused.code, refused.message)

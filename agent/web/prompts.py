@@ -150,6 +150,7 @@ async def switch_branch(conversation_id, user, number, restore_files=True) -> in
     ``RunRefused`` (``not_found``, ``prompt_running``, ``forbidden``). ``restore_files``:
     a project conversation's files become that branch's newest checkpoint."""
     checked_flag(restore_files)
+    await runs.settled(conversation_id)  # a run that has answered lets the conversation go
     active, fork, events = await sync_to_async(switch_to, thread_sensitive=False)(
         conversation_id, user.pk, number
     )
