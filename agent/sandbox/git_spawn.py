@@ -19,11 +19,11 @@ import re
 import stat
 from pathlib import Path
 
+from agent.core.projects.layout import PROJECTS_DIR, Layout
 from agent.core.tools.bash import sandbox_argv
 from agent.sandbox import project_mounts
 from agent.sandbox.spawn import parent_dirs
 
-PROJECTS = ".harness-projects"  # in the owner's workspace: counted in their quota
 DIR_IN_SANDBOX = "/harness-git"
 PORT_IN_SANDBOX = 47012
 RELAY_URL = f"http://127.0.0.1:{PORT_IN_SANDBOX}/git"
@@ -49,13 +49,12 @@ class Refused(Exception):
 
 
 def project_repository(project_id) -> str:
-    """Where a project's bare repository is, relative to its owner's workspace (the
-    projects' layout: ``<PROJECTS>/<32 hex>/repo.git``, agent/core/projects/layout.py on
-    the local half's side): the one place this half decides it."""
+    """Where a project's bare repository is, relative to its owner's workspace: the
+    projects' one layout (agent/core/projects/layout.py), under the workspace's root."""
     text = str(project_id).lower()
     if not UUID.match(text):
         raise Refused("project must be a UUID")
-    return f"{PROJECTS}/{text.replace('-', '')}/repo.git"
+    return Layout.of(PROJECTS_DIR, text).repo
 
 
 def validate(message: dict) -> dict:
