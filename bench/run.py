@@ -37,7 +37,7 @@ class Options:
     redis_url: str | None = None
     processes: int = 1  # Daphne processes (more than one needs redis_url)
     out: Path = REPO / "var" / "bench"
-    only: str | None = None  # "projects": that section alone (no server, no model)
+    only: str | None = None  # "projects" (no server, no model) or "streaming": that alone
     project_files: int = 10_000  # the worktree checkpointed and restored, the repo cloned
     project_runs: int = 30  # checkpoints after a one-file change, per path
 
@@ -264,9 +264,10 @@ def run(options: Options) -> dict:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     options.out.mkdir(parents=True, exist_ok=True)
     figures, log = {}, ""
-    if options.only is None:
+    if options.only in (None, "streaming"):
         figures, log = streaming(options)
-    figures["projects"] = projects.measure(options.project_files, options.project_runs)
+    if options.only in (None, "projects"):
+        figures["projects"] = projects.measure(options.project_files, options.project_runs)
     report = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(options),
               "options": {k: str(v) if isinstance(v, Path) else v
                           for k, v in asdict(options).items()},

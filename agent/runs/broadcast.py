@@ -25,19 +25,13 @@ from channels.layers import get_channel_layer
 
 from agent.core.events import Event
 from agent.models import Conversation
-from agent.runs.eventlog import wire
+from agent.runs.eventlog import SHOWN, wire
 from agent.runs.groups import group_name
 from agent.runs.recovery import interrupt
 
 log = logging.getLogger(__name__)
 
 LIVE_GROUP = "live.batches"  # every process's receiver of the live batches
-
-# The conversation's figures a page's live fragments show: the title, the meter.
-# (``project_id``: a project conversation's parts offer to restore its files.)
-SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
-         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window",
-         "project_id")  # fmt: skip
 
 
 def shown(conversation: Conversation) -> dict[str, Any]:

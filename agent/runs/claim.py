@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -17,10 +17,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agent.access import DRIVE, allows, owned_by, readable_by
+from agent.access import DRIVE, allows, owned_by, readable_one, with_owners
 from agent.core.agent import Refused
 from agent.core.config import Config
 from agent.core.images import ImageRef
@@ -138,37 +137,60 @@ def _check_rate(owner: User) -> None:
     )
 
 
-def _drivable(user_id, conversation_id):
-    """The conversation as ``user_id`` may read it (``readable_by``: its ``role``), its
-    owner loaded, and whether it is shared with anyone (``shared``): one query."""
-    return (
-        readable_by(user_id).select_related("owner").filter(id=conversation_id)
-        .annotate(shared=Exists(Membership.objects.filter(conversation=OuterRef("pk"))))[:1]
-    )  # fmt: skip
+@dataclass
+class _Read:
+    """A group's conversations (with their owners) and which of them have members, read
+    together: one query each for the group rather than per claim."""
+
+    rows: dict[uuid.UUID, Conversation]
+    shared: set[uuid.UUID]
+
+    @classmethod
+    def of(cls, requests: list[_Claim]) -> _Read:
+        keys = {key for request in requests if (key := _key(request.conversation_id))}
+        members = Membership.objects.filter(conversation_id__in=keys)
+        return cls({row.id: row for row in with_owners(keys)},
+                   set(members.values_list("conversation_id", flat=True).distinct()))  # fmt: skip
+
+    def take(self, key) -> tuple[Conversation | None, bool | None]:
+        """The row, once: a second claim of the group on the same conversation reads it
+        again (the first may have changed it, or been undone)."""
+        row = self.rows.pop(key, None)
+        return row, (None if row is None else key in self.shared)
 
 
-def driven_by(conversation_id, user_id) -> tuple[Conversation, str | None]:
+def _key(conversation_id) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(conversation_id))
+    except ValueError:
+        return None
+
+
+def driven_by(
+    conversation_id, user_id, read: _Read | None = None
+) -> tuple[Conversation, str | None]:
     """The conversation ``user_id`` may drive (its owner loaded) and the author its prompt
     carries; or ``RunRefused``: ``not_found`` (cannot read it), ``forbidden`` (a viewer,
     or an inactive owner). The run works in the owner's workspace and spends the owner's
-    budget, whoever drives it."""
-    try:
-        key = uuid.UUID(str(conversation_id))
-    except ValueError:
-        raise RunRefused("not_found", "Conversation not found.") from None
-    found = list(_drivable(user_id, key)) if user_id is not None else []
-    if not found:
+    budget, whoever drives it. ``read``: the claim's group's rows."""
+    key = _key(conversation_id)
+    if key is None:
+        raise RunRefused("not_found", "Conversation not found.")
+    row, shared = read.take(key) if read is not None else (None, None)
+    conversation = readable_one(user_id, key, row) if user_id is not None else None
+    if conversation is None:
         inactive = owned_by(user_id).filter(id=key, owner__is_active=False)
         if user_id is not None and inactive.exists():
             raise RunRefused("forbidden", "This account cannot run prompts.")
         raise RunRefused("not_found", "Conversation not found.")
-    conversation = found[0]
     if not allows(conversation.role, DRIVE):
         raise RunRefused("forbidden", "You may read this conversation but not prompt in it.")
     # Every prompt of a shared conversation names its author, the owner's too, so each
     # user part shows who wrote it; a conversation never shared keeps its events as before.
     if conversation.owner_id == user_id:
-        shared = conversation.team or conversation.shared
+        if shared is None:
+            shared = conversation.memberships.exists()
+        shared = conversation.team or shared
         return conversation, (conversation.owner.get_username() if shared else None)
     author = User.objects.filter(pk=user_id).values_list("username", flat=True).first()
     return conversation, author
@@ -199,6 +221,7 @@ class _Claim:
     remember: bool = False
     branch_from: tuple[str, int] | None = None
     images: tuple[attachments.Snapshot, ...] = ()
+    read: _Read | None = field(default=None, compare=False)  # the group's rows (_Read)
 
 
 async def claim(conversation_id, user_id, prompt: str | None, remember: bool = False,
@@ -260,9 +283,12 @@ def _claim_together(requests: list[_Claim]) -> list[Setup | BaseException]:
     """The group's claims in one transaction; a refusal undoes only its own savepoint. If
     the transaction fails (a database error, not a refusal), each claim is tried alone, so
     one claim's failure never refuses another."""
-    return grouping.together_or_alone(
-        requests, lambda group: [_attempt(request) for request in group], _attempt, "claims"
-    )
+
+    def together(group: list[_Claim]) -> list[Setup | RunRefused]:
+        read = _Read.of(group)
+        return [_attempt(replace(request, read=read)) for request in group]
+
+    return grouping.together_or_alone(requests, together, _attempt, "claims")
 
 
 def _attempt(request: _Claim) -> Setup | RunRefused:
@@ -282,7 +308,7 @@ CLI_NEEDS_BASH = (
 def _claim(request: _Claim) -> Setup:
     conversation_id, user_id, prompt = request.conversation_id, request.user_id, request.prompt
     branch_from, images = request.branch_from, request.images
-    conversation, author = driven_by(conversation_id, user_id)
+    conversation, author = driven_by(conversation_id, user_id, request.read)
     owner = conversation.owner
     owner_id = owner.pk
     if conversation.state == Conversation.State.RUNNING:  # before quotas: the reason

@@ -107,6 +107,14 @@ def stored_form(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# The conversation's figures a page's live fragments show: the title, the meter; a stored
+# batch that changed them returns them read again (``_apply``), for the broadcast.
+# (``project_id``: a project conversation's parts offer to restore its files.)
+SHOWN = ("title", "input_tokens", "output_tokens", "cache_read_input_tokens",
+         "cache_creation_input_tokens", "cost_usd", "context_tokens", "context_window",
+         "project_id")  # fmt: skip
+
+
 @dataclass
 class Batch:
     conversation_id: Any
@@ -161,16 +169,17 @@ def _apply(batch: Batch) -> Conversation | None:
     conversation = Conversation.objects.filter(id=batch.conversation_id)
     conversation.update(**changes, **sums)
     search.index(batch.conversation_id, rows)
+    if not added and "context_tokens" not in changes:
+        return None
+    # The meter's figures (only those: a whole row costs more to read than to store a
+    # batch), and the owner, whose days count what was spent (budgets, usage figures).
+    found = list(conversation.only("owner_id", *SHOWN)[:1])
+    if not found:
+        return None
     spent = [e for e in rows if e["type"] == UsageEvent.type]
-    if spent:  # the owner's days, for budgets and the usage figures
-        owner = list(conversation.values_list("owner_id", flat=True)[:1])
-        if owner:
-            usage.add(owner[0], spent)
-    if added or "context_tokens" in changes:
-        # for the meter: the history (the largest field) is never rendered
-        found = list(conversation.defer("history")[:1])
-        return found[0] if found else None
-    return None
+    if spent:
+        usage.add(found[0].owner_id, spent)
+    return found[0]
 
 
 def _is_partial_text(batch: Batch) -> bool:

@@ -204,7 +204,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             await self.close(code=CLOSE_SIGNED_OUT)
 
     async def _recheck(self) -> bool:
-        """Reads the credential from the database (one query, in a worker thread); closes
+        """Reads the credential from the database (in a worker thread); closes
         the socket and returns False if it no longer holds."""
         reason = await self.recheck.now()
         if reason is not None:

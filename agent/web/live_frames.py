@@ -23,8 +23,7 @@ from asgiref.sync import sync_to_async
 from agent.core.events import Event, TextEvent, from_dict
 from agent.models import Conversation
 from agent.models import Event as StoredEvent
-from agent.runs.broadcast import SHOWN
-from agent.runs.eventlog import from_stored
+from agent.runs.eventlog import SHOWN, from_stored
 from agent.ui.fragments import FragmentRenderer, sync_marker, title_fragments
 from agent.ui.render_pool import prehighlight, prerender
 from agent.ui.transcript import pending_highlights

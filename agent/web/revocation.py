@@ -37,7 +37,6 @@ from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models import Exists
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -177,24 +176,6 @@ def _hash_matches(session_hash: str | None, user) -> bool:
     )
 
 
-def _socket_rows(user_id, conversation_id, session_key=None, now=None):
-    """The credential check's one row: the user's password hash, their role on the
-    conversation (None: cannot read it) and, with a session key, whether that session is
-    alive."""
-    from django.contrib.sessions.models import Session
-    from django.db.models import Subquery
-
-    from agent.access import readable_by
-    from agent.models import User
-
-    role = readable_by(user_id).filter(id=conversation_id).values("role")[:1]
-    rows = User.objects.filter(pk=user_id, is_active=True).annotate(role=Subquery(role))
-    if session_key is None:
-        return rows.values_list("password", "role")[:1]
-    alive = Session.objects.filter(session_key=session_key, expire_date__gt=now)
-    return rows.annotate(alive=Exists(alive)).values_list("password", "role", "alive")[:1]
-
-
 def socket_access(
     conversation_id, user_id: int, session_key: str | None, session_hash: str | None
 ) -> tuple[str | None, str | None, str | None]:
@@ -202,28 +183,37 @@ def socket_access(
     (access.py's roles): (None, the session's hash, the role) if so, else (NOT_FOUND or
     SIGNED_OUT, None, None). Blocking (call it from a thread).
 
-    One query: the user active and the conversation still readable by them (their own,
-    shared with them, or the team's; its owner active), their role, the session still
-    there and unexpired, and the user's password hash, which the session's hash (read when
-    the socket opened) must still match: a password changed since ends the sessions signed
-    in with the old one. Only when it does not match is the session read again (one more
-    query), in case it was re-signed with the new hash since (Django's
-    update_session_auth_hash, after a user changes their own password)."""
+    Read by primary key (two to four simple queries, agent/access.py's ``role_on``; a
+    prompt frame pays this check, so it is kept cheap): the user active, the conversation
+    still readable by them (their own, shared with them, or the team's; its owner active)
+    and their role, the session still there and unexpired, and the user's password hash,
+    which the session's hash (read when the socket opened) must still match: a password
+    changed since ends the sessions signed in with the old one. Only when it does not
+    match is the session read again (one more query), in case it was re-signed with the
+    new hash since (Django's update_session_auth_hash, after a user changes their own
+    password)."""
+    from django.contrib.sessions.models import Session
+
+    from agent.access import role_on
     from agent.models import User
 
     try:
         key = uuid.UUID(str(conversation_id))
     except ValueError:
         return NOT_FOUND, None, None
-    if session_key and settings.SESSION_ENGINE in DB_SESSION_ENGINES:
-        found = list(_socket_rows(user_id, key, session_key, timezone.now()))
-    else:
-        found = [(*row, True) for row in _socket_rows(user_id, key)]
-    if not found or found[0][1] is None:
+    account = list(User.objects.filter(pk=user_id).values_list("password", "is_active")[:1])
+    if not account:
         return NOT_FOUND, None, None
-    password, role, alive = found[0]
-    if not session_key or not alive:
+    password, active = account[0]
+    role = role_on(user_id, key, reader_active=active)
+    if role is None:
+        return NOT_FOUND, None, None
+    if not session_key:
         return SIGNED_OUT, None, None
+    if settings.SESSION_ENGINE in DB_SESSION_ENGINES:
+        alive = Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        if not alive.exists():
+            return SIGNED_OUT, None, None
     user = User(pk=user_id, password=password)
     if _hash_matches(session_hash, user):
         return None, session_hash, role

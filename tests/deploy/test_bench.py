@@ -81,3 +81,19 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
         if mode != "core":  # the product's clone, against the plain one
             assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
             assert f"(x{figures['clone_ratio']})" in proc.stdout
+
+
+@pytest.mark.bench  # make test-bench
+def test_start_cost_measures_the_check_and_the_claim_of_each_prompt():
+    """`python -m bench.start_cost`: every timed prompt checked and claimed (it asserts so
+    itself), the figures printed as JSON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "DJANGO_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.start_cost", "--prompts", "12"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert figures["prompts"] == 12
+    for step in ("socket_check", "claim"):
+        assert figures[step]["cpu_ms_per_prompt"] > 0 and figures[step]["queries_per_prompt"] >= 1

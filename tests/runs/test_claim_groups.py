@@ -253,3 +253,34 @@ def test_on_sqlite_claims_and_the_event_log_take_turns_through_one_writers_lock(
         worker.join()
     assert Conversation.objects.get(id=first.id).state == "running"
     assert Event.objects.filter(conversation=second).count() == 1
+
+
+def test_a_group_reads_its_conversations_once_and_each_claim_decides_on_them(settings):
+    """The group's conversations, owners and memberships are read together; two prompts on
+    one conversation in a group: the second is refused as running (it reads the row
+    again), a collaborator's claim names its author, a missing one is not found."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agent.models import Membership
+
+    settings.HARNESS_CONCURRENT_RUNS = 10
+    ada_first, ada_second = _conversations(2)
+    bob = User.objects.create_user("bob", password="pw-bob-12345")
+    Membership.objects.create(conversation=ada_second, user=bob, role="collaborator")
+    ada = ada_first.owner_id
+    requests = [claims._Claim(ada_first.id, ada, "one"), claims._Claim(ada_first.id, ada, "two"),
+                claims._Claim(ada_second.id, bob.pk, "three"),
+                claims._Claim("7f1d1a4e-0000-4000-8000-000000000000", ada, "four")]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        results = claims._claim_all(requests)
+    assert isinstance(results[0], Setup) and results[0].author is None  # never shared
+    assert isinstance(results[1], RunRefused) and results[1].code == "prompt_running"
+    assert isinstance(results[2], Setup) and results[2].author == "bob"
+    assert isinstance(results[3], RunRefused) and results[3].code == "not_found"
+    reads = [q["sql"] for q in queries if 'FROM "agent_conversation" INNER JOIN' in q["sql"]]
+    assert " IN (" in reads[0], reads  # the group's read, first
+    # read again: the second claim's row (its first claim took it), the missing one's
+    again = [sql for sql in reads[1:] if ada_second.id.hex in sql or ada_first.id.hex in sql]
+    assert len(again) == 1 and ada_first.id.hex in again[0], reads
+    assert Conversation.objects.get(id=ada_first.id).title == "one"

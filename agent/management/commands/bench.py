@@ -87,8 +87,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--only",
-            choices=["projects"],
-            help="run one section alone: projects (checkpoint, restore, clone; no server)",
+            choices=["projects", "streaming"],
+            help="run one section alone: projects (checkpoint, restore, clone; no server) or "
+            "streaming (the server: latency, first token, memory, pages)",
         )
         parser.add_argument(
             "--project-files",
