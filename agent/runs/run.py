@@ -101,6 +101,13 @@ class Run:
         stored only later: the guard counts it from now."""
         if self.guard is not None and isinstance(event, UsageEvent):
             self.guard.spent(event)
+        if self._holds(event):
+            # A CLI agent's last calls are still being checkpointed: its final status waits
+            # for them (the turn ends, on the page and for a switch, once its files are
+            # recorded), numbered again when it goes.
+            self._held = event
+            self.agent.next_seq = event.seq
+            return
         self.inbox.put(event)
         if self.checkpoints is not None and isinstance(event, ToolResultEvent):
             if self.conversation.agent == "harness":
@@ -108,6 +115,21 @@ class Run:
                     self._put_own(checkpoint)
             else:
                 self.checkpoints.later(self._put_own)
+
+    def _holds(self, event: Event) -> bool:
+        return (
+            self.checkpoints is not None
+            and bool(self.checkpoints.tasks)
+            and isinstance(event, StatusEvent)
+            and event.state in ("idle", "error")
+            and self.agent.next_seq == event.seq + 1  # the last one numbered
+        )
+
+    def _release(self) -> None:
+        """The final status held back (``_put``), after the checkpoints it waited for."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._put_own(held)
 
     def _put_own(self, event: Event) -> None:
         """An event of the run's own (not the agent's), numbered in the agent's sequence."""
@@ -134,6 +156,7 @@ class Run:
     # The agent has answered (its final status is out); the run records its last
     # checkpoints and saves: a branch switch or a restore waits for it (manager.settled).
     ending = False
+    _held: Event | None = None  # a CLI agent's final status, until its last checkpoints
 
     async def main(self) -> None:
         writer = asyncio.create_task(self._write())
@@ -150,10 +173,12 @@ class Run:
             self.ending = True
             if self.checkpoints is not None:
                 await self.checkpoints.settle()
+            self._release()
         except Exception:  # the loop ends runs as events; this is a bug guard
             self.failed = True
             log.exception("run of %s crashed", self.conversation.id)
         finally:
+            self._release()
             lease.cancel()
             self.inbox.close()
             with contextlib.suppress(Exception):

@@ -19,6 +19,7 @@ import re
 import stat
 from pathlib import Path
 
+from agent.core.git import NEUTRAL
 from agent.core.projects.layout import PROJECTS_DIR, Layout
 from agent.core.tools.bash import sandbox_argv
 from agent.sandbox import project_mounts
@@ -33,14 +34,11 @@ BRANCH = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*\.lock$)(?!.*/$
                     r"[A-Za-z0-9._/+-]{1,200}$")  # fmt: skip
 URL = re.compile(r"^https?://[\x21-\x7e]{1,1990}$")
 ACTIONS = ("clone", "push")
-HARDENING = [
-    "-c", "protocol.allow=never", "-c", "protocol.http.allow=always",
-    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-    "-c", "credential.helper=", "-c", "core.askPass=/bin/false",
-    "-c", "http.followRedirects=false", "-c", "submodule.recurse=false",
-    "-c", "fetch.recurseSubmodules=false", "-c", "gc.auto=0",
-    "-c", "maintenance.auto=false", "-c", "core.sshCommand=/bin/false",
-]  # fmt: skip
+# The clone's and push's git: Harness's one neutralising configuration (agent/core/git.py)
+# as ``-c`` flags, and the relay's transport (plain http over its socket) alone allowed,
+# no redirect followed.
+TRANSPORT = (("protocol.http.allow", "always"), ("http.followRedirects", "false"))
+HARDENING = [arg for key, value in (*NEUTRAL, *TRANSPORT) for arg in ("-c", f"{key}={value}")]
 GIT = "/usr/bin/git"
 
 

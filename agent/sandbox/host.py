@@ -1,6 +1,7 @@
 """A user's file host: the file tools and the Files panel's reads and writes, run as the
 user inside their sandbox (the workspace at /workspace, their projects at /projects,
-nothing else of theirs writable), and the projects' git work (agent/core/projects).
+nothing else of theirs writable), and the projects' git work (agent/core/projects), each
+operation in a sandbox of its own showing only its project (agent/sandbox/project_workers.py).
 
 The broker starts it for a server that has dropped root; the server talks to it over one
 socket (``wire`` frames, ``ops`` by name). A symlink, a race or a bug here reaches at most
@@ -15,12 +16,12 @@ import socket
 import threading
 
 from agent.core.projects import MOUNT, PROJECTS_DIR
-from agent.core.projects import ops as project_ops
 from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
 from agent.core.tools.workspace import Workspace
 from agent.sandbox import ops
 from agent.sandbox.cli_spawn import HOMES
+from agent.sandbox.project_workers import Workers
 from agent.sandbox.wire import WireError, read_frame, write_frame
 
 THREADS = 4
@@ -39,6 +40,7 @@ def main(fd: int) -> None:
     write_frame(sock, {"ready": True})  # the homes exist: sandboxes may start now
     scopes = {None: (workspace, {tool.name: tool for tool in build_tools(workspace, "off")})}
     lock = threading.Lock()
+    projects = Workers()
 
     def scoped(scope) -> tuple[Workspace, dict]:
         """The workspace a request names: the user's own, or a conversation's worktree."""
@@ -61,7 +63,7 @@ def main(fd: int) -> None:
         try:
             if header.get("op") == "project":
                 name, args = header.get("args")
-                result, out = project_ops.run(MOUNT, name, args)
+                result, out = projects.run(name, args)
             else:
                 root, tools = scoped(header.get("scope"))
                 result, out = ops.run(root, tools, header.get("op"), header.get("args"), blob,

@@ -122,47 +122,49 @@ def requested(workspace_fd: int, message: dict) -> Worktree | None:
     return open_worktree(workspace_fd, message["project"], message.get("conversation"))
 
 
+def _home(workspace_fd: int, project: str, opened: list[int]) -> tuple[int, int]:
+    """The project's directory, opened (and the device every part must be on)."""
+    device = os.fstat(workspace_fd).st_dev
+    projects = projects_fd(workspace_fd)
+    opened.append(projects)
+    home = _open(projects, project, device, stat.S_IFDIR)
+    opened.append(home)
+    return home, device
+
+
 def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
     try:
         project, conversation = hex_id(project), hex_id(conversation)
     except ValueError:
         raise Refused("project and conversation must be ids") from None
-    device = os.fstat(workspace_fd).st_dev
     opened: list[int] = []
     try:
-        projects = projects_fd(workspace_fd)
-        opened.append(projects)
-        home = _open(projects, project, device, stat.S_IFDIR)
-        opened.append(home)
-        repo = _open(home, "repo.git", device, stat.S_IFDIR)
-        opened.append(repo)
-        config = _open(repo, "config", device, stat.S_IFREG)
-        opened.append(config)
-        hooks = _open(repo, "hooks", device, stat.S_IFDIR)
-        opened.append(hooks)
-        objects = _open(repo, "objects", device, stat.S_IFDIR)
-        opened.append(objects)
-        info = _open(objects, "info", device, stat.S_IFDIR)
-        opened.append(info)
-        admins = _open(repo, "worktrees", device, stat.S_IFDIR)
-        opened.append(admins)
-        admin = _open(admins, conversation, device, stat.S_IFDIR)
-        opened.append(admin)
-        pointers = []
-        for name in POINTERS:
-            pointers.append(_open(admin, name, device, stat.S_IFREG))
-            opened.append(pointers[-1])
-        trees = _open(home, "trees", device, stat.S_IFDIR)
-        opened.append(trees)
-        tree = _open(trees, conversation, device, stat.S_IFDIR)
-        opened.append(tree)
-        again = os.dup(tree)  # its second mount: bwrap may close a descriptor once used
-        opened.append(again)
+        home, device = _home(workspace_fd, project, opened)
+        return _worktree(home, device, project, conversation, opened)
     except BaseException:
         for fd in opened:
             os.close(fd)
         raise
+
+
+def _worktree(home: int, device: int, project: str, conversation: str,
+              opened: list[int]) -> Worktree:  # fmt: skip
+    def need(parent: int, name: str, kind: int = stat.S_IFDIR) -> int:
+        opened.append(_open(parent, name, device, kind))
+        return opened[-1]
+
+    repo = need(home, "repo.git")
+    config = need(repo, "config", stat.S_IFREG)
+    hooks = need(repo, "hooks")
+    objects = need(repo, "objects")
+    info = need(objects, "info")
+    admin = need(need(repo, "worktrees"), conversation)
+    pointers = [need(admin, name, stat.S_IFREG) for name in POINTERS]
+    tree = need(need(home, "trees"), conversation)
+    again = os.dup(tree)  # its second mount: bwrap may close a descriptor once used
+    opened.append(again)
     at = f"{MOUNT}/{project}"
+    admins = f"{at}/repo.git/worktrees"
     binds = [
         "--perms", "0755", "--dir", MOUNT,
         "--perms", "0755", "--dir", at,
@@ -174,16 +176,75 @@ def open_worktree(workspace_fd: int, project, conversation) -> Worktree:
         # place) and objects/info read-only (no alternates lending another's objects).
         "--bind-fd", str(objects), f"{at}/repo.git/objects",
         "--ro-bind-fd", str(info), f"{at}/repo.git/objects/info",
-        # The other worktrees' administrative directories (their lock, HEAD, index) out of
-        # this agent's reach: only its own is writable, but for the pointers naming the
-        # repository (commondir) and the worktree (gitdir).
-        "--ro-bind-fd", str(admins), f"{at}/repo.git/worktrees",
-        "--bind-fd", str(admin), f"{at}/repo.git/worktrees/{conversation}",
+        # Of the worktrees' administrative directories only its own (the others' HEAD,
+        # index and lock are neither seen nor reachable by a `.git` file naming them),
+        # writable but for the pointers naming the repository (commondir) and the
+        # worktree (gitdir); the directory holding it an empty, read-only file system.
+        "--tmpfs", admins,
+        "--bind-fd", str(admin), f"{admins}/{conversation}",
         *(arg for name, fd in zip(POINTERS, pointers, strict=True)
-          for arg in ("--ro-bind-fd", str(fd), f"{at}/repo.git/worktrees/{conversation}/{name}")),
+          for arg in ("--ro-bind-fd", str(fd), f"{admins}/{conversation}/{name}")),
+        "--remount-ro", admins,
         "--bind-fd", str(again), f"{at}/trees/{conversation}",
     ]  # fmt: skip
     return Worktree(tree=tree, binds=binds, fds=opened)
+
+
+def open_operation(workspace_fd: int, project, conversation,
+                   ids: tuple[int, int] | None) -> Worktree:  # fmt: skip
+    """What Harness's own git sees for one project operation (agent/core/projects/ops.py),
+    and nothing more: for a conversation's, exactly what that conversation's agent sees
+    (above) and the conversation's private state (``state/<conversation>``); for the
+    project's, its directory alone. The agent's links, made at any moment during the
+    operation, can then only lead where the agent itself can go: never to another
+    project, another conversation's worktree or the user's workspace. ``tree`` is what
+    the sandbox shows as its workspace. ``ids``: whose a directory made here is (a root
+    caller's; None when the caller is the user)."""
+    try:
+        project = hex_id(project)
+        conversation = hex_id(conversation) if conversation else ""
+    except ValueError:
+        raise Refused("project and conversation must be ids") from None
+    opened: list[int] = []
+    try:
+        home, device = _home(workspace_fd, project, opened)
+        at = f"{MOUNT}/{project}"
+        if not conversation:
+            again = os.dup(home)
+            opened.append(again)
+            binds = ["--perms", "0755", "--dir", MOUNT, "--bind-fd", str(again), at]
+            return Worktree(tree=home, binds=binds, fds=opened)
+        state = _state(home, device, conversation, ids, opened)
+        view = _worktree(home, device, project, conversation, opened)
+        view.binds += ["--perms", "0755", "--dir", f"{at}/state",
+                       "--bind-fd", str(state), f"{at}/state/{conversation}"]  # fmt: skip
+        return view
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+
+
+def _state(home: int, device: int, conversation: str, ids: tuple[int, int] | None,
+           opened: list[int]) -> int:  # fmt: skip
+    """``state/<conversation>``, made if missing (the owner's), and a private index kept
+    at the layout's earlier place (``state/<conversation>.index``) moved into it."""
+    opened.append(_open(home, "state", device, stat.S_IFDIR))
+    parent = opened[-1]
+    try:
+        os.mkdir(conversation, 0o700, dir_fd=parent)
+    except FileExistsError:
+        made = False
+    else:
+        made = True
+    opened.append(_open(parent, conversation, device, stat.S_IFDIR))
+    state = opened[-1]
+    if made:
+        if ids is not None:
+            os.chown(f"/proc/self/fd/{state}", *ids)
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{conversation}.index", "index", src_dir_fd=parent, dst_dir_fd=state)
+    return state
 
 
 def path_binds(projects: str, project: str, conversation: str) -> list[str]:
@@ -201,10 +262,11 @@ def path_binds(projects: str, project: str, conversation: str) -> list[str]:
         "--ro-bind", f"{repo}/hooks", f"{at}/repo.git/hooks",
         "--bind", f"{repo}/objects", f"{at}/repo.git/objects",
         "--ro-bind", f"{repo}/objects/info", f"{at}/repo.git/objects/info",
-        "--ro-bind", f"{repo}/worktrees", f"{at}/repo.git/worktrees",
+        "--tmpfs", f"{at}/repo.git/worktrees",
         "--bind", f"{repo}/worktrees/{conversation}", f"{at}/repo.git/worktrees/{conversation}",
         *(arg for name in POINTERS for arg in (
             "--ro-bind", f"{repo}/worktrees/{conversation}/{name}",
             f"{at}/repo.git/worktrees/{conversation}/{name}")),
+        "--remount-ro", f"{at}/repo.git/worktrees",
         "--bind", f"{projects}/{project}/trees/{conversation}", f"{at}/trees/{conversation}",
     ]  # fmt: skip

@@ -6,7 +6,9 @@ one (print mode, a root server's tests, an unprivileged development server) star
 one-shot sandbox of the same shape: the projects directory at ``/projects``, the agent
 package read-only, the interpreter on its standard library only, as the owner's uid.
 Either way git never runs in the server's process, and never as the server's user when
-the server is root.
+the server is root; and each operation's sandbox shows only the project (or the
+conversation) it is about (``open_view``): a link an agent swaps in while it runs leads
+nowhere it could not go itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 from pathlib import Path
 
 from agent.core.git import GitError
+from agent.core.projects import ops as project_ops
+from agent.core.projects.layout import LayoutError
 from agent.core.tools.bash import SANDBOX_PATH, bwrap_path, sandbox_argv
 from agent.sandbox import ops, project_mounts
 from agent.sandbox.spawn import APP_IN_SANDBOX, limits, parent_dirs
@@ -45,6 +49,41 @@ def _python() -> tuple[str, str]:
     return python, prefix
 
 
+def command(bwrap: str, view: project_mounts.Worktree, ids: tuple[int, int] | None,
+            code: str, proc: bool = True) -> list[str]:  # fmt: skip
+    """The sandbox of one project operation (or of a file host's worker for one scope):
+    ``view`` (project_mounts.open_operation) is all it sees of the user's files; the
+    interpreter runs ``code`` on its standard library and the agent package, read-only."""
+    python, prefix = _python()
+    program = [python, "-I", "-S", "-B", "-c",
+               f"import sys; sys.path.insert(0, {APP_IN_SANDBOX!r}); {code}"]  # fmt: skip
+    argv = sandbox_argv(bwrap, view.tree, "", ids, program=program, proc=proc)
+    at = argv.index("--")
+    argv[at:at] = parent_dirs(prefix + "/x") + [
+        "--ro-bind", prefix, prefix,
+        "--perms", "0755", "--dir", "/opt",
+        "--perms", "0755", "--dir", APP_IN_SANDBOX,
+        "--ro-bind", os.path.join(APP, "agent"), APP_IN_SANDBOX + "/agent",
+        *view.binds,
+    ]  # fmt: skip
+    return argv
+
+
+def open_view(workspace_fd: int, name: str, args: dict,
+              ids: tuple[int, int] | None) -> project_mounts.Worktree:  # fmt: skip
+    """What the sandbox of operation ``name`` on ``args`` sees (GitError when refused)."""
+    try:
+        if name in project_ops.WHOLE:
+            projects = project_mounts.projects_fd(workspace_fd)
+            again = os.dup(projects)  # its second mount: bwrap closes a descriptor once used
+            return project_mounts.Worktree(projects, project_mounts.host_binds(again),
+                                           [projects, again])  # fmt: skip
+        project, conversation = project_ops.scope(name, args)
+        return project_mounts.open_operation(workspace_fd, project, conversation, ids)
+    except (project_mounts.Refused, LayoutError) as exc:
+        raise GitError(str(exc)) from None
+
+
 def oneshot(workspace_root: str, ids: tuple[int, int] | None, name: str,
             args: dict) -> tuple[dict, bytes]:  # fmt: skip
     bwrap = bwrap_path()
@@ -52,39 +91,20 @@ def oneshot(workspace_root: str, ids: tuple[int, int] | None, name: str,
         raise GitError("projects need the sandbox: bubblewrap (bwrap) is not installed")
     workspace = os.open(workspace_root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        projects = project_mounts.projects_fd(workspace)
-    except project_mounts.Refused as exc:
-        raise GitError(str(exc)) from None
+        view = open_view(workspace, name, args, ids)
     finally:
         os.close(workspace)
-    again = os.dup(projects)  # its second mount: bwrap closes a descriptor once used
-    python, prefix = _python()
-    code = (
-        f"import sys; sys.path.insert(0, {APP_IN_SANDBOX!r}); "
-        "from agent.sandbox.project_oneshot import main; main()"
-    )
     try:
-        argv = sandbox_argv(
-            bwrap, projects, "", ids, program=[python, "-I", "-S", "-B", "-c", code]
-        )
-        at = argv.index("--")
-        argv[at:at] = parent_dirs(prefix + "/x") + [
-            "--ro-bind", prefix, prefix,
-            "--perms", "0755", "--dir", "/opt",
-            "--perms", "0755", "--dir", APP_IN_SANDBOX,
-            "--ro-bind", os.path.join(APP, "agent"), APP_IN_SANDBOX + "/agent",
-            *project_mounts.host_binds(again),
-        ]  # fmt: skip
+        argv = command(bwrap, view, ids, "from agent.sandbox.project_oneshot import main; main()")
         request = json.dumps({"name": name, "args": args}).encode()
         try:
             done = subprocess.run(argv, input=request, capture_output=True, timeout=TIMEOUT,
-                                  pass_fds=[projects, again], env={"PATH": SANDBOX_PATH},
+                                  pass_fds=view.fds, env={"PATH": SANDBOX_PATH},
                                   preexec_fn=limits(None, None))  # fmt: skip
         except subprocess.TimeoutExpired:
             raise GitError(f"the project operation did not finish within {TIMEOUT:g} s") from None
     finally:
-        os.close(projects)
-        os.close(again)
+        view.close()
     header, _, blob = done.stdout[:OUTPUT_CAP].partition(b"\n")
     try:
         reply = json.loads(header)

@@ -61,15 +61,18 @@ def test_a_restore_reads_no_other_project_through_borrowed_objects(kim):
     user, client = kim
     private = _conversation(client, "private")
     _bash(private, "echo 'the private plan' > plan.txt")
-    projects.commit(private, "the plan", user)
+    known = projects.commit(private, "the plan", user)
     victim = f"/projects/{private.project_id.hex}/repo.git"
     mine = _conversation(client, "mine")
     # 1. A worktree's `.git` file naming the other project's worktree: the checkpoint's
-    #    `git add` (run where every project is visible) records its HEAD as a gitlink.
+    #    `git add` runs where no other project is (its sandbox shows this conversation
+    #    alone), so no gitlink to that worktree's HEAD is recorded.
     _bash(mine, f"mkdir peek && echo 'gitdir: {victim}/worktrees/{private.id.hex}' > peek/.git")
     projects.checkpoint(mine)
     ref = f"refs/harness/checkpoints/{mine.id.hex}/head"
-    leaked = _bash(mine, f"git rev-parse {ref}:peek").strip()
+    recorded = _bash(mine, f"git ls-tree -r {ref}")
+    assert known not in recorded and "commit" not in recorded, recorded
+    leaked = known  # as if learnt some other way
     # 2. The repository would borrow the other's objects (the kernel refuses: objects/info
     #    is read-only), and the checkpoint ref (the agent's to move) gets that commit as an
     #    ancestor.
@@ -86,3 +89,22 @@ def test_a_restore_reads_no_other_project_through_borrowed_objects(kim):
     shown = _bash(mine, "cat plan.txt 2>/dev/null; true")
     assert "the private plan" not in shown
     assert (response.status_code, response.json()["error"]) == (404, "not_found")
+
+
+def test_a_conversation_sees_no_other_worktree_of_its_project(kim):
+    user, client = kim
+    first = _conversation(client, "shared")
+    _bash(first, "echo first > a.txt")
+    head = projects.commit(first, "the first one's work", user)
+    made = _send(client, "POST", "/api/conversations", {"project": str(first.project_id)})
+    second = Conversation.objects.get(pk=made.json()["id"])
+    admin = f"/projects/{first.project_id.hex}/repo.git/worktrees/{first.id.hex}"
+    # Its agent sees its own administrative directory alone...
+    out = _bash(second, f"ls $(git rev-parse --git-common-dir)/worktrees; cat {admin}/HEAD 2>&1; "
+                f"mkdir peek; echo 'gitdir: {admin}' > peek/.git; true")  # fmt: skip
+    assert out.split()[0] == second.id.hex and "No such file" in out, out
+    # ... and so does Harness's checkpoint: the `.git` file naming the other's records
+    # no gitlink to its HEAD.
+    projects.checkpoint(second)
+    recorded = _bash(second, f"git ls-tree -r refs/harness/checkpoints/{second.id.hex}/head")
+    assert head not in recorded and "commit" not in recorded, recorded

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.api_client import Api, read_until
+from testkit.api_client import Api
 from testkit.model_server import text_reply, tool_reply
 from tests.cli_agents import cli_live_server
 from tests.web.test_cli_agents_live import prompt_and_read, script
@@ -187,8 +187,10 @@ def test_a_cli_agent_in_a_project_works_in_its_worktree_with_checkpoints(live, a
     events = prompt_and_read(alice, made["id"], "go")
     result = next(e for e in events if e["type"] == "tool_result")
     assert "?? made.txt" in result["result"] and ".harness-cli" not in result["result"], result
-    # Taken once the CLI's result is read: it may follow the turn's end.
-    _, stream = alice.events(made["id"], since=events[0]["seq"], timeout=30)
-    items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "checkpoint"
-                       and i[2]["files"], timeout=30)  # fmt: skip
-    assert items[-1][2]["files"] == ["made.txt"]
+    # Taken once the CLI's result is read, and streamed before the turn's final status
+    # (which waits for it), in the run's order.
+    taken = [e for e in events if e["type"] == "checkpoint" and e["files"]]
+    assert taken and taken[-1]["files"] == ["made.txt"], events
+    assert events[-1]["type"] == "status" and events[-1]["state"] == "idle", events
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs

@@ -103,11 +103,12 @@ def test_a_conversation_works_in_its_own_worktree_with_checkpoints(alice, projec
     _, out = _bash(fresh, alice, second, "ls -A; ls /projects/*/trees | wc -l")
     assert out.split() == [".git", "1"]
     assert _changes(alice, first) == ["a.txt"] and _changes(alice, second) == []
-    # Its agent cannot unlock the other's worktree for a prune that would drop it.
-    other = first["id"].replace("-", "")
-    _, out = _bash(fresh, alice, second, f"rm -f $(git rev-parse --git-common-dir)/worktrees/"
-                   f"{other}/locked 2>&1; git worktree prune; echo pruned")  # fmt: skip
-    assert "Read-only file system" in out and "pruned" in out, out
+    # Its agent sees no other worktree's administrative directory (their HEAD, index,
+    # lock): it can neither read them nor unlock one for a prune that would drop it.
+    other, own = first["id"].replace("-", ""), second["id"].replace("-", "")
+    _, out = _bash(fresh, alice, second, f"cd $(git rev-parse --git-common-dir)/worktrees; ls; "
+                   f"touch {other} 2>&1; git worktree prune; echo pruned")  # fmt: skip
+    assert out.split()[0] == own and "Read-only file system" in out and "pruned" in out, out
     _, out = _bash(fresh, alice, first, "git status --short")
     assert out.split() == ["??", "a.txt"], out
 
@@ -239,6 +240,16 @@ def test_an_agent_cannot_plant_configuration_for_git_to_run(alice, project, fres
     assert status == 201
     _, out = _bash(fresh, alice, conversation, "ls")
     assert "ran" not in out.split()
+
+
+def test_the_agents_own_git_gc_runs_to_its_end(alice, project, fresh):
+    conversation = _conversation(alice, project)
+    command = (
+        "echo x > x; git add x; git -c user.name=a -c user.email=a@a commit -qm x; "
+        "git gc --quiet 2>&1; echo gc=$?; git count-objects -v | grep '^count'"
+    )
+    _, out = _bash(fresh, alice, conversation, command)
+    assert "gc=0" in out and "count: 0" in out, out
 
 
 def test_deleting_a_project_keeps_its_conversations(alice, fresh):

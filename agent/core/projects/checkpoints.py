@@ -38,6 +38,7 @@ def _lock(layout: Layout) -> Iterator[None]:
     """One operation at a time on a worktree's private index, across threads and the
     processes of a server without a broker (each opens the lock file: flock is per open
     file). git's own ``<index>.lock`` would fail a second writer instead of waiting."""
+    os.makedirs(layout.state, 0o700, exist_ok=True)  # (an operation's sandbox shows it made)
     fd = os.open(f"{layout.index}.flock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -2,7 +2,8 @@
 
 ``<root>/<project>/repo.git``                 the bare repository (hooks/ kept empty)
 ``<root>/<project>/trees/<conversation>``     a conversation's worktree
-``<root>/<project>/state/<conversation>.index``  its checkpoints' private index
+``<root>/<project>/state/<conversation>/index``  its checkpoints' private index
+``<root>/<project>/state/git``                 Harness's git directory for the repository
 
 ``root`` is ``MOUNT`` in every sandbox; on disk it is the owner's workspace's
 ``PROJECTS_DIR``, hidden from the file tools and from plain conversations' sandboxes. Names
@@ -67,8 +68,14 @@ class Layout:
         return f"{self.repo}/worktrees/{self._need_conversation()}"
 
     @property
+    def state(self) -> str:
+        """The conversation's private state: the one directory of ``state`` its
+        operations' sandbox shows (agent/sandbox/project_mounts.py)."""
+        return f"{self.home}/state/{self._need_conversation()}"
+
+    @property
     def index(self) -> str:
-        return f"{self.home}/state/{self._need_conversation()}.index"
+        return f"{self.state}/index"
 
     @property
     def branch(self) -> str:

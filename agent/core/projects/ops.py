@@ -10,6 +10,24 @@ from agent.core.projects.layout import Layout, LayoutError
 
 NETWORK = (("protocol.http.allow", "always"), ("protocol.https.allow", "always"))
 MAX_ARGS = 64
+# Operations on the projects directory itself (a project's directory made or removed),
+# whose sandbox shows it whole: they read no repository an agent has had. Every other
+# runs where only its project, or its conversation, is (agent/sandbox/projects.py).
+WHOLE = frozenset({"prepare", "create", "delete"})
+# Operations on a project's repository and its worktrees' homes (an import's first commit,
+# a worktree made or removed), whose sandbox shows the project's directory.
+PROJECT = frozenset({"create_from_import", "add_worktree", "remove_worktree"})
+
+
+def scope(name: str, args: dict) -> tuple[str, str]:
+    """The project and the conversation (or "") an operation's sandbox shows."""
+    if not isinstance(args, dict):
+        raise LayoutError("arguments must be an object")
+    conversation = args.get("conversation") if name not in PROJECT else None
+    layout = Layout.of("/", args.get("project"), conversation)
+    return layout.project, layout.conversation
+
+
 # What a caller may add to git's environment: never configuration, programs or paths.
 ENV_PREFIXES = ("GIT_AUTHOR_", "GIT_COMMITTER_")
 

@@ -77,6 +77,12 @@ def add_worktree(layout: Layout, base: str) -> dict:
     if found.code != 0:
         raise GitError(f"no branch or commit {base!r} in the project")
     commit = found.out.decode().strip()
+    # The agents' own `git gc` writes nothing in objects/info (read-only in their
+    # sandboxes: no alternates), so it runs to its end: no objects/info/packs (only dumb
+    # HTTP serving reads it), no commit-graph there. The repository's configuration is
+    # read-only to them, Harness's to write; set on every worktree made, old projects too.
+    for key in ("repack.updateServerInfo", "gc.writeCommitGraph"):
+        git.run("config", key, "false")
     git.run("worktree", "add", "--quiet", "--lock", "--reason", "harness conversation",
             "-b", layout.branch, layout.tree, commit)  # fmt: skip
     return {"branch": layout.branch, "base_commit": commit}
@@ -89,8 +95,8 @@ def remove_worktree(layout: Layout) -> dict:
         git.run("worktree", "remove", "--force", "--force", layout.tree, check=False)
         _remove(layout.tree)
     git.run("worktree", "prune", check=False)  # only ours: the others are locked
-    if os.path.lexists(layout.index):
-        os.unlink(layout.index)
+    _remove(layout.state)
+    _remove(f"{layout.home}/state/{layout.conversation}.index")  # the layout's earlier place
     return {}
 
 

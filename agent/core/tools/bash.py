@@ -69,12 +69,15 @@ def sandbox_argv(
     command: str,
     run_as: tuple[int, int] | None = None,
     program: list[str] | None = None,
+    proc: bool = True,
 ) -> list[str]:
     """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
     (no user namespace, so it can mount what root can reach) and the command drops to this
     uid/gid first thing, with no_new_privs; its real uid is then unprivileged, which is what
     makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user.
-    ``program``: what runs instead of ``bash -c command``."""
+    ``program``: what runs instead of ``bash -c command``. ``proc``: a /proc of its own
+    (a sandbox started inside another, unprivileged, may not mount one: the outer's has
+    parts mounted over)."""
     program = program or ["/bin/bash", "-c", command]
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
@@ -95,7 +98,7 @@ def sandbox_argv(
         # The user's to write, sticky like a host's (a privileged bwrap's tmpfs would be
         # root's 0755); bounded by the sandbox's memory limit, which its pages count in.
         "--perms", "1777", "--tmpfs", "/tmp",
-        "--proc", "/proc",
+        *(["--proc", "/proc"] if proc else []),
         "--dev", "/dev",
     ]  # fmt: skip
     if run_as is None:
