@@ -69,9 +69,13 @@ while time.monotonic() < end and not os.path.exists(tree + "/stop"):
     for name, target in pairs:
         os.rename(name, name + ".aside")
         os.symlink(target, name)
-    linked = [p for p in prefixes if not os.path.lexists(p)]
-    for p in linked:
-        os.symlink("{victim}/repo.git/" + p, p)
+    linked = []
+    for p in prefixes:
+        try:
+            os.symlink("{victim}/repo.git/" + p, p)
+            linked.append(p)
+        except FileExistsError:  # this repository has that directory (git may make it now)
+            pass
     time.sleep(random.uniform(0.005, 0.04))
     for name, _ in pairs:
         os.unlink(name)
