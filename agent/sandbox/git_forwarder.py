@@ -8,7 +8,10 @@ commands one after another, so that none can start before the port is open.
 PLAN_JSON is ``{"run": [step, ...], "cleanup": [argv, ...]}``: when a command fails or the
 time runs out, the rest is not run and ``cleanup`` is (what a failed clone made goes).
 A step is an argv, or ``{"argv": [...], "keep": NAME}``: its output (an object name, or
-the command fails) is printed and kept, and ``{NAME}`` in a later argument becomes it.
+the command fails) is printed and kept, and ``{NAME}`` in a later argument becomes it; or
+a file step done here, without a process: ``{"do": "rmtree" | "mkdir" | "rename" |
+"branch", ...}`` (``branch``: the short name of the branch a repository's HEAD names,
+printed).
 The exit status is the failed command's (124: out of time), 0 when all succeeded.
 """
 
@@ -16,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -78,11 +82,47 @@ def listen(path: str, port: int) -> None:
 OBJECT_NAME = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
+def act(step: dict) -> int:
+    """A file step (see above): 0, or 1 with what went wrong printed."""
+    kind = step["do"]
+    try:
+        if kind == "rmtree":
+            shutil.rmtree(step["path"], ignore_errors=True)
+        elif kind == "mkdir":
+            for path in step["paths"]:
+                if step.get("parents"):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    os.mkdir(path)
+                if "mode" in step:
+                    os.chmod(path, step["mode"])  # exactly, whatever the umask
+        elif kind == "rename":
+            os.rename(step["path"], step["to"])
+        elif kind == "branch":
+            with open(os.path.join(step["path"], "HEAD")) as f:
+                head = f.read(4096).strip()
+            if not head.startswith("ref: refs/heads/"):
+                print("harness: the repository's HEAD names no branch", flush=True)
+                return 1
+            print(head.removeprefix("ref: refs/heads/"), flush=True)
+        else:
+            raise ValueError(f"unknown step {kind!r}")
+    except (OSError, ValueError) as exc:
+        print(f"harness: {exc}", flush=True)
+        return 1
+    return 0
+
+
 def run(plan: dict, seconds: float) -> int:
     deadline = time.monotonic() + seconds
     code = 0
     kept: dict[str, str] = {}
     for step in plan["run"]:
+        if isinstance(step, dict) and "do" in step:
+            code = act(step)
+            if code != 0:
+                break
+            continue
         keep = step.get("keep") if isinstance(step, dict) else None
         argv = step["argv"] if isinstance(step, dict) else step
         for name, value in kept.items():

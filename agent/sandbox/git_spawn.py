@@ -84,10 +84,13 @@ def plan(spec: dict) -> dict:
     if spec["action"] == "clone":
         partial = final + ".partial"
         pick = ["--branch", branch] if branch else []
+        home = os.path.dirname(final)
+        # The file steps are done by the forwarder itself (git_forwarder.py): no process
+        # to start for each, on the clone's fixed cost.
         return {
             "run": [
-                ["/bin/rm", "-rf", "--", partial],
-                ["/bin/mkdir", "-p", "--", os.path.dirname(final)],
+                {"do": "rmtree", "path": partial},
+                {"do": "mkdir", "paths": [home], "parents": True},
                 [
                     *git,
                     "clone",
@@ -103,18 +106,15 @@ def plan(spec: dict) -> dict:
                 [*git, "--git-dir", partial, "config", "remote.origin.url", spec["url"]],
                 # The shape of every project (agent/core/projects/repo.py): an empty hooks/
                 # (read-only in the agents' sandboxes), its worktrees' and state's homes.
-                ["/bin/mkdir", "-m", "0755", "--", f"{partial}/hooks"],
-                [
-                    "/bin/mkdir",
-                    "-p",
-                    "-m",
-                    "0700",
-                    "--",
-                    f"{os.path.dirname(final)}/trees",
-                    f"{os.path.dirname(final)}/state",
-                ],  # fmt: skip
-                ["/bin/mv", "-T", "--", partial, final],
-                [*git, "--git-dir", final, "symbolic-ref", "--short", "HEAD"],
+                {"do": "mkdir", "paths": [f"{partial}/hooks"], "mode": 0o755},
+                {
+                    "do": "mkdir",
+                    "paths": [f"{home}/trees", f"{home}/state"],
+                    "mode": 0o700,
+                    "parents": True,
+                },  # fmt: skip
+                {"do": "rename", "path": partial, "to": final},
+                {"do": "branch", "path": final},  # its default branch, said last
             ],
             "cleanup": [
                 ["/bin/rm", "-rf", "--", partial],

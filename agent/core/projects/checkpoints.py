@@ -9,6 +9,7 @@ alone by a restore.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import gzip
@@ -23,6 +24,8 @@ ARCHIVE_CAP = 60 * 1024 * 1024
 DIFF_CAP = 2 * 1024 * 1024
 MAX_FILES = 5000  # paths a checkpoint event or a changes answer names
 ZERO = "0" * 40
+# A git command run beside another of the same checkpoint (each waits on its own process).
+POOL = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="checkpoint")
 
 
 class NothingToCommit(GitError):
@@ -50,7 +53,9 @@ def _lock(layout: Layout) -> Iterator[None]:
 def _git(layout: Layout) -> Git:
     if not os.path.isdir(layout.tree):
         raise GitError("the conversation's worktree is missing")
-    return pinned.worktree(layout)
+    git = pinned.worktree(layout)
+    git.drivers()  # read once, before commands run side by side
+    return git
 
 
 def _resolve(git: Git, name: str) -> str | None:
@@ -80,18 +85,29 @@ def checkpoint(layout: Layout, base: str) -> dict | None:
 
 
 def _checkpoint(git: Git, layout: Layout, base: str) -> dict | None:
+    # Fewer git processes one after another (each costs its start): the previous
+    # checkpoint is read while ``add`` runs, the changed paths listed while the commit is
+    # made and the ref moved.
+    previous = POOL.submit(_previous, git, layout)
     tree = _snapshot(git, layout)
-    previous = _resolve(git, layout.checkpoints_ref)
-    if previous is not None:
-        before = git.text("rev-parse", f"{previous}^{{tree}}")
-        if before == tree:
-            return None
-    else:
+    parent, before = previous.result()
+    if parent is None:
         before = git.text("rev-parse", f"{base}^{{tree}}")
-    parents = ["-p", previous] if previous else []
+    elif before == tree:
+        return None
+    files = POOL.submit(_changed, git, before, tree)
+    parents = ["-p", parent] if parent else []
     commit = git.text("commit-tree", tree, *parents, "-m", "harness checkpoint")
-    git.run("update-ref", layout.checkpoints_ref, commit, previous or ZERO)
-    return {"id": commit, "files": _changed(git, before, tree)}
+    git.run("update-ref", layout.checkpoints_ref, commit, parent or ZERO)
+    return {"id": commit, "files": files.result()}
+
+
+def _previous(git: Git, layout: Layout) -> tuple[str | None, str]:
+    """The last checkpoint and its tree (None, "" before the first), in one process."""
+    out = git.text("for-each-ref", "--format=%(objectname) %(tree)", "--",
+                   layout.checkpoints_ref)  # fmt: skip
+    commit, _, tree = out.partition(" ")
+    return commit or None, tree
 
 
 def restore(layout: Layout, base: str, target: str) -> dict:
