@@ -56,7 +56,8 @@ class Worker:
             theirs.close()
         mine.settimeout(TIMEOUT)
         self.sock = mine
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one operation at a time
+        self.dead = False
 
     def ask(self, name: str, args: dict) -> tuple[dict, bytes]:
         with self.lock:
@@ -64,7 +65,7 @@ class Worker:
                 write_frame(self.sock, {"name": name, "args": args})
                 reply, blob = read_frame(self.sock)
             except (WireError, OSError) as exc:
-                self.close()
+                self._end()
                 said = self._said()
                 raise GitError(f"the project's sandbox failed: {said or exc}") from None
         if not reply.get("ok"):
@@ -78,7 +79,13 @@ class Worker:
         return ""
 
     def close(self) -> None:
+        """Let it go once its operation under way, if any, is answered."""
+        with self.lock:
+            self._end()
+
+    def _end(self) -> None:
         # Its end of the socket closed, the worker returns; bubblewrap's child dies with it.
+        self.dead = True
         with contextlib.suppress(OSError):
             self.sock.close()
         try:
@@ -108,6 +115,12 @@ class Workers:
             old.close()
         try:
             return worker.ask(name, args)
+        except GitError:
+            if worker.dead:  # the next operation of this scope starts another
+                with self.lock:
+                    if self.running.get(key) is worker:
+                        del self.running[key]
+            raise
         finally:
             if name in ("add_worktree", "remove_worktree"):
                 # A conversation's worker shows the worktree it found at its start.
