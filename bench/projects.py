@@ -12,7 +12,8 @@ commit of ``files`` small files. Each path is measured in a child process of its
   server without a broker: each project operation starts a one-shot bwrap sandbox
   (as the user's uid when the bench runs as root), the clone goes through the git relay;
 - ``host``: the same calls after the child dropped root as the deployed server does
-  (agent/sandbox/drop.py): the broker, the user's file host, the broker's git sandbox.
+  (agent/sandbox/drop.py): the broker, the user's file host and its worker for the
+  conversation (agent/sandbox/project_workers.py), the broker's git sandbox.
   Root only.
 
 The one-file change is written the way the product writes a file (the conversation's

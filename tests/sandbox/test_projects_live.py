@@ -242,6 +242,26 @@ def test_an_agent_cannot_plant_configuration_for_git_to_run(alice, project, fres
     assert "ran" not in out.split()
 
 
+def test_a_checkpoint_runs_where_no_other_project_is(alice, project, fresh):
+    """The file host sees every project of the user; its checkpoint runs in a sandbox
+    showing this conversation alone, so a `.git` file naming another project's worktree
+    leads nowhere (in the file host's view, `git add` would record that worktree's HEAD)."""
+    status, other = alice.call("POST", "/api/projects", {"name": "other"})
+    assert status == 201, other
+    theirs = _conversation(alice, other["id"])
+    _bash(fresh, alice, theirs, "echo secret > s.txt")
+    status, made = alice.call("POST", f"/api/conversations/{theirs['id']}/commit",
+                              {"message": "theirs"})  # fmt: skip
+    assert status == 201, made
+    mine = _conversation(alice, project)
+    admin = (f"/projects/{other['id'].replace('-', '')}/repo.git/worktrees/"
+             f"{theirs['id'].replace('-', '')}")  # fmt: skip
+    events, _ = _bash(fresh, alice, mine, f"mkdir peek; echo 'gitdir: {admin}' > peek/.git")
+    recorded = [e for e in events if e["type"] == "checkpoint"][-1]
+    _, out = _bash(fresh, alice, mine, f"git ls-tree -r {recorded['id']}; echo listed")
+    assert made["commit"] not in out and "commit" not in out and "listed" in out, out
+
+
 def test_the_agents_own_git_gc_runs_to_its_end(alice, project, fresh):
     conversation = _conversation(alice, project)
     command = (
