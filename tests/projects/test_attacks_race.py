@@ -67,8 +67,11 @@ while time.monotonic() < end and not os.path.exists(tree + "/stop"):
     with open(tree + "/counter.txt", "w") as f:
         f.write(str(swaps))
     for name, target in pairs:
-        os.rename(name, name + ".aside")
-        os.symlink(target, name)
+        try:
+            os.rename(name, name + ".aside")
+            os.symlink(target, name)
+        except OSError:  # git was writing there: next round
+            pass
     linked = []
     for p in prefixes:
         try:
@@ -78,10 +81,15 @@ while time.monotonic() < end and not os.path.exists(tree + "/stop"):
             pass
     time.sleep(random.uniform(0.005, 0.04))
     for name, _ in pairs:
-        os.unlink(name)
-        os.rename(name + ".aside", name)
+        if os.path.islink(name):
+            os.unlink(name)
+        if os.path.lexists(name + ".aside"):
+            os.rename(name + ".aside", name)
     for p in linked:
-        os.unlink(p)
+        try:
+            os.unlink(p)
+        except OSError:  # git may have met it meanwhile
+            pass
     time.sleep(random.uniform(0.002, 0.02))
 print("swapped", swaps, "times")
 PY
@@ -99,6 +107,7 @@ def test_links_swapped_in_during_operations_reach_no_other_project(kim):  # noqa
     victim = f"/projects/{private.project_id.hex}"
     mine = _conversation(client, "mine")
     tree = conversation_workspace(mine).root
+    assert projects.checkpoint(mine) is not None  # its prompt's first (its index made)
     said: list[str] = []
     loop = threading.Thread(
         target=lambda: said.append(_bash(mine, _swapping(victim, private.id.hex, mine.id.hex)))
@@ -137,5 +146,5 @@ def test_links_swapped_in_during_operations_reach_no_other_project(kim):  # noqa
                       "&& echo has $c; done; git grep -h 'private plan' $(git rev-list --all) "
                       "2>/dev/null | head -3; true")  # fmt: skip
     assert not any(commit in out for commit in ids) and SECRET not in out, out
-    # and the operations did work between the swaps.
-    assert any(len(a) == 40 for a in answers) or "'id'" in shown, shown
+    # and once the links are gone, the operations work again on a sound repository.
+    assert projects.changes(mine)["base"] == mine.base_commit
