@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "static" / "terminal.css"
-ANSI = ["#2e3436", "#cc0000", "#4e9a06", "#c4a000", "#3465a4", "#75507b", "#06989a", "#d3d7cf",
-        "#555753", "#ef2929", "#8ae234", "#fce94f", "#729fcf", "#ad7fa8", "#34e2e2", "#eeeeec"]  # fmt: skip
+ANSI = ["#2e3436", "#cc0000", "#4e9a06", "#c4a000", "#3465a4", "#75507b", "#06989a",
+        "#d3d7cf", "#555753", "#ef2929", "#8ae234", "#fce94f", "#729fcf", "#ad7fa8",
+        "#34e2e2", "#eeeeec"]  # fmt: skip
 FOREGROUND, BACKGROUND, CURSOR, CURSOR_ACCENT = "#ffffff", "#000000", "#ffffff", "#000000"
 SELECTION = "rgba(255, 255, 255, 0.3)"
 INVERTED = 257  # xterm.js's INVERTED_DEFAULT_COLOR

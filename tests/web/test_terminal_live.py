@@ -36,8 +36,9 @@ def live(tmp_path_factory):
 
     require_bwrap()
     if shutil.which("tmux") is None:
-        pytest.fail("tmux is required") if os.environ.get("HARNESS_REQUIRE_SERVICES") == "1" \
-            else pytest.skip("tmux is not installed")  # fmt: skip
+        if os.environ.get("HARNESS_REQUIRE_SERVICES") == "1":
+            pytest.fail("tmux is required (HARNESS_REQUIRE_SERVICES=1)")
+        pytest.skip("tmux is not installed")
     root = tmp_path_factory.mktemp("terminal")
     server = LiveServer(root, HARNESS_AGENT_STATE=str(root / "state"),
                         HARNESS_TERMINALS_PER_USER="2")  # fmt: skip
@@ -159,7 +160,10 @@ async def test_a_viewers_keys_are_refused_and_they_watch_the_owners_shell(live):
     conversation = home_conversation(live, owner)
     _share(live, conversation, "vic", "viewer")
     viewer = sign_in(live, "vic", "pw-vic-1234")
-    async with _socket(live, owner, conversation) as mine, _socket(live, viewer, conversation) as theirs:
+    async with (
+        _socket(live, owner, conversation) as mine,
+        _socket(live, viewer, conversation) as theirs,
+    ):
         page, watcher = Page(mine), Page(theirs)
         await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
         await page.until(prompted)
@@ -229,6 +233,6 @@ async def test_bad_frames_are_refused_and_an_owner_keeps_a_bounded_number_of_she
 
 
 def _new_conversation(live: LiveServer, username: str) -> str:
-    return live.manage("shell", "-c", "from agent.models import Conversation, User; print("
-                       f"Conversation.objects.create(owner=User.objects.get(username='{username}'), "
-                       "model='m').id)").split()[-1]  # fmt: skip
+    code = ("from agent.models import Conversation, User; print(Conversation.objects.create("
+            f"owner=User.objects.get(username='{username}'), model='m').id)")  # fmt: skip
+    return live.manage("shell", "-c", code).split()[-1]

@@ -135,9 +135,11 @@ class Reader:
         """What was written since the last read (at most ``limit`` bytes); ``Lost`` when
         the writer's files moved past this reader's."""
         if self.fd is None and not self._open(0):
-            if generations(self.instance):
-                raise Lost
-            return b""
+            found = generations(self.instance)
+            if found and found[0] > 0:
+                raise Lost  # the first file is gone already
+            if not found or not self._open(0):  # (made since the first try)
+                return b""
         data = os.read(self.fd, limit)
         if data:
             return data
