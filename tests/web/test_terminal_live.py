@@ -236,3 +236,21 @@ def _new_conversation(live: LiveServer, username: str) -> str:
     code = ("from agent.models import Conversation, User; print(Conversation.objects.create("
             f"owner=User.objects.get(username='{username}'), model='m').id)")  # fmt: skip
     return live.manage("shell", "-c", code).split()[-1]
+
+
+async def test_a_flood_of_output_stays_bounded_on_disk_and_on_the_socket(live):
+    from agent.core.terminal.stream import CAP
+
+    session = sign_in(live, "tess", "pw-tess-1234")
+    conversation = home_conversation(live, session)
+    async with _socket(live, session, conversation) as ws:
+        page = Page(ws)
+        await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
+        await page.until(prompted)
+        await page.typed("head -c 12000000 /dev/zero | tr '\\0' y; echo; echo flood-$((5+5))\r")
+        await page.until(lambda s: "flood-10" in s.split("echo flood-")[-1], timeout=180)
+        # The page got the screen when it fell behind, not the whole flood.
+        assert sum(len(f["data"]) for f in page.frames) < 6_000_000
+        assert any(f.get("reset") for f in page.frames[1:])
+    directory = live.root / "state" / "terminals" / conversation
+    assert sum(p.stat().st_size for p in directory.rglob("*.out")) <= 3 * CAP
