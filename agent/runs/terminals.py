@@ -23,6 +23,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ MAX_INPUT = 4096  # characters of one terminal_input frame
 DEFAULT_SIZE = (80, 24)
 SIZE_FILE = "size"
 USER_OPTION = "@harness_user"
+ALIVE_FOR = 1.0  # seconds a shell seen alive is taken to be
 
 
 class TerminalRefused(Exception):
@@ -112,6 +114,7 @@ def valid_size(cols, rows) -> bool:
 class Terminals:
     def __init__(self) -> None:
         self._starting: dict[str, asyncio.Lock] = {}
+        self._seen: dict[str, float] = {}
 
     async def alive(self, conversation_id) -> bool:
         name = session_name(conversation_id)
@@ -124,11 +127,21 @@ class Terminals:
             raise TerminalRefused("tmux is not installed on the server.")
         key = str(conversation_id)
         pane = shell_pane(key)
+        # Typing is a frame per key: a shell seen alive a moment ago is not asked again.
+        if time.monotonic() - self._seen.get(key, -ALIVE_FOR) < ALIVE_FOR:
+            return pane
         lock = self._starting.setdefault(key, asyncio.Lock())
-        async with lock:
-            if not await self.alive(key):
-                cols, rows = size or read_size(pane) or DEFAULT_SIZE
-                await self._start(key, owner_id, pane, cols, rows)
+        try:
+            async with lock:
+                if not await self.alive(key):
+                    cols, rows = size or read_size(pane) or DEFAULT_SIZE
+                    await self._start(key, owner_id, pane, cols, rows)
+        finally:
+            if not lock.locked() and self._starting.get(key) is lock:
+                del self._starting[key]
+        self._seen[key] = time.monotonic()
+        if len(self._seen) > 1000:  # keep only the recent ones
+            self._seen = {k: t for k, t in self._seen.items() if time.monotonic() - t < ALIVE_FOR}
         return pane
 
     async def _start(self, key: str, owner_id: int, pane: Pane, cols: int, rows: int) -> None:
@@ -173,11 +186,18 @@ class Terminals:
         """Keys typed into the shell, as they are (no key names, no newline added)."""
         if len(data) > MAX_INPUT:
             raise TerminalRefused(f"At most {MAX_INPUT} characters of input at a time.")
-        pane = await self.ensure(conversation_id, owner_id)
-        buffer = f"harness-t{os.urandom(6).hex()}"
-        await tmux().run("load-buffer", "-b", buffer, "-", ";",
-                         "paste-buffer", "-d", "-r", "-b", buffer, "-t", pane.target,
-                         stdin=data.encode("utf-8", "replace"))  # fmt: skip
+        for attempt in (1, 2):
+            pane = await self.ensure(conversation_id, owner_id)
+            buffer = f"harness-t{os.urandom(6).hex()}"
+            try:
+                await tmux().run("load-buffer", "-b", buffer, "-", ";",
+                                 "paste-buffer", "-d", "-r", "-b", buffer, "-t", pane.target,
+                                 stdin=data.encode("utf-8", "replace"))  # fmt: skip
+                return
+            except TmuxError:
+                self._seen.pop(str(conversation_id), None)  # gone since: start it again
+                if attempt == 2:
+                    raise
 
     async def resize(self, conversation_id, owner_id: int, cols: int, rows: int) -> None:
         if not valid_size(cols, rows):
@@ -191,6 +211,7 @@ class Terminals:
 
     async def end(self, conversation_id) -> None:
         key = str(conversation_id)
+        self._seen.pop(key, None)
         await tmux().kill_session(session_name(key))
         await asyncio.to_thread(stream.remove, shell_pane(key).directory)
 
