@@ -6,8 +6,10 @@ the server asks it for a ticket and the pane's first process
 (agent/sandbox/terminal_attach.py) presents it with a terminal of its own, so the broker
 starts the sandbox as the owner, in their cgroup, with the bash tool's confinement and
 network policy; on a server that is not root, tmux starts that same bwrap line itself.
-The session is tmux's, not this process's: it outlives a reload and a restart of the
-server, and any process of the deployment reaches it by tmux's socket.
+The session is tmux's, not this process's: it outlives a reload, and any process of the
+deployment reaches it by tmux's socket. Across a restart of the server the session and its
+screen stay (agent/sandbox/drop.py keeps the service user's tmux server), but the broker
+ends the sandboxes it started when it stops: the next key starts a new shell.
 
 What the pane shows is piped (``pipe-pane``) into a bounded stream
 (agent/core/terminal/stream.py) that the pages follow. An owner keeps at most
@@ -46,6 +48,7 @@ DEFAULT_SIZE = (80, 24)
 SIZE_FILE = "size"
 USER_OPTION = "@harness_user"
 ALIVE_FOR = 1.0  # seconds a shell seen alive is taken to be
+READY_WITHIN = 10.0  # seconds keys wait for a starting shell's prompt
 
 
 class TerminalRefused(Exception):
@@ -115,6 +118,7 @@ class Terminals:
     def __init__(self) -> None:
         self._starting: dict[str, asyncio.Lock] = {}
         self._seen: dict[str, float] = {}
+        self._ready: dict[str, str] = {}  # shells just started: their stream's instance
 
     async def alive(self, conversation_id) -> bool:
         name = session_name(conversation_id)
@@ -151,6 +155,7 @@ class Terminals:
         await self._make_room(owner_id)
         command = await asyncio.to_thread(_command, key, owner_id)
         instance = await asyncio.to_thread(stream.new_instance, pane.directory)
+        self._ready[key] = instance
         await asyncio.to_thread(_write_size, pane, cols, rows)
         pipe = stream.pipe_command(sys.executable, str(settings.BASE_DIR), instance)
         try:
@@ -188,6 +193,7 @@ class Terminals:
             raise TerminalRefused(f"At most {MAX_INPUT} characters of input at a time.")
         for attempt in (1, 2):
             pane = await self.ensure(conversation_id, owner_id)
+            await self._until_ready(str(conversation_id))
             buffer = f"harness-t{os.urandom(6).hex()}"
             try:
                 await tmux().run("load-buffer", "-b", buffer, "-", ";",
@@ -198,6 +204,20 @@ class Terminals:
                 self._seen.pop(str(conversation_id), None)  # gone since: start it again
                 if attempt == 2:
                     raise
+
+    async def _until_ready(self, key: str) -> None:
+        """Keys for a shell that is only starting wait for its first output (its prompt):
+        typed earlier, they would reach a terminal not yet set up, and be lost."""
+        instance = self._ready.pop(key, None)
+        if instance is None:
+            return
+        first = os.path.join(instance, stream.file_name(0))
+        deadline = time.monotonic() + READY_WITHIN
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if os.path.getsize(first) > 0:
+                    return
+            await asyncio.sleep(0.05)
 
     async def resize(self, conversation_id, owner_id: int, cols: int, rows: int) -> None:
         if not valid_size(cols, rows):
@@ -212,6 +232,7 @@ class Terminals:
     async def end(self, conversation_id) -> None:
         key = str(conversation_id)
         self._seen.pop(key, None)
+        self._ready.pop(key, None)
         await tmux().kill_session(session_name(key))
         await asyncio.to_thread(stream.remove, shell_pane(key).directory)
 

@@ -254,3 +254,24 @@ async def test_a_flood_of_output_stays_bounded_on_disk_and_on_the_socket(live):
         assert any(f.get("reset") for f in page.frames[1:])
     directory = live.root / "state" / "terminals" / conversation
     assert sum(p.stat().st_size for p in directory.rglob("*.out")) <= 3 * CAP
+
+
+async def test_after_a_server_restart_the_page_gets_the_screen_and_a_key_starts_a_new_shell(live):
+    """tmux's session outlives the server: its screen is still there for the page. The
+    broker ends every sandbox it started when it stops (docs/SECURITY.md), so the shell
+    itself does not; the next key starts a new one."""
+    session = sign_in(live, "tess", "pw-tess-1234")
+    conversation = home_conversation(live, session)
+    async with _socket(live, session, conversation) as ws:
+        page = Page(ws)
+        await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
+        await page.until(prompted)
+        await page.typed("echo before-$((20+1))\r")
+        await page.until(lambda s: "before-21" in s.split("echo before-")[-1])
+    await asyncio.to_thread(live.stop)
+    await asyncio.to_thread(live.start)
+    async with _socket(live, session, conversation) as ws:
+        page = Page(ws)
+        await page.until(lambda s: "before-21" in s)  # the screen, from tmux
+        await page.typed("echo after-$((20+2))\r")
+        await page.until(lambda s: "after-22" in s.split("echo after-")[-1])
