@@ -256,6 +256,34 @@ async def test_a_flood_of_output_stays_bounded_on_disk_and_on_the_socket(live):
     assert sum(p.stat().st_size for p in directory.rglob("*.out")) <= 3 * CAP
 
 
+async def test_a_project_conversations_shell_works_in_its_worktree_and_sees_no_other(live):
+    from testkit.api_client import Api
+
+    api = Api(live.url, live.manage("create_api_token", "col").split()[-1])
+    status, made = api.call("POST", "/api/projects", {"name": "site"})
+    assert status == 201, made
+    ids = []
+    for _ in range(2):
+        status, conversation = api.call("POST", "/api/conversations", {"project": made["id"]})
+        assert status == 201, conversation
+        ids.append(conversation["id"])
+    session = sign_in(live, "col", "pw-col-1234")
+    async with _socket(live, session, ids[0]) as ws:
+        page = Page(ws)
+        await page.send({"action": "terminal_resize", "cols": 120, "rows": 24})
+        await page.until(prompted)
+        await page.typed("git branch --show-current; echo mine > only-here.txt; "
+                         "ls -a /workspace | tr '\\n' ' '; echo; echo done-$((4*4))\r")  # fmt: skip
+        screen = await page.until(lambda s: "done-16" in s.split("echo done-")[-1])
+    branch = f"harness/{ids[0].replace('-', '')[:8]}"
+    assert branch in screen.split("--show-current")[-1]  # the conversation's own branch
+    assert ".harness-projects" not in screen.split("ls -a")[-1]  # no other worktree
+    # The file is in this conversation's worktree (its Changes), not the other's.
+    changes = api.call("GET", f"/api/conversations/{ids[0]}/changes")[1]
+    assert [f["path"] for f in changes["files"]] == ["only-here.txt"]
+    assert api.call("GET", f"/api/conversations/{ids[1]}/changes")[1]["files"] == []
+
+
 async def test_after_a_server_restart_the_page_gets_the_screen_and_a_key_starts_a_new_shell(live):
     """tmux's session outlives the server: its screen is still there for the page. The
     broker ends every sandbox it started when it stops (docs/SECURITY.md), so the shell
