@@ -87,7 +87,7 @@ class SocketFrames:
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
             return
-        if action in terminal_frames.ACTIONS:  # the conversation's shell, as its owner
+        if isinstance(action, str) and action in terminal_frames.ACTIONS:  # as its owner
             refused = await terminal_frames.handle(frame, self.conversation_id, self.owner_id,
                                                    self.terminal_bucket)  # fmt: skip
             if refused is not None:
