@@ -35,6 +35,8 @@
     const readonly = "readonly" in host.dataset;
     const term = new window.Terminal({
       ...FONT, theme: THEME, disableStdin: readonly, scrollback: 2000, cursorBlink: false,
+      // A pane's links (OSC 8) are the pane's words: never opened from here.
+      linkHandler: { activate() {}, allowNonHttpProtocols: false },
     });
     const fit = new window.FitAddon.FitAddon();
     term.loadAddon(fit);

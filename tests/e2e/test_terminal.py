@@ -60,6 +60,12 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
         ".map(s => getComputedStyle(s).color)",
     )  # fmt: skip
     assert colour == ["rgb(204, 0, 0)"]
+    # What the shell prints is data for the emulator, never HTML.
+    page.keyboard.type("printf '<img src=x onerror=window.pwned=1>%s\\n' shown")
+    page.keyboard.press("Enter")
+    shows(page, "onerror=window.pwned=1>shown")
+    assert page.locator("#terminal img").count() == 0
+    assert page.evaluate("() => window.pwned") is None
     # Ctrl+C is the shell's, not the page's (which would cancel a run).
     page.keyboard.type("sleep 600")
     page.keyboard.press("Enter")
