@@ -8,6 +8,7 @@
   const MIN_SIZE = 2;
   const MAX_SIZE = 500;
   const MAX_INPUT = 4096; // characters per frame (agent/runs/terminals.py)
+  const MAX_WAITING = 2 * 1024 * 1024; // characters kept for a pane not yet opened
   // The palette scripts/xterm_css.py writes into static/terminal.css: they must agree.
   const THEME = {
     foreground: "#ffffff", background: "#000000", cursor: "#ffffff", cursorAccent: "#000000",
@@ -31,18 +32,28 @@
 
   function clamp(value) { return Math.max(MIN_SIZE, Math.min(MAX_SIZE, value)); }
 
+  // A pane's emulator is made when its panel first opens (xterm.js's renderer tries inline
+  // styles the CSP refuses: a page whose terminal stays closed makes none); until then its
+  // frames wait here, from the last screen on, bounded.
   function create(host) {
-    const readonly = "readonly" in host.dataset;
+    return {
+      host, readonly: "readonly" in host.dataset, panel: host.closest("details"), sent: null,
+      term: null, fit: null, waiting: [], waitingSize: 0,
+    };
+  }
+
+  function open(pane) {
+    if (pane.term) return;
     const term = new window.Terminal({
-      ...FONT, theme: THEME, disableStdin: readonly, scrollback: 2000, cursorBlink: false,
+      ...FONT, theme: THEME, disableStdin: pane.readonly, scrollback: 2000, cursorBlink: false,
       // A pane's links (OSC 8) are the pane's words: never opened from here.
       linkHandler: { activate() {}, allowNonHttpProtocols: false },
     });
     const fit = new window.FitAddon.FitAddon();
     term.loadAddon(fit);
-    term.open(host);
-    const pane = { term, fit, readonly, host, panel: host.closest("details"), sent: null };
-    if (!readonly) {
+    term.open(pane.host);
+    Object.assign(pane, { term, fit });
+    if (!pane.readonly) {
       term.onData((data) => {
         for (let at = 0; at < data.length; at += MAX_INPUT) {
           send({ action: "terminal_input", data: data.slice(at, at + MAX_INPUT) });
@@ -51,13 +62,15 @@
     }
     // Keys typed here are the shell's: the page's own shortcuts (Ctrl+C cancels a run,
     // PageUp scrolls the transcript, ? opens the help) must not see them.
-    host.addEventListener("keydown", (event) => event.stopPropagation());
-    return pane;
+    pane.host.addEventListener("keydown", (event) => event.stopPropagation());
+    pane.waiting.forEach(draw.bind(null, pane));
+    pane.waiting = [];
+    pane.waitingSize = 0;
   }
 
   // The driver's panel decides the shell's size (every page follows the server's).
   function sendSize(pane, force) {
-    if (pane.readonly || !pane.panel || !pane.panel.open) return;
+    if (pane.readonly || !pane.term || !pane.panel || !pane.panel.open) return;
     const size = pane.fit.proposeDimensions();
     if (!size || !size.cols || !size.rows) return;
     const cols = clamp(size.cols);
@@ -73,6 +86,16 @@
   function receive(frame) {
     const pane = panes[frame.pane];
     if (!pane) return;
+    if (pane.term) { draw(pane, frame); return; }
+    if (frame.reset) { pane.waiting = []; pane.waitingSize = 0; }
+    pane.waiting.push(frame);
+    pane.waitingSize += (frame.data || "").length;
+    while (pane.waitingSize > MAX_WAITING && pane.waiting.length > 1) {
+      pane.waitingSize -= (pane.waiting.shift().data || "").length;
+    }
+  }
+
+  function draw(pane, frame) {
     const term = pane.term;
     if (typeof frame.error === "string") {
       // The server's words, shown as text: control characters dropped.
@@ -107,9 +130,11 @@
     });
     document.addEventListener("htmx:wsClose", () => { socket = null; });
     Object.values(panes).forEach((pane) => {
-      if (!pane.panel) return;
+      if (!pane.panel) { open(pane); return; }
+      if (pane.panel.open) open(pane);
       pane.panel.addEventListener("toggle", () => {
         if (!pane.panel.open) return;
+        open(pane);
         sendSize(pane, false);
         if (!pane.readonly) pane.term.focus();
       });
