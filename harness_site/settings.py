@@ -259,6 +259,9 @@ HARNESS_AGENT_COMMANDS = {
 }
 HARNESS_AGENT_IDLE_MINUTES = env_int("HARNESS_AGENT_IDLE_MINUTES", 30, minimum=1)
 HARNESS_AGENT_STATE = Path(env_str("HARNESS_AGENT_STATE", str(VAR_DIR / "cli-agents")))
+# The Terminal panel: shells (tmux sessions) an owner keeps at once; one more ends the
+# least recently used (agent/runs/terminals.py).
+HARNESS_TERMINALS_PER_USER = env_int("HARNESS_TERMINALS_PER_USER", 4, minimum=1)
 # What all of one user's sandboxed bash commands may hold at once (agent/core/tools/cgroups.py):
 # enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
 # `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when

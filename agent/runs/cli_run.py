@@ -20,8 +20,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from channels.layers import get_channel_layer
-
 from agent.core.cli_agents.session import CliExited
 from agent.core.events import (
     ApprovalDecisionEvent,
@@ -35,15 +33,10 @@ from agent.core.images import ImageRef
 from agent.core.loop import Guard, NotRunning
 from agent.runs.claim import RunRefused
 from agent.runs.cli_sessions import sessions
-from agent.runs.groups import group_name
-from agent.ui.terminal import terminal_fragment
 
 log = logging.getLogger(__name__)
 
 INTERRUPT_GRACE = 8.0  # seconds the CLI has to end its turn after an interrupt
-# The live terminal: the pane is captured this often while a prompt runs and sent to the
-# pages only when it changed (coalesced like text frames: one frame per interval at most).
-TERMINAL_INTERVAL = 0.5
 
 
 class CliAgent:
@@ -168,11 +161,7 @@ class CliAgent:
             self._entry, self._parser = entry, parser
             await entry.session.send(entry.provider.prompt_input(content))
             self._emit(StatusEvent(state="thinking"))
-            terminal = asyncio.create_task(self._push_terminal(entry))
-            try:
-                await self._follow(entry, parser)
-            finally:
-                terminal.cancel()
+            await self._follow(entry, parser)
         except asyncio.CancelledError:
             if not self._cancel_requested:
                 self._emit(ErrorEvent(message="Cancelled", code="cancelled"))
@@ -219,30 +208,6 @@ class CliAgent:
                     self._emit(event)
             if parser.finished:
                 return
-
-    async def _push_terminal(self, entry) -> None:
-        """Send the pane to the conversation's pages while the prompt runs (and once more
-        at its end), each frame only when the screen changed."""
-        last = None
-        try:
-            while True:
-                await asyncio.sleep(TERMINAL_INTERVAL)
-                last = await self._send_screen(entry, last)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._send_screen(entry, last))
-            raise
-
-    async def _send_screen(self, entry, last: str | None) -> str | None:
-        try:
-            screen = await entry.session.capture(escapes=True)
-        except Exception:
-            return last
-        if screen != last:
-            await get_channel_layer().group_send(group_name(self.conversation_id), {
-                "type": "conversation.terminal", "html": terminal_fragment(screen, oob=True),
-            })  # fmt: skip
-        return screen
 
     async def _interrupt(self, entry, parser) -> None:
         """Stop the CLI's turn and read its output to the turn's end (what it did before

@@ -237,23 +237,6 @@ def end_session_sync(conversation_id) -> None:
                        capture_output=True, timeout=10, check=False, env=CLEAN_ENV)  # fmt: skip
 
 
-def capture_sync(conversation_id) -> str:
-    """The conversation's pane as it is now, for the first page (synchronous: a view's
-    thread); empty when it has no session."""
-    path = tmux_path()
-    socket = Path(settings.HARNESS_AGENT_STATE) / "tmux.sock"
-    if path is None or not socket.exists():
-        return ""
-    name = session_name(PREFIX, str(conversation_id))
-    try:
-        done = subprocess.run([path, "-S", str(socket), "capture-pane", "-e", "-p", "-J", "-S",
-                               "-200", "-t", f"={name}:"], capture_output=True, timeout=5,
-                              check=False, env=CLEAN_ENV)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout.decode(errors="replace") if done.returncode == 0 else ""
-
-
 def _workspace(conversation_id: str, owner_id: int):
     """The conversation's workspace: its project's worktree, or its owner's own."""
     conversation = (Conversation.objects.filter(pk=conversation_id, owner_id=owner_id)

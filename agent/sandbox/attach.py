@@ -1,11 +1,13 @@
 """A CLI agent's tmux pane under a broker: ``python -m agent.sandbox.attach SOCKET TICKET
-LOG``, run by tmux as the service user.
+LOG [AGENT]``, run by tmux as the service user.
 
 It hands the broker its ticket and the pane's terminal; the broker starts the CLI's sandbox
 on that terminal, as the user. The CLI's standard output comes back through a pipe opened
-here, is shown on the terminal and appended to LOG, the structured channel the server reads
-(a process in the sandbox that writes to the terminal writes to the screen, not the log).
-LOG is capped: past ``MAX_LOG`` bytes the rest is dropped, and the log says so.
+here, is appended to LOG, the structured channel the server reads (a process in the
+sandbox that writes to the terminal writes to the screen, not the log), and is shown on
+the terminal as a person reads it (agent/core/cli_agents/pane_view.py: AGENT's JSON
+drawn as text, not the JSON itself). LOG is capped: past ``MAX_LOG`` bytes the rest is
+dropped, and the log says so.
 """
 
 from __future__ import annotations
@@ -15,18 +17,40 @@ import socket
 import sys
 import threading
 
+from agent.core.cli_agents.pane_view import PaneView
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
 MAX_LOG = 64 << 20
 CAPPED = '{"type":"harness_output_capped"}\n'
 NOTICE = b"\r\n[harness: the output passed its cap; the rest is not kept]\r\n"
+MAX_LINE = 4 << 20  # a longer line is not drawn (the log keeps it, up to its cap)
 
 
-def copy(read_fd: int, log_path: str, cap: int = MAX_LOG) -> None:
+class Screen:
+    """The pane's screen: the CLI's output as is, or through a ``PaneView``, line by line."""
+
+    def __init__(self, view: PaneView | None) -> None:
+        self.view, self.partial = view, b""
+
+    def show(self, chunk: bytes) -> None:
+        if self.view is None:
+            os.write(1, chunk)
+            return
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        if len(self.partial) > MAX_LINE:
+            self.partial = b""
+        for line in lines:
+            drawn = self.view.line(line.rstrip(b"\r").decode(errors="replace"))
+            if drawn:
+                os.write(1, drawn.encode())
+
+
+def copy(read_fd: int, log_path: str, cap: int = MAX_LOG, view: PaneView | None = None) -> None:
     written = 0
+    screen = Screen(view)
     with open(log_path, "ab", buffering=0) as log:
         while chunk := os.read(read_fd, 65536):
-            os.write(1, chunk)
+            screen.show(chunk)
             if written < cap:
                 keep = chunk[: cap - written]
                 log.write(keep)
@@ -40,7 +64,8 @@ def copy(read_fd: int, log_path: str, cap: int = MAX_LOG) -> None:
 
 
 def main(argv: list[str]) -> int:
-    socket_path, ticket, log_path = argv
+    socket_path, ticket, log_path = argv[:3]
+    view = PaneView(argv[3]) if len(argv) > 3 else None
     read_fd, write_fd = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -54,7 +79,7 @@ def main(argv: list[str]) -> int:
     if not reply.get("ok"):
         print(f"harness: the sandbox was refused: {reply.get('error')}", file=sys.stderr)
         return 1
-    copier = threading.Thread(target=copy, args=(read_fd, log_path))
+    copier = threading.Thread(target=copy, args=(read_fd, log_path, MAX_LOG, view))
     copier.start()
     try:
         ended, _ = recv_packet(conn)

@@ -187,8 +187,12 @@ def give_state(uid: int, gid: int) -> None:
     state = Path(settings.HARNESS_AGENT_STATE)
     if (state / "sessions").is_dir():
         _give_tree(state / "sessions", uid, gid)
-    if os.path.lexists(state / "tmux.sock"):  # a root tmux server's: ours starts anew
-        _end_tmux(state / "tmux.sock")
+    socket_path = state / "tmux.sock"
+    # A root tmux server's (or anyone else's) ends: ours starts anew. The service user's,
+    # left by the server before this one, stays: its sessions (the Terminal panel's shells'
+    # screens, a CLI's until the orphan scan ends it) outlive a restart.
+    if os.path.lexists(socket_path) and os.lstat(socket_path).st_uid != uid:
+        _end_tmux(socket_path)
 
 
 def _give_tree(path: Path, uid: int, gid: int) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from functools import partial
 
@@ -34,10 +35,11 @@ from django.contrib.auth import HASH_SESSION_KEY
 
 from agent.access import conversation_for
 from agent.runs.manager import runs
+from agent.runs.terminals import panes
 from agent.server import logs, metrics
 from agent.server.user_connections import connections, refused_message
 from agent.ui.fragments import composer_alert
-from agent.web import socket_frames, viewers
+from agent.web import socket_frames, terminal_frames, terminal_tail, viewers
 from agent.web.feed import (
     Batch,
     ConversationFeed,
@@ -46,7 +48,6 @@ from agent.web.feed import (
     QueueInbox,
     Replayed,
     Switched,
-    Terminal,
 )
 from agent.web.rechecks import Recheck, Watch
 from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
@@ -122,6 +123,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)  # another user's conversation: not found
             return
         self.role = conversation.role  # re-read with the credential on every frame
+        self.owner_id = conversation.owner_id  # whose sandbox the terminal runs in
+        self.terminal_bucket = terminal_frames.Bucket()
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
@@ -146,6 +149,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.watching = True
         await viewers.join(self.conversation_id, self)
         self.following = asyncio.ensure_future(self._follow(feed))
+        # The conversation's terminals (its shell, its CLI agent's pane), live.
+        self.tails = terminal_tail.follow(panes(conversation), self._send_terminal)
 
     async def _follow(self, feed: ConversationFeed) -> None:
         """Writes what the feed yields, in order: a frame sent after a branch switch never
@@ -158,7 +163,13 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             log.exception("the feed of a socket on %s failed", self.conversation_id)
             await self.close()
 
+    async def _send_terminal(self, frame: dict) -> None:
+        if not self.refused:
+            await self.send(text_data=json.dumps(frame))
+
     async def _stop_watching(self) -> None:
+        for tail in getattr(self, "tails", []):
+            tail.cancel()
         if getattr(self, "watching", False):
             self.watching = False
             following = getattr(self, "following", None)
@@ -226,10 +237,9 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         batch's were rendered once for the process (agent/web/viewers.py)."""
         if self.refused:
             return
-        if isinstance(item, Batch | Terminal):
+        if isinstance(item, Batch):
             await self.send(text_data=item.message["html"])
-            if isinstance(item, Batch):
-                metrics.FRAMES.inc()
+            metrics.FRAMES.inc()
         elif isinstance(item, Switched):
             await self.redraw()
         elif isinstance(item, Replayed):

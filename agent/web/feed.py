@@ -44,8 +44,7 @@ from agent.web.revocation import NOT_FOUND, SIGNED_OUT
 ENDS = {"user.revoked": SIGNED_OUT, "token.revoked": SIGNED_OUT, "conversation.deleted": NOT_FOUND}
 RECHECKS = frozenset({"access.recheck", "session.recheck"})  # sharing or a password changed
 # The messages a feed takes (the rest of the conversation's group's go to a socket itself).
-KINDS = frozenset({*ENDS, *RECHECKS, "conversation.batch", "conversation.branch",
-                   "conversation.terminal"})  # fmt: skip
+KINDS = frozenset({*ENDS, *RECHECKS, "conversation.batch", "conversation.branch"})
 
 
 @dataclass
@@ -84,16 +83,6 @@ class Switched:
     def wire(self) -> list[dict[str, Any]]:
         shown = BranchEvent(seq=self.fork_seq, active=self.active, fork_seq=self.fork_seq)
         return [shown.to_dict(), *self.events]
-
-
-@dataclass
-class Terminal:
-    """A CLI agent's terminal screen (a page's fragment; not an event)."""
-
-    message: dict
-
-    def wire(self) -> list[dict[str, Any]]:
-        return []
 
 
 @dataclass
@@ -171,7 +160,7 @@ class ChannelInbox:
                 await self.layer.group_discard(group, self.channel)
 
 
-Item = Batch | Replayed | Switched | Terminal | Ended | None
+Item = Batch | Replayed | Switched | Ended | None
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -249,8 +238,6 @@ class ConversationFeed:
         if kind == "conversation.branch":
             # A feed of one named branch is not moved.
             return [self._switched(message)] if self.branch is None else []
-        if kind == "conversation.terminal":
-            return [Terminal(message)]
         if kind != "conversation.batch":
             return []
         if self.sent is not None and message["seq_to"] <= self.sent:

@@ -13,6 +13,7 @@ from django.db import transaction
 
 from agent import audit
 from agent.models import Conversation, Membership, User
+from agent.runs import terminals
 from agent.runs.cli_sessions import end_session_sync
 from agent.runs.manager import drop_author_from_sync
 from agent.web.revocation import recheck_conversation
@@ -83,13 +84,14 @@ def remove_member(conversation: Conversation, username) -> bool:
 
 def _drop_queued(conversation: Conversation, username: str) -> None:
     """What a member who can no longer prompt had queued does not run, and a CLI agent's
-    session (whose processes they may have started) ends: the next prompt starts it anew,
-    resuming the CLI's own session. Once committed."""
+    session and the Terminal panel's shell (whose processes they may have started) end:
+    the next prompt starts the CLI anew, resuming the CLI's own session. Once committed."""
 
     def drop() -> None:
         drop_author_from_sync(conversation.pk, username)
         if conversation.agent != "harness":
             end_session_sync(conversation.pk)
+        terminals.end_sync(conversation.pk)
 
     transaction.on_commit(drop)
 

@@ -1,5 +1,6 @@
 """What a page's socket may ask (frames in): a prompt, a queued prompt, unqueue, cancel,
-sync, approve or deny, compact, edit, regenerate and show a branch.
+sync, approve or deny, compact, edit, regenerate, show a branch, and the terminal's keys
+and size (agent/web/terminal_frames.py).
 
 Access first, on every frame (agent/access.py's roles): any reader may sync; everything
 else needs a role that drives, and a viewer gets an error frame with nothing run. Bad
@@ -22,6 +23,7 @@ from agent.runs.claim import RunRefused
 from agent.runs.manager import runs
 from agent.runs.snapshot import snapshot
 from agent.ui.fragments import composer_alert, render_catch_up, render_reset, ws_error
+from agent.web import terminal_frames
 from agent.web.feed import Ended, Replayed, Switched, replay
 from agent.web.prompts import (
     accept_prompt,
@@ -35,7 +37,7 @@ from agent.web.revocation import NOT_FOUND
 
 # What a frame's action needs beyond reading: a viewer may only sync.
 DRIVING = frozenset({"cancel", "unqueue", "compact", "approve", "deny", "edit", "regenerate",
-                     "branch"})  # fmt: skip
+                     "branch", *terminal_frames.ACTIONS})  # fmt: skip
 FORBIDDEN = "You may watch this conversation but not prompt or steer it."
 
 
@@ -84,6 +86,12 @@ class SocketFrames:
             return
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
+            return
+        if isinstance(action, str) and action in terminal_frames.ACTIONS:  # as its owner
+            refused = await terminal_frames.handle(frame, self.conversation_id, self.owner_id,
+                                                   self.terminal_bucket)  # fmt: skip
+            if refused is not None:
+                await self.send(text_data=terminal_frames.refusal(refused))
             return
         if frame.get("action") == "sync":
             after = frame.get("after")

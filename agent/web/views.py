@@ -29,11 +29,11 @@ from agent.access import (
 )
 from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
 from agent.models import Conversation, Membership, User
-from agent.runs import projects, search, usage
+from agent.runs import projects, search, terminals, usage
 from agent.runs.branches import fork_copy, switches
 from agent.runs.broadcast import interrupt_and_announce
 from agent.runs.claim import RunRefused
-from agent.runs.cli_sessions import agents, capture_sync, check_available, end_session_sync
+from agent.runs.cli_sessions import agents, check_available, end_session_sync
 from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
@@ -41,7 +41,6 @@ from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import snapshot
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
-from agent.ui.terminal import terminal_fragment
 from agent.ui.transcript import StatusView, Transcript
 from agent.web.reach import reach, refusal
 from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
@@ -167,10 +166,6 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "themes": User.Theme.choices,
         # The CLI agents a new conversation may use (detected once a minute, cached).
         "cli_agents": [a for a in async_to_sync(agents)() if a["available"]],
-        # A CLI agent's live terminal, as it is now (the socket keeps it current).
-        "terminal": terminal_fragment(capture_sync(conversation.id))
-        if conversation.agent != "harness"
-        else "",
     }
     return render(request, "agent/conversation.html", context)
 
@@ -229,6 +224,7 @@ def delete_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
         _wait_until_stopped(conversation.id)
     if conversation.agent != "harness":
         end_session_sync(conversation.id)  # its CLI's tmux session
+    terminals.end_sync(conversation.id)  # its Terminal panel's shell and stream
     projects.remove_worktree(conversation)  # in a project: its worktree (the branch stays)
     conversation.delete()
     return _back_to(request, redirect("home"))

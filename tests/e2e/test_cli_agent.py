@@ -1,6 +1,7 @@
 """A person picks Claude Code for a new conversation in the browser and works with it like
 with the built-in agent (docs/API.md): the prompt, a tool card, the answer as markdown,
-the live terminal, idle; the CLI sandboxed, reaching the model through the gateway."""
+the CLI's pane live in the terminal emulator (from the first prompt, no reload), idle; the
+CLI sandboxed, reaching the model through the gateway."""
 
 from __future__ import annotations
 
@@ -59,9 +60,17 @@ def test_a_person_picks_claude_code_and_works_with_it_in_the_page(cli_context, c
     assert page.locator("#messages [data-part=text] strong").inner_text() == "made.txt"
     kinds = [kind for kind, _, _ in parts(page)]
     assert kinds[0] == "user" and "tool" in kinds and kinds[-1] == "text"
-    # The live terminal shows the pane, escaped (no element of the CLI's making).
-    page.wait_for_selector("#terminal-panel #terminal")
-    assert page.locator("#terminal script, #terminal img, #terminal a").count() == 0
+    # The CLI's pane, live in the terminal emulator as a person reads it: its work as
+    # text (the tool call, the answer), not the JSON the server parses; nothing of the
+    # CLI's making is an element of the page.
+    pane = "#agent-pane .xterm-rows"
+    page.wait_for_function(
+        "(pane) => { const t = document.querySelector(pane)?.textContent || ''; "
+        "return t.includes('● Bash') && t.includes('Made **made.txt** for you.'); }", arg=pane,
+        timeout=30_000,
+    )  # fmt: skip
+    assert '{"type"' not in page.inner_text(pane)
+    assert page.locator("#agent-pane script, #agent-pane img, #agent-pane a").count() == 0
     # The model was reached through the gateway, with the deployment's key.
     keys = {({k.lower(): v for k, v in r["headers"].items()}).get("x-api-key")
             for r in cli_model.requests}  # fmt: skip

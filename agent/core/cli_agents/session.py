@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from agent.core.cli_agents.providers import Provider
 from agent.core.cli_agents.tmux import Tmux
+from agent.core.terminal import stream
 from agent.core.tools.bash import bwrap_path, sandbox_argv
 from agent.core.tools.workspace import Workspace
 
@@ -160,6 +162,7 @@ class CliSession:
         self.window = f"{spec.provider.binary}-{uuid.uuid4().hex[:4]}"
         self.target = f"{self.name}:{self.window}"
         self.log_path = os.path.join(spec.state_dir, "pane.log")
+        self.screen_dir = os.path.join(spec.state_dir, "screen")
         self._offset = 0
         self._partial = b""
         self.last_used = time.monotonic()
@@ -167,14 +170,21 @@ class CliSession:
     async def start(self) -> None:
         await asyncio.to_thread(self._prepare_files)
         await self.tmux.kill_session(self.name)  # a leftover of an earlier process
+        # What the pane shows, for the pages' live view (agent/core/terminal/stream.py).
+        screen = await asyncio.to_thread(stream.new_instance, self.screen_dir)
+        to_screen = stream.pipe_command(sys.executable, self.spec.app_dir, screen)
         if self.spec.sandbox is not None:
             ticket = await asyncio.to_thread(self._ticket)
             await self.tmux.new_session(self.name, self.window, self.spec.app_dir,
-                                        [*self.spec.attach, ticket, self.log_path])  # fmt: skip
+                                        [*self.spec.attach, ticket, self.log_path,
+                                         self.spec.provider.name])  # fmt: skip
+            await self.tmux.run("pipe-pane", "-O", "-t", self.target, to_screen)
         else:
+            # The pane's output is the log (tmux allows one pipe per pane): both from it.
             await self.tmux.new_session(self.name, self.window, self.spec.workspace,
                                         cli_sandbox_argv(self.spec))  # fmt: skip
-            await self.tmux.pipe_pane(self.target, self.log_path)
+            tee = f"tee -a {shlex.quote(self.log_path)} | {{ {to_screen}; }}"
+            await self.tmux.run("pipe-pane", "-O", "-t", self.target, tee)
         deadline = time.monotonic() + START_TIMEOUT
         while READY not in await self.tmux.capture(self.target, lines=50):
             if time.monotonic() > deadline or await self.tmux.pane_dead(self.target):

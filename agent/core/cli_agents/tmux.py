@@ -78,11 +78,6 @@ class Tmux:
                        "new-session", "-d", "-s", name, "-n", window, "-c", cwd,
                        "-x", str(width), "-y", str(height), "--", *argv)  # fmt: skip
 
-    async def pipe_pane(self, target: str, log_path: str) -> None:
-        import shlex
-
-        await self.run("pipe-pane", "-o", "-t", target, f"cat >> {shlex.quote(log_path)}")
-
     async def send_text(self, target: str, text: str) -> None:
         """Paste ``text`` into the pane as it is (``-r``: newlines not turned into CRs)."""
         buffer = f"harness-{uuid.uuid4().hex[:12]}"
