@@ -374,15 +374,18 @@
   }
 
   // A queued prompt dropped with its run (cancelled, or the run ended otherwise) arrives as
-  // a "not sent" part: its text goes back into #prompt, after what is typed there, once.
-  // Those the page loaded with stay where they are (their part has a Send button).
+  // a "not sent" part: its text goes back into #prompt, after what is typed there, once,
+  // and the part is hidden (the text is offered once, in the box; it stays in the DOM for
+  // the page's seq bookkeeping). Those the page loaded with stay where they are (their
+  // part has a Send button), and so do they where the box is disabled (a viewer).
   function createDroppedPromptRestore(messages, prompt) {
     const restored = new Set(Array.from(messages.querySelectorAll("[data-restore]"), (part) => part.dataset.restore));
     return function restore() {
       messages.querySelectorAll("[data-restore]").forEach((part) => {
-        if (restored.has(part.dataset.restore)) return;
+        if (restored.has(part.dataset.restore) || prompt.disabled) return;
         restored.add(part.dataset.restore);
         const text = part.querySelector(".not-sent-text").textContent;
+        part.hidden = true;
         if (prompt.value.includes(text)) return;
         setPrompt(prompt, prompt.value.trim() ? `${prompt.value}\n\n${text}` : text);
       });
