@@ -75,8 +75,13 @@ async def test_demo_answers_the_new_prompt_after_a_stop_not_the_cut_short_call(w
                                       "content": '{"error": "cancelled"}', "is_error": True}]},
     ]  # fmt: skip
     events = []
-    result = await AgentLoop(DemoProvider(delay=0), build_tools(workspace, "off"), Config(),
-                             events.append, messages=history).prompt("list files")
+    result = await AgentLoop(
+        DemoProvider(delay=0),
+        build_tools(workspace, "off"),
+        Config(),
+        events.append,
+        messages=history,
+    ).prompt("list files")
     assert result.state == "idle"
     call = next(e for e in events if e.type == "tool_call")
     assert call.name == "list_dir"

@@ -160,8 +160,9 @@ async def test_cancel_during_a_tool_stops_it_and_closes_the_tool_call(
     make_harness, model_server, workspace
 ):
     harness, events = make_harness(tools=build_tools(workspace, "unsafe"), api_key="test-key")
-    model_server.enqueue(tool_reply(("bash", {"command": "sleep 30; touch late.txt"}),
-                                    ("list_dir", {"path": "."})))
+    model_server.enqueue(
+        tool_reply(("bash", {"command": "sleep 30; touch late.txt"}), ("list_dir", {"path": "."}))
+    )
     model_server.enqueue(text_reply("after"))
     task = asyncio.create_task(harness.prompt("sleep"))
     while not any(e.type == "status" and e.state == "running_tool" for e in events):

@@ -74,8 +74,10 @@ def test_after_stop_the_demo_answers_the_new_prompt(browser, demo):
 def test_without_a_model_key_no_cli_agent_is_offered_and_one_is_refused_at_once(browser, demo):
     """Claude Code retried the gateway's refusal for minutes, holding a run slot: a CLI
     conversation from before is refused at once with one sentence, the text kept."""
-    code = ("from agent.models import Conversation, User; print(Conversation.objects.create("
-            "owner=User.objects.get(username='dana'), model='m', agent='claude-code').id)")
+    code = (
+        "from agent.models import Conversation, User; print(Conversation.objects.create("
+        "owner=User.objects.get(username='dana'), model='m', agent='claude-code').id)"
+    )
     made = demo.manage("shell", "-c", code)
     context = browser.new_context(base_url=demo.url)
     try:

@@ -237,8 +237,12 @@ def test_create_api_token_runs_as_the_readme_gives_it_without_django_debug(tmp_p
                               env={**env, **extra}, capture_output=True, text=True,
                               timeout=60)  # fmt: skip
 
-    made = manage("shell", "-c", "from agent.models import User; "
-                  "User.objects.create_user('ada', password='pw-ada-12345')", DJANGO_DEBUG="1")
+    made = manage(
+        "shell",
+        "-c",
+        "from agent.models import User; User.objects.create_user('ada', password='pw-ada-12345')",
+        DJANGO_DEBUG="1",
+    )
     assert made.returncode == 0, made.stderr
     token = manage("create_api_token", "ada")
     assert token.returncode == 0 and token.stderr == "", token.stderr
