@@ -1246,6 +1246,28 @@
     });
   }
 
+  // The owner changed this reader's role (#role-changed, swapped in by the socket): what
+  // the page offers (the composer, Files, Compact…) is drawn for a role, so it reloads,
+  // keeping the typed text for the reloaded page (once, this tab only).
+  const KEPT_PROMPT = "harness.keptPrompt";
+  function redrawOnRoleChange(prompt) {
+    const marker = $("#role-changed");
+    if (!marker) return;
+    const drawnFor = marker.dataset.role;
+    const key = `${KEPT_PROMPT}.${location.pathname}`;
+    try {
+      const kept = window.sessionStorage.getItem(key);
+      window.sessionStorage.removeItem(key);
+      if (kept && !prompt.disabled && !prompt.value) setPrompt(prompt, kept);
+    } catch (e) { /* storage off */ }
+    document.addEventListener("htmx:wsAfterMessage", () => {
+      const now = $("#role-changed");
+      if (!now || now.dataset.role === drawnFor) return;
+      try { if (prompt.value) window.sessionStorage.setItem(key, prompt.value); } catch (e) { /* storage off */ }
+      location.reload();
+    });
+  }
+
   // An empty conversation's welcome: a suggestion fills the prompt (it is not sent), and
   // the welcome goes once the transcript has a part.
   function bindWelcome(welcome, prompt, messages) {
@@ -1343,6 +1365,7 @@
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();
+    redrawOnRoleChange(prompt);
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

@@ -54,6 +54,11 @@ def composer_alert(message: str = "", code: str = "", outcome: str = "") -> str:
     return render_to_string("agent/_composer_alert.html", context)
 
 
+def role_changed(role: str) -> str:
+    """The reader's role changed (shared conversations): the page reloads to show it."""
+    return render_to_string("agent/_role_changed.html", {"role": role, "oob": True})
+
+
 def status_fragment(view: StatusView) -> str:
     context = {
         "status_state": view.state, "status_text": view.text, "status_code": view.code,
