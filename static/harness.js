@@ -1326,6 +1326,8 @@
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
+    const steer = $("#steer");
+    if (steer) steer.addEventListener("click", () => { send(true); prompt.focus(); });
     bindUploads(prompt, $(".composer"), $("#attach"), $("#attach-input"));
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
