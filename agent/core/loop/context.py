@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.core import history
+from agent.core import compaction, history
 from agent.core import images as images_mod
 from agent.core.config import GATED_TOOLS
 from agent.core.events import TextEvent, ToolResultEvent, UserEvent
@@ -36,9 +36,10 @@ class AgentContext:
     ) -> AgentContext:
         if approval == "read_only":  # the tools that change things are not offered
             tools = [tool for tool in tools if tool.name not in GATED_TOOLS]
+        kept = history.repair(list(messages or []))
         return cls(system, {tool.name: tool for tool in tools},
-                   [tool_spec(tool) for tool in tools],
-                   history.repair(list(messages or [])))  # fmt: skip
+                   [tool_spec(tool) for tool in tools], kept,
+                   compaction.measured(kept))  # fmt: skip
 
 
 @dataclass(slots=True)
