@@ -1078,15 +1078,41 @@
   // result (its collapsed parts too), or a code block's text.
   function copiedText(button) {
     const part = button.closest("[data-part]");
-    if (button.dataset.copy === "markdown") return part.querySelector("template.md-source").content.textContent;
+    if (button.dataset.copy === "markdown") {
+      return answerTexts(part).map((text) => text.querySelector("template.md-source").content.textContent).join("\n\n");
+    }
     if (button.dataset.copy === "text") {
       const user = part.querySelector(".user-text");
-      return user ? user.textContent : part.querySelector(".md").innerText;
+      return user ? user.textContent : answerTexts(part).map((text) => text.querySelector(".md").innerText).join("\n\n");
     }
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
     const pres = result.querySelectorAll("pre.tool-output, pre.diff, .tool-code pre");
     return Array.from(pres, (pre) => pre.textContent).join("");
+  }
+
+  // An answer's text parts, up to ``last`` (its last): the prefaces before its tool calls
+  // and its final words, which share one action row (markAnswerEnds).
+  function answerTexts(last) {
+    const texts = [last];
+    for (let part = last.previousElementSibling; part && part.dataset.part !== "user"; part = part.previousElementSibling) {
+      if (part.dataset.part === "text") texts.unshift(part);
+    }
+    return texts;
+  }
+
+  // One action row per answer, not per text part: only the answer's last text part shows
+  // Copy · Copy as markdown · Regenerate, for the whole answer; the answer being written
+  // shows none until its run ends.
+  function markAnswerEnds(messages) {
+    let ended = !isRunning(); // walking back from the end: the newest answer, once done
+    for (let part = messages.lastElementChild; part; part = part.previousElementSibling) {
+      const kind = part.dataset.part;
+      if (kind === "user") ended = true;
+      if (kind !== "text") continue;
+      if (part.classList.contains("answer-end") !== ended) part.classList.toggle("answer-end", ended);
+      ended = false;
+    }
   }
 
   // Without the Clipboard API (a page served over plain http to another host) or when it
@@ -1354,11 +1380,14 @@
       quietLiveBlock(messages);
       addCopyButtons(messages);
       syncRunningClass();
+      markAnswerEnds(messages);
       outcomes.messagesChanged();
       restoreDropped();
       autoScroll.contentChanged();
     });
-    watchComposer(keepFocusInQueue(prompt));
+    const queueChanged = keepFocusInQueue(prompt);
+    watchComposer(() => { queueChanged(); markAnswerEnds(messages); });
+    markAnswerEnds(messages);
     autoScroll.jumpToBottom();
     showLinkedPart(messages);
     closeMenuOnCompact();
