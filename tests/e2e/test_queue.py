@@ -169,3 +169,4 @@ def test_the_help_lists_the_queue_keys(context):
     page.wait_for_selector("#help:not([hidden])")
     text = page.inner_text("#help")
     assert "Queue the text as a follow-up" in text and "Steer" in text
+    assert "Search your conversations" in text  # (the review found the search keys missing)
