@@ -130,3 +130,20 @@ def test_one_action_row_per_answer_for_the_whole_of_it(new_context, fresh_model)
     page.reload()  # the first page draws the same
     page.wait_for_selector("body[data-ws=open]")
     assert page.locator(visible_rows).count() == 1
+
+
+def test_a_code_blocks_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
+    """The first-use review: Copy covered the end of long code lines."""
+    fresh_model.enqueue(text_reply("```\n" + "x = 1  # " + "long " * 60 + "\n```"))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "a long line")
+    wait_idle(page)
+    button = page.locator("[data-part=text] .code-wrap > .copy").last
+    opacity = "(el) => getComputedStyle(el).opacity"
+    page.mouse.move(0, 0)
+    page.wait_for_function(f"(el) => ({opacity})(el) === '0'", arg=button.element_handle())
+    page.locator("[data-part=text] .code-wrap pre").last.hover()
+    page.wait_for_function(f"(el) => ({opacity})(el) === '1'", arg=button.element_handle())
+    assert click_and_read(page, button).startswith("x = 1  # long")
