@@ -236,3 +236,18 @@ def test_a_touch_control_sends_steering_while_a_prompt_runs(new_context, fresh_m
     assert page.input_value("#prompt") == ""
     wait_idle(page)
     assert page.is_hidden("#steer")
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1440, "height": 900}, PHONE])
+def test_the_sidebars_rename_fits_the_sidebar(new_context, fresh_model, viewport):
+    """The first-use review: the sidebar's Rename button was cut off."""
+    page = sign_in(new_context(viewport=viewport), "alice")
+    if viewport == PHONE:
+        page.click("#menu-toggle")
+    page.locator(".conv-item-actions summary").first.click()
+    rename = page.locator(".conv-rename button").first
+    rename.wait_for()
+    right = page.evaluate("() => document.querySelector('#sidebar').getBoundingClientRect().right")
+    box = rename.bounding_box()
+    assert box["x"] + box["width"] <= right
+    assert page.evaluate(UNCOVERED, ".conv-item-actions[open] .conv-rename button")
