@@ -1316,12 +1316,24 @@
       Object.entries(loaded).forEach(([seq, ts]) => times.set(seq, Number(ts)));
     } catch (e) { /* no times: the arrival time stands in */ }
     const format = (ts) => new Date(ts).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    const short = (ts) => new Date(ts).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
     return function stamp(root) {
       root.querySelectorAll("[data-part][data-seq]").forEach((part) => {
         const seq = part.dataset.seq;
         const ts = Number(part.dataset.ts) || times.get(seq) || Date.now();
         times.set(seq, ts);
         if (!part.title) part.title = format(ts);
+        // When it was sent or answered, at a glance: on the part's action row (the date
+        // and seconds in its title).
+        const actions = part.querySelector(":scope > .part-actions");
+        if (actions && !actions.querySelector(".part-time")) {
+          const time = document.createElement("time");
+          time.className = "part-time";
+          time.dateTime = new Date(ts).toISOString();
+          time.textContent = short(ts);
+          time.title = format(ts);
+          actions.prepend(time);
+        }
       });
     };
   }

@@ -127,9 +127,15 @@ def test_one_action_row_per_answer_for_the_whole_of_it(new_context, fresh_model)
     buttons = copy_buttons(texts.last)
     assert click_and_read(page, buttons["Copy as markdown"]) == "Looking **first**.\n\nFound them."
     assert click_and_read(page, buttons["Copy"]) == "Looking first.\n\nFound them."
+    # When it was sent and answered, at a glance (the review: no timestamps to be seen).
+    for part in (page.locator("[data-part=user]").last, texts.last):
+        time = part.locator(".part-actions time.part-time")
+        assert time.is_visible() and ":" in time.inner_text()
+        assert time.get_attribute("datetime").endswith("Z")
     page.reload()  # the first page draws the same
     page.wait_for_selector("body[data-ws=open]")
     assert page.locator(visible_rows).count() == 1
+    assert page.locator("[data-part=text]").last.locator("time.part-time").is_visible()
 
 
 def test_a_code_blocks_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
