@@ -52,7 +52,8 @@ def snapshot(
             ).values_list("payload", flat=True)  # fmt: skip
             events = sorted([*from_stored(calls), *events], key=lambda e: e.seq)
         if after:  # the prompt that the events after it answer (their Regenerate names it)
-            events = [*prompt_before(conversation, after + 1, branch), *events]
+            prompt = prompt_before(conversation, after + 1, branch)
+            events = sorted([*prompt, *events], key=lambda e: e.seq) if prompt else events
         if after and conversation.state == Conversation.State.RUNNING:
             earlier = [e for e in queue_events(conversation.id, after) if e.seq <= after]
             if earlier:
