@@ -38,23 +38,26 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Print mode, `python manage.py agent` (one prompt, printed), serves no requests and signs
-# nothing: it needs neither the secret key nor the allowed hosts a server must be given.
-# Told by its own command line, so no variable can turn a server's requirements off.
-PRINT_MODE = sys.argv[1:2] == ["agent"] and Path(sys.argv[0]).name == "manage.py"
+# Commands that serve no requests and sign nothing need neither the secret key nor the
+# allowed hosts a server must be given: print mode, `python manage.py agent` (one prompt,
+# printed), and `create_api_token` (a token is stored as its SHA-256, with no key), which
+# the README gives as is (`make run` sets DJANGO_DEBUG=1; a second shell has no reason to).
+# Told by the command line, so no variable can turn a server's requirements off.
+KEYLESS_COMMANDS = ("agent", "create_api_token")
+KEYLESS = Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] in ([c] for c in KEYLESS_COMMANDS)
 
 SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
 if SECRET_KEY is None:
-    if not DEBUG and not PRINT_MODE:
+    if not DEBUG and not KEYLESS:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required when DJANGO_DEBUG is not 1"
         )
-    SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development and print mode only
+    SECRET_KEY = "dev-insecure-" + "k" * 50  # noqa: S105 - development and keyless commands
 
 ALLOWED_HOSTS = env_list(
     "DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
 )
-if not DEBUG and not PRINT_MODE and not ALLOWED_HOSTS:
+if not DEBUG and not KEYLESS and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS is required when DJANGO_DEBUG is not 1")
 if "*" in ALLOWED_HOSTS and not DEBUG:
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must not contain '*' in production")
@@ -362,7 +365,7 @@ if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    if not PRINT_MODE and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    if not KEYLESS and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be at least 50 random characters")
 
 # -- Logging: level and format by environment; ids on records; secrets masked -------------

@@ -374,15 +374,18 @@
   }
 
   // A queued prompt dropped with its run (cancelled, or the run ended otherwise) arrives as
-  // a "not sent" part: its text goes back into #prompt, after what is typed there, once.
-  // Those the page loaded with stay where they are (their part has a Send button).
+  // a "not sent" part: its text goes back into #prompt, after what is typed there, once,
+  // and the part is hidden (the text is offered once, in the box; it stays in the DOM for
+  // the page's seq bookkeeping). Those the page loaded with stay where they are (their
+  // part has a Send button), and so do they where the box is disabled (a viewer).
   function createDroppedPromptRestore(messages, prompt) {
     const restored = new Set(Array.from(messages.querySelectorAll("[data-restore]"), (part) => part.dataset.restore));
     return function restore() {
       messages.querySelectorAll("[data-restore]").forEach((part) => {
-        if (restored.has(part.dataset.restore)) return;
+        if (restored.has(part.dataset.restore) || prompt.disabled) return;
         restored.add(part.dataset.restore);
         const text = part.querySelector(".not-sent-text").textContent;
+        part.hidden = true;
         if (prompt.value.includes(text)) return;
         setPrompt(prompt, prompt.value.trim() ? `${prompt.value}\n\n${text}` : text);
       });
@@ -1075,15 +1078,41 @@
   // result (its collapsed parts too), or a code block's text.
   function copiedText(button) {
     const part = button.closest("[data-part]");
-    if (button.dataset.copy === "markdown") return part.querySelector("template.md-source").content.textContent;
+    if (button.dataset.copy === "markdown") {
+      return answerTexts(part).map((text) => text.querySelector("template.md-source").content.textContent).join("\n\n");
+    }
     if (button.dataset.copy === "text") {
       const user = part.querySelector(".user-text");
-      return user ? user.textContent : part.querySelector(".md").innerText;
+      return user ? user.textContent : answerTexts(part).map((text) => text.querySelector(".md").innerText).join("\n\n");
     }
     const result = button.closest(".tool-result");
     if (!result) return button.parentElement.querySelector("pre").innerText;
     const pres = result.querySelectorAll("pre.tool-output, pre.diff, .tool-code pre");
     return Array.from(pres, (pre) => pre.textContent).join("");
+  }
+
+  // An answer's text parts, up to ``last`` (its last): the prefaces before its tool calls
+  // and its final words, which share one action row (markAnswerEnds).
+  function answerTexts(last) {
+    const texts = [last];
+    for (let part = last.previousElementSibling; part && part.dataset.part !== "user"; part = part.previousElementSibling) {
+      if (part.dataset.part === "text") texts.unshift(part);
+    }
+    return texts;
+  }
+
+  // One action row per answer, not per text part: only the answer's last text part shows
+  // Copy · Copy as markdown · Regenerate, for the whole answer; the answer being written
+  // shows none until its run ends.
+  function markAnswerEnds(messages) {
+    let ended = !isRunning(); // walking back from the end: the newest answer, once done
+    for (let part = messages.lastElementChild; part; part = part.previousElementSibling) {
+      const kind = part.dataset.part;
+      if (kind === "user") ended = true;
+      if (kind !== "text") continue;
+      if (part.classList.contains("answer-end") !== ended) part.classList.toggle("answer-end", ended);
+      ended = false;
+    }
   }
 
   // Without the Clipboard API (a page served over plain http to another host) or when it
@@ -1243,6 +1272,28 @@
     });
   }
 
+  // The owner changed this reader's role (#role-changed, swapped in by the socket): what
+  // the page offers (the composer, Files, Compact…) is drawn for a role, so it reloads,
+  // keeping the typed text for the reloaded page (once, this tab only).
+  const KEPT_PROMPT = "harness.keptPrompt";
+  function redrawOnRoleChange(prompt) {
+    const marker = $("#role-changed");
+    if (!marker) return;
+    const drawnFor = marker.dataset.role;
+    const key = `${KEPT_PROMPT}.${location.pathname}`;
+    try {
+      const kept = window.sessionStorage.getItem(key);
+      window.sessionStorage.removeItem(key);
+      if (kept && !prompt.disabled && !prompt.value) setPrompt(prompt, kept);
+    } catch (e) { /* storage off */ }
+    document.addEventListener("htmx:wsAfterMessage", () => {
+      const now = $("#role-changed");
+      if (!now || now.dataset.role === drawnFor) return;
+      try { if (prompt.value) window.sessionStorage.setItem(key, prompt.value); } catch (e) { /* storage off */ }
+      location.reload();
+    });
+  }
+
   // An empty conversation's welcome: a suggestion fills the prompt (it is not sent), and
   // the welcome goes once the transcript has a part.
   function bindWelcome(welcome, prompt, messages) {
@@ -1265,12 +1316,24 @@
       Object.entries(loaded).forEach(([seq, ts]) => times.set(seq, Number(ts)));
     } catch (e) { /* no times: the arrival time stands in */ }
     const format = (ts) => new Date(ts).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    const short = (ts) => new Date(ts).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
     return function stamp(root) {
       root.querySelectorAll("[data-part][data-seq]").forEach((part) => {
         const seq = part.dataset.seq;
         const ts = Number(part.dataset.ts) || times.get(seq) || Date.now();
         times.set(seq, ts);
         if (!part.title) part.title = format(ts);
+        // When it was sent or answered, at a glance: on the part's action row (the date
+        // and seconds in its title).
+        const actions = part.querySelector(":scope > .part-actions");
+        if (actions && !actions.querySelector(".part-time")) {
+          const time = document.createElement("time");
+          time.className = "part-time";
+          time.dateTime = new Date(ts).toISOString();
+          time.textContent = short(ts);
+          time.title = format(ts);
+          actions.prepend(time);
+        }
       });
     };
   }
@@ -1301,6 +1364,8 @@
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
+    const steer = $("#steer");
+    if (steer) steer.addEventListener("click", () => { send(true); prompt.focus(); });
     bindUploads(prompt, $(".composer"), $("#attach"), $("#attach-input"));
     bindPromptKeys(prompt, send, historyWalk);
     const drawers = createDrawers($("#backdrop"));
@@ -1327,11 +1392,14 @@
       quietLiveBlock(messages);
       addCopyButtons(messages);
       syncRunningClass();
+      markAnswerEnds(messages);
       outcomes.messagesChanged();
       restoreDropped();
       autoScroll.contentChanged();
     });
-    watchComposer(keepFocusInQueue(prompt));
+    const queueChanged = keepFocusInQueue(prompt);
+    watchComposer(() => { queueChanged(); markAnswerEnds(messages); });
+    markAnswerEnds(messages);
     autoScroll.jumpToBottom();
     showLinkedPart(messages);
     closeMenuOnCompact();
@@ -1340,6 +1408,7 @@
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();
+    redrawOnRoleChange(prompt);
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

@@ -45,6 +45,23 @@ def size(messages: list[Message]) -> int:
     return sum(_chars(m) for m in messages)
 
 
+# The loop's mark on the last message of a model call's input: the input tokens the API
+# counted for it. Stored with the history, so the next prompt (another run, another process)
+# starts from the measured count rather than a guess from characters.
+MEASURED = "_tokens"
+
+
+def measured(messages: list[Message]) -> tuple[int, int] | None:
+    """The last measured input: (its tokens, the characters of the messages it was made
+    of), from the newest mark; None when no call has been measured since the last
+    compaction."""
+    for index in range(len(messages) - 1, -1, -1):
+        tokens = messages[index].get(MEASURED)
+        if isinstance(tokens, int) and tokens > 0:
+            return tokens, size(for_request(messages[: index + 1]))
+    return None
+
+
 def for_request(messages: list[Message]) -> list[Message]:
     """The messages as the API takes them: without the loop's own keys (``_seq``)."""
     return [
@@ -106,7 +123,9 @@ def summary_messages(older: list[Message]) -> list[Message]:
 def compacted(messages: list[Message], cut: int, summary: str) -> list[Message]:
     """The history from the cut on, after a user message holding the summary."""
     note = {"type": "text", "text": SUMMARY_PREFIX + summary.strip()}
-    first, rest = messages[cut], messages[cut + 1 :]
+    # A mark measured an input that held what is now summarised: no longer true.
+    kept = [{k: v for k, v in m.items() if k != MEASURED} for m in messages[cut:]]
+    first, rest = kept[0], kept[1:]
     if first["role"] == "user":  # a prompt: the summary goes before it, in one message
         content = first["content"]
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

@@ -299,6 +299,13 @@ def _attempt(request: _Claim) -> Setup | RunRefused:
         return refused
 
 
+# Without a model key the offline demo answers, and it can answer only the built-in loop: a
+# CLI would retry the gateway's refusal for minutes while holding a run slot.
+CLI_NEEDS_MODEL = (
+    "CLI agents need a real model, and this server runs the offline demo (no "
+    "ANTHROPIC_API_KEY is set): use the built-in agent."
+)
+
 CLI_NEEDS_BASH = (
     "CLI agents run commands themselves, and commands are switched off for "
     "this account (or this server has no sandbox): use the built-in agent."
@@ -318,6 +325,8 @@ def _claim(request: _Claim) -> Setup:
         raise RunRefused("forbidden", CLI_NEEDS_BASH)
     config = agent_config(model=conversation.model).with_thinking(conversation.thinking)
     config = config.replace(approval=conversation.approval or config.approval)
+    if conversation.agent != "harness" and config.offline:
+        raise RunRefused("agent_unavailable", CLI_NEEDS_MODEL)
     if not config.offline:  # (the demo costs nothing)
         _check_budget(owner)
     # The per-minute limit protects spend: the offline demo model costs nothing.

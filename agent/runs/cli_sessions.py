@@ -27,6 +27,7 @@ from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agent
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.models import Conversation
+from agent.runs.claim import CLI_NEEDS_MODEL
 from agent.runs.llm_gateway import open_gateway
 from agent.runs.workspaces import conversation_workspace, sandbox_ids, workspace_for
 from agent.sandbox import drop
@@ -47,8 +48,12 @@ def agent_environ() -> dict[str, str]:
 
 
 async def agents() -> list[dict]:
-    """``GET /api/agents``: every CLI agent, available or not (and why not)."""
+    """``GET /api/agents``: every CLI agent, available or not (and why not). None is
+    without a model key: the offline demo answers only the built-in agent."""
     infos = await available_agents(agent_environ())
+    if not settings.ANTHROPIC_API_KEY:
+        return [{"name": i.name, "available": False, "version": i.version,
+                 "reason": CLI_NEEDS_MODEL} for i in infos]  # fmt: skip
     return [{"name": i.name, "available": i.available, "version": i.version,
              **({"reason": i.reason} if i.reason else {})} for i in infos]  # fmt: skip
 
@@ -60,6 +65,8 @@ async def check_available(name: str) -> str | None:
     provider = PROVIDERS.get(name)
     if provider is None:
         return f"Unknown agent {name[:40]!r}: use harness, {', '.join(PROVIDERS)}."
+    if not settings.ANTHROPIC_API_KEY:
+        return CLI_NEEDS_MODEL
     if tmux_path() is None:
         return "tmux is not installed on the server, so CLI agents cannot run."
     info = await detect_cached(provider, agent_environ())

@@ -32,6 +32,23 @@ START, STOP = "\x02", "\x03"  # around a match in a snippet (the page marks them
 _WORD = re.compile(r"\w+")
 
 
+# Markdown's marks, left out of a snippet shown on the page (it reads as the answer shows,
+# not as the model typed it): a link or image as its text, emphasis and code marks, the
+# markers that start a heading, a quote or a list item.
+_MARKUP = (
+    (re.compile(r"!?\[([^\]]*)\]\([^)\s]*\)"), r"\1"),
+    (re.compile(r"\*\*|__|~~|`+"), ""),
+    (re.compile(r"(?m)^[ \t]{0,3}(?:#{1,6}|>|[-*+]|\d+[.)])[ \t]+"), ""),
+    (re.compile(r"(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])"), ""),
+)
+
+
+def unmarked(text: str) -> str:
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 @dataclass(frozen=True)
 class Found:
     conversation: str
@@ -42,7 +59,7 @@ class Found:
     @property
     def marked(self) -> str:
         """The snippet for a page: escaped, its matches in ``<mark>``."""
-        escaped = escape(self.snippet)
+        escaped = escape(unmarked(self.snippet))
         return mark_safe(escaped.replace(START, "<mark>").replace(STOP, "</mark>"))  # noqa: S308
 
     def plain(self) -> dict[str, Any]:

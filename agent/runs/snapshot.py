@@ -10,7 +10,7 @@ from django.db.models import Q
 
 from agent.access import accessible_to
 from agent.core.events import Event as CoreEvent
-from agent.core.events import TextDeltaEvent, ToolCallEvent, ToolResultEvent
+from agent.core.events import TextDeltaEvent, ToolCallEvent, ToolResultEvent, UserEvent
 from agent.models import Conversation, Event
 from agent.runs.branches import active_path
 from agent.runs.eventlog import from_stored, queue_events
@@ -51,8 +51,24 @@ def snapshot(
                 payload__id__in=list(answered - have),
             ).values_list("payload", flat=True)  # fmt: skip
             events = sorted([*from_stored(calls), *events], key=lambda e: e.seq)
+        if after:  # the prompt that the events after it answer (their Regenerate names it)
+            prompt = prompt_before(conversation, after + 1, branch)
+            events = sorted([*prompt, *events], key=lambda e: e.seq) if prompt else events
         if after and conversation.state == Conversation.State.RUNNING:
             earlier = [e for e in queue_events(conversation.id, after) if e.seq <= after]
             if earlier:
                 events = sorted([*earlier, *events], key=lambda e: e.seq)
     return conversation, events
+
+
+def prompt_before(conversation: Conversation, before: int,
+                  branch: int | None = None) -> list[CoreEvent]:  # fmt: skip
+    """The newest prompt (``user`` event) before seq ``before`` on the active path (or
+    ``branch``'s): what an answer that follows is the answer to, for the page that shows
+    it without that prompt (a catch-up, a regenerated answer's frames). At most one."""
+    rows = (
+        Event.objects.filter(conversation=conversation, type=UserEvent.type, seq__lt=before)
+        .filter(active_path(conversation, branch)).order_by("-seq")
+        .values_list("payload", flat=True)[:1]
+    )  # fmt: skip
+    return from_stored(rows)

@@ -24,6 +24,7 @@ from agent.core.events import (
     ToolCallEvent,
     ToolResultEvent,
     UsageEvent,
+    UserEvent,
 )
 from agent.ui.compiled import render
 from agent.ui.live import LiveFrame, LiveMarkdown
@@ -51,6 +52,11 @@ def composer_alert(message: str = "", code: str = "", outcome: str = "") -> str:
     text stays where it is)."""
     context = {"message": message, "code": code, "outcome": outcome, "oob": True}
     return render_to_string("agent/_composer_alert.html", context)
+
+
+def role_changed(role: str) -> str:
+    """The reader's role changed (shared conversations): the page reloads to show it."""
+    return render_to_string("agent/_role_changed.html", {"role": role, "oob": True})
 
 
 def status_fragment(view: StatusView) -> str:
@@ -241,6 +247,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
             transcript.add(event)
         elif is_queue_event(event) and event.seq <= after:  # the queue the page has
             transcript.fold_queue(event)
+        if isinstance(event, UserEvent) and event.seq <= after:  # what is answered
+            transcript.answering(event)
     # The page may hold a live block: a completed text removes it.
     renderer = FragmentRenderer(transcript, live=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]

@@ -171,6 +171,11 @@ class Transcript:
         self.error_code = ""  # of the last error since the last prompt
         self.queue: dict[str, QueuedView] = {}  # by id, in the order they were queued
 
+    def answering(self, prompt: UserEvent) -> None:
+        """The events to come answer ``prompt``, which is not among them (a catch-up's
+        earlier prompt, the prompt a regenerate answers again)."""
+        self.last_prompt, self.last_prompt_seq = prompt.content, prompt.seq
+
     @property
     def queued(self) -> list[QueuedView]:
         return list(self.queue.values())

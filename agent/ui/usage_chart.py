@@ -66,8 +66,10 @@ def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -
             "title": f"{row.username} {row.date.isoformat()}: {shown}",
         })  # fmt: skip
     width = LEFT * 2 + len(days) * slot
+    # A label a week, counted back from the last day (always labelled): evenly spaced, so
+    # two never overlap (every 7th from the first and the last one did, a day apart).
     ticks = [{"x": LEFT + n * slot, "y": TOP + HEIGHT + 16, "label": day.strftime("%d %b")}
-             for n, day in enumerate(days) if n % 7 == 0 or n == len(days) - 1]  # fmt: skip
+             for n, day in enumerate(days) if (len(days) - 1 - n) % 7 == 0]  # fmt: skip
     return render_to_string("admin/agent/_usage_chart.html", {
         "metric": metric, "label": label,
         "top": f"${top:.4f}" if metric == "cost_usd" else f"{top:,}",

@@ -29,7 +29,7 @@ REFUSAL_STATUS = {"prompt_running": 409, "quota_concurrent": 429, "quota_rate": 
                   "not_found": 404, "forbidden": 403, "storage_full": 507,
                   "prompt_too_large": 400, "bad_mode": 400, "queue_full": 429,
                   "budget_exceeded": 429, "already_decided": 409, "bad_image": 400,
-                  "quota_exceeded": 413}  # fmt: skip
+                  "quota_exceeded": 413, "agent_unavailable": 400}  # fmt: skip
 
 
 def api_error(status: int, code: str, message: str) -> JsonResponse:

@@ -38,7 +38,7 @@ from agent.runs.manager import runs
 from agent.runs.terminals import panes
 from agent.server import logs, metrics
 from agent.server.user_connections import connections, refused_message
-from agent.ui.fragments import composer_alert
+from agent.ui.fragments import composer_alert, role_changed
 from agent.web import socket_frames, terminal_frames, terminal_tail, viewers
 from agent.web.feed import (
     Batch,
@@ -46,6 +46,7 @@ from agent.web.feed import (
     Ended,
     Item,
     QueueInbox,
+    Rechecked,
     Replayed,
     Switched,
 )
@@ -125,6 +126,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.role = conversation.role  # re-read with the credential on every frame
         self.owner_id = conversation.owner_id  # whose sandbox the terminal runs in
         self.terminal_bucket = terminal_frames.Bucket()
+        self.shown_role = self.role  # what the page was drawn for
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
@@ -246,3 +248,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             await self.fill(item)
         elif isinstance(item, Ended):
             await self._refuse(item.reason)
+        elif isinstance(item, Rechecked) and self.role != self.shown_role:
+            # The owner changed this reader's role: the page re-draws itself for it.
+            self.shown_role = self.role
+            await self.send(text_data=role_changed(self.role))

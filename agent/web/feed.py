@@ -73,6 +73,15 @@ class Replayed:
 
 
 @dataclass
+class Rechecked:
+    """The reader's access was read again and still holds (their role may have changed:
+    a page re-draws what its role shows; a stream has nothing to send)."""
+
+    def wire(self) -> list[dict[str, Any]]:
+        return []
+
+
+@dataclass
 class Switched:
     """Another branch is shown: what follows ``fork_seq`` is replaced by ``events``."""
 
@@ -160,7 +169,7 @@ class ChannelInbox:
                 await self.layer.group_discard(group, self.channel)
 
 
-Item = Batch | Replayed | Switched | Ended | None
+Item = Batch | Replayed | Rechecked | Switched | Ended | None
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -234,7 +243,7 @@ class ConversationFeed:
             return [Ended(ENDS[kind])]
         if kind in RECHECKS:
             denied = await self.recheck.now()
-            return [Ended(denied)] if denied else []
+            return [Ended(denied) if denied else Rechecked()]
         if kind == "conversation.branch":
             # A feed of one named branch is not moved.
             return [self._switched(message)] if self.branch is None else []

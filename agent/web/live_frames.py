@@ -20,10 +20,11 @@ from functools import partial
 
 from asgiref.sync import sync_to_async
 
-from agent.core.events import Event, TextEvent, from_dict
+from agent.core.events import Event, TextEvent, UserEvent, from_dict
 from agent.models import Conversation
 from agent.models import Event as StoredEvent
 from agent.runs.eventlog import SHOWN, from_stored
+from agent.runs.snapshot import prompt_before
 from agent.ui.fragments import FragmentRenderer, sync_marker, title_fragments
 from agent.ui.render_pool import prehighlight, prerender
 from agent.ui.transcript import pending_highlights
@@ -35,6 +36,12 @@ def _stored(conversation_id, first: int, before: int) -> list[Event]:
     rows = StoredEvent.objects.filter(conversation_id=conversation_id, seq__gte=first,
                                       seq__lt=before).order_by("seq")  # fmt: skip
     return from_stored(rows.values_list("payload", flat=True))
+
+
+@partial(sync_to_async, thread_sensitive=False)
+def _prompt_before(conversation_id, before: int) -> list[Event]:
+    conversation = Conversation.objects.filter(id=conversation_id).first()
+    return prompt_before(conversation, before) if conversation is not None else []
 
 
 class Shown:
@@ -72,11 +79,20 @@ class LiveFrames:
         """The run's state as its frames up to ``seq_from`` left it, from the event log."""
         events = await _stored(self.conversation_id, run, seq_from)
         self.renderer = FragmentRenderer()
+        await self._answering(run, events)
         if events:
             self.renderer.render(events, shown_conversation(self.conversation_id, None))
         # All there: frames continue from here. Else (text not stored yet) tried again.
         whole = not events or events[-1].seq == seq_from - 1 or run == seq_from
         self.next_seq = seq_from if whole else None
+
+    async def _answering(self, run: int, events: list[Event]) -> None:
+        """A run that starts without a prompt (a regenerate, a compaction) answers the one
+        before it: its answers' Regenerate names that prompt, as a reload's would."""
+        if events and isinstance(events[0], UserEvent):
+            return
+        for prompt in await _prompt_before(self.conversation_id, run):
+            self.renderer.transcript.answering(prompt)
 
     async def render(self, message: dict) -> str:
         """The batch's fragments, its sync marker first."""
@@ -89,6 +105,7 @@ class LiveFrames:
             run = message.get("run", first)
             if run == first:  # the run's first batch
                 self.renderer, self.next_seq = FragmentRenderer(), first
+                await self._answering(run, events)
             elif run != self.run or first != self.next_seq:
                 await self._rebuild(run, first)
             self.run = run

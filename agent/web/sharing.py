@@ -1,10 +1,11 @@
 """The owner's sharing of a conversation: members by username, the team.
 
-One module for the API and the page's share dialog alike. A change that could take access
-away (a member removed or made viewer, the team closed) tells every socket and event
+One module for the API and the page's share dialog alike. A change of access (a member
+added, removed or given another role, the team closed) tells every socket and event
 stream of the conversation to re-check it at once, once the change is committed
 (``access.recheck`` to its group, agent/web/revocation.py): a reader who lost access is
-closed, a collaborator made viewer can no longer drive (that is checked on every frame).
+closed, a collaborator made viewer can no longer drive (that is checked on every frame),
+and an open page whose reader's role changed re-draws itself for the new one.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def set_member(conversation: Conversation, username, role) -> Membership:
         membership, created = Membership.objects.select_for_update().get_or_create(
             conversation=conversation, user=user, defaults={"role": role}
         )
-        lowered = not created and membership.role != role and role == Membership.Role.VIEWER
+        changed = membership.role != role
+        lowered = not created and changed and role == Membership.Role.VIEWER
         if created:
             audit.record(audit.Action.MEMBER_ADDED, target=_shared(conversation, user),
                          actor=conversation.owner, role=role)  # fmt: skip
@@ -60,8 +62,9 @@ def set_member(conversation: Conversation, username, role) -> Membership:
                          actor=conversation.owner, before=membership.role, after=role)  # fmt: skip
             membership.role = role
             membership.save(update_fields=["role"])
-        if lowered:  # a collaborator made viewer: their open connections re-check
+        if created or changed:  # their open pages (a team reader's) re-draw for the role
             recheck_conversation(conversation.pk)
+        if lowered:  # a collaborator made viewer: what they queued does not run
             _drop_queued(conversation, user.get_username())
     return membership
 

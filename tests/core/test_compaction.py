@@ -119,3 +119,34 @@ def test_cut_points_fall_only_before_an_assistant_turn_or_a_prompt():
         assert_valid_history(rest)
     assert compaction.cut_point([user("only")], 0) is None
     assert compaction.cut_point(messages, 10**9, keep_exchanges=2) is None  # two exchanges
+
+
+async def test_the_next_prompt_starts_from_the_last_measured_count(provider, model_server):
+    """The first-use review: a new run had no count and estimated from characters (3.5 a
+    token), so a conversation whose last call filled 95% of the window with dense content
+    was sent again uncompacted. The loop marks the count on the history it is kept with."""
+    history = long_history(2)  # ~24,500 characters: ~8,000 tokens by the character estimate
+    events = []
+    loop = AgentLoop(provider, [], small_window(), events.append, messages=list(history))
+    model_server.enqueue(text_reply("plain"))
+    assert (await loop.prompt("by characters it fits")).state == "idle"
+    assert [e.type for e in events].count("compaction") == 0
+    # The call's measured input is marked on the last message it was made of (never sent).
+    marked = [m for m in loop.messages if compaction.MEASURED in m]
+    usage = next(e for e in events if e.type == "usage")
+    assert marked == [loop.messages[-2]] and marked[0][compaction.MEASURED] == usage.context_tokens
+    assert all(compaction.MEASURED not in m for m in model_server.bodies[-1]["messages"])
+
+    # The same history as stored after a call the API counted at 95% of the window (dense
+    # content): the next prompt, in a new run, compacts first.
+    dense = [*history[:-1], {**history[-1], compaction.MEASURED: 11_400}]
+    events.clear()
+    model_server.reset()
+    model_server.enqueue(message_reply("Two things were done."), text_reply("ok"))
+    loop = AgentLoop(provider, [], small_window(), events.append, messages=dense)
+    assert (await loop.prompt("next")).state == "idle"
+    kinds = [e.type for e in events]
+    assert "compaction" in kinds and kinds.index("compaction") < kinds.index("text")
+    assert not model_server.bodies[0].get("stream")  # the summary came first
+    # The kept messages carry no stale mark (it measured what is now summarised).
+    assert [m for m in loop.messages if compaction.MEASURED in m] == [loop.messages[-2]]

@@ -60,3 +60,30 @@ def test_demo_plans_only_enabled_tools():
     assert plan("grep TODO", {"grep"})[1] == (
         "grep", {"pattern": "TODO", "path": ".", "recursive": True},
     )  # fmt: skip
+
+
+async def test_demo_answers_the_new_prompt_after_a_stop_not_the_cut_short_call(workspace):
+    """After Stop, the cancelled call's result and the next prompt are one user message:
+    the demo answered "`bash` reported an error: cancelled" to "list files"."""
+    (workspace.root / "seen.txt").write_text("x")
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "run sleep 10"}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "sleep 10"}},
+        ]},  # fmt: skip
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": '{"error": "cancelled"}', "is_error": True}]},
+    ]  # fmt: skip
+    events = []
+    result = await AgentLoop(
+        DemoProvider(delay=0),
+        build_tools(workspace, "off"),
+        Config(),
+        events.append,
+        messages=history,
+    ).prompt("list files")
+    assert result.state == "idle"
+    call = next(e for e in events if e.type == "tool_call")
+    assert call.name == "list_dir"
+    texts = " ".join(e.content for e in events if e.type == "text")
+    assert "seen.txt" in texts and "cancelled" not in texts

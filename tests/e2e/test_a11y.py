@@ -112,7 +112,7 @@ def test_axe_with_queued_prompts_and_then_not_sent_ones(axe_context, fresh_model
         page.wait_for_selector(f"#queue .queued-text:text-is('{text}')")
     queued = axe(page, "chat, prompts queued")
     page.click("#cancel")
-    page.wait_for_selector("[data-code=not_sent] >> nth=1")
+    page.wait_for_selector("[data-code=not_sent] >> nth=1", state="attached")
     not_sent = axe(page, "chat, queued prompts not sent")
     page.fill("#prompt", "")
     new_conversation(page)  # the user's newest conversation is left idle for other tests

@@ -47,6 +47,11 @@ def test_approve_and_deny_from_the_page(new_context, fresh_model):
     page.wait_for_selector("[data-part=approval][data-approval-state=deny]")
     wait_idle(page)
     assert "Denied by alice: not this one" in page.locator("#messages").inner_text()
+    # Decided, a card folds its preview away (the tool card shows what ran), in every tab.
+    decided = page.locator("[data-part=approval][data-approval-state=approve]")
+    assert decided.locator(".approval-preview").is_hidden()
+    decided.locator(".approval-detail > summary").click()
+    assert "approved text" in decided.locator(".approval-preview").inner_text()
     statuses = page.locator("[data-part=tool]").evaluate_all(
         "cards => cards.map(c => c.dataset.toolStatus)"
     )

@@ -16,6 +16,12 @@ def answers(page) -> list[str]:
     return [t.strip() for t in page.locator("#messages [data-part=text] .md").all_inner_texts()]
 
 
+def user_seqs(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "#messages [data-part=user]", "els => els.map(e => e.dataset.seq)"
+    )
+
+
 def test_edit_switch_regenerate_and_fork_from_the_page(new_context, fresh_model):
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")
@@ -61,6 +67,13 @@ def test_edit_switch_regenerate_and_fork_from_the_page(new_context, fresh_model)
     wait_idle(page)
     assert user_texts(page) == ["first", "second"]
     assert answers(page) == ["Answer one", "Answer two, again"]
+    # The regenerated answer can be regenerated again, live, in both tabs (it lacked the
+    # button until a reload: its run starts with no prompt of its own).
+    for tab in (page, other):
+        tab.wait_for_selector("#messages [data-part=text] >> text=Answer two, again")
+        again = tab.locator("[data-part=text]").nth(1).locator("[data-regenerate]")
+        assert again.count() == 1, tab
+        assert again.get_attribute("data-regenerate") == user_seqs(tab)[1]
     page.reload()  # the first page load draws the same
     page.wait_for_selector("body[data-ws=open]")
     assert answers(page) == ["Answer one", "Answer two, again"]

@@ -4,7 +4,7 @@ live, from the mouse or the keyboard, with the Clipboard API or without it."""
 
 from __future__ import annotations
 
-from testkit.model_server import text_reply
+from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 PROMPT = "Explain <b>this</b> & that:\n  - keep the indent\nthanks"
@@ -103,3 +103,53 @@ def test_copy_falls_back_when_the_clipboard_api_is_missing(new_context, fresh_mo
     button.click()
     page.wait_for_function("(el) => el.textContent === 'Copied'", arg=button.element_handle())
     assert page.evaluate("() => window.__clipboard.readText()") == "plain **fallback** text"
+
+
+def test_one_action_row_per_answer_for_the_whole_of_it(new_context, fresh_model):
+    """The first-use review: every text part (a one-line preface before a tool call
+    included) had its own Copy · Copy as markdown · Regenerate row, mid-run too."""
+    fresh_model.enqueue(
+        tool_reply(("list_dir", {"path": "."}), text="Looking **first**."),
+        text_reply("Found them.", delay=0.05),
+    )
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "what is here?")
+    page.wait_for_selector("[data-part=tool]")
+    visible_rows = "#messages [data-part=text] .part-actions:visible"
+    assert page.locator(visible_rows).count() == 0  # mid-run: none
+    wait_idle(page)
+    texts = page.locator("[data-part=text]")
+    assert texts.count() == 2
+    assert page.locator(visible_rows).count() == 1
+    assert page.locator("#messages [data-regenerate]:visible").count() == 1
+    buttons = copy_buttons(texts.last)
+    assert click_and_read(page, buttons["Copy as markdown"]) == "Looking **first**.\n\nFound them."
+    assert click_and_read(page, buttons["Copy"]) == "Looking first.\n\nFound them."
+    # When it was sent and answered, at a glance (the review: no timestamps to be seen).
+    for part in (page.locator("[data-part=user]").last, texts.last):
+        time = part.locator(".part-actions time.part-time")
+        assert time.is_visible() and ":" in time.inner_text()
+        assert time.get_attribute("datetime").endswith("Z")
+    page.reload()  # the first page draws the same
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.locator(visible_rows).count() == 1
+    assert page.locator("[data-part=text]").last.locator("time.part-time").is_visible()
+
+
+def test_a_code_blocks_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
+    """The first-use review: Copy covered the end of long code lines."""
+    fresh_model.enqueue(text_reply("```\n" + "x = 1  # " + "long " * 60 + "\n```"))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "a long line")
+    wait_idle(page)
+    button = page.locator("[data-part=text] .code-wrap > .copy").last
+    opacity = "(el) => getComputedStyle(el).opacity"
+    page.mouse.move(0, 0)
+    page.wait_for_function(f"(el) => ({opacity})(el) === '0'", arg=button.element_handle())
+    page.locator("[data-part=text] .code-wrap pre").last.hover()
+    page.wait_for_function(f"(el) => ({opacity})(el) === '1'", arg=button.element_handle())
+    assert click_and_read(page, button).startswith("x = 1  # long")

@@ -8,14 +8,18 @@ import pytest
 
 from testkit.live import LiveServer
 from testkit.model_server import text_reply
+from tests.cli_agents import install_cli_agents
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    """A second server with no API key: the offline demo model answers."""
+    """A second server with no API key: the offline demo model answers. Claude Code is
+    installed (it needs a real model, so it must not be offered)."""
     bash = "sandbox" if shutil.which("bwrap") else "off"
-    server = LiveServer(tmp_path_factory.mktemp("demo"), HARNESS_BASH=bash)
+    claude = install_cli_agents()["claude-code"]
+    server = LiveServer(tmp_path_factory.mktemp("demo"), HARNESS_BASH=bash,
+                        HARNESS_AGENT_CLAUDE_CODE_COMMAND=claude)  # fmt: skip
     server.start()
     server.create_users("dana")
     yield server
@@ -40,6 +44,54 @@ def test_offline_demo_model_works_end_to_end_in_the_browser(browser, demo):
             wait_idle(page)
             result = page.locator("[data-part=tool] .tool-result").last.inner_text()
             assert "Hello from Harness" in result
+    finally:
+        context.close()
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="the demo's run needs a bash sandbox")
+def test_after_stop_the_demo_answers_the_new_prompt(browser, demo):
+    """The first-use review: "list files" after stopping "run sleep 10" was answered with
+    "`bash` reported an error: cancelled…"."""
+    context = browser.new_context(base_url=demo.url)
+    try:
+        page = sign_in(context, "dana")
+        page.click(".new-conv")
+        page.wait_for_selector("body[data-ws=open]")
+        send(page, "run sleep 10")
+        page.wait_for_selector("[data-part=tool][data-tool-name=bash][data-tool-status=running]")
+        page.click("#cancel")
+        page.wait_for_function("() => document.querySelector('#status').dataset.state === 'error'")
+        assert "while it ran" in page.inner_text("[data-tool-name=bash] .tool-result")
+        send(page, "list files")
+        wait_idle(page)
+        assert page.locator("[data-part=tool]").last.get_attribute("data-tool-name") == "list_dir"
+        answer = page.locator("[data-part=text]").last.inner_text()
+        assert "list_dir" in answer and "cancelled" not in answer
+    finally:
+        context.close()
+
+
+def test_without_a_model_key_no_cli_agent_is_offered_and_one_is_refused_at_once(browser, demo):
+    """Claude Code retried the gateway's refusal for minutes, holding a run slot: a CLI
+    conversation from before is refused at once with one sentence, the text kept."""
+    code = (
+        "from agent.models import Conversation, User; print(Conversation.objects.create("
+        "owner=User.objects.get(username='dana'), model='m', agent='claude-code').id)"
+    )
+    made = demo.manage("shell", "-c", code)
+    context = browser.new_context(base_url=demo.url)
+    try:
+        page = sign_in(context, "dana")
+        assert page.locator("#new-agent option[value=claude-code]").count() == 0
+        page.goto(f"/c/{made.split()[-1]}/")
+        page.wait_for_selector("body[data-ws=open]")
+        page.fill("#prompt", "list files")
+        page.press("#prompt", "Enter")
+        page.wait_for_selector("#composer-alert:has-text('CLI agents need a real model')",
+                               timeout=5_000)  # fmt: skip
+        assert page.input_value("#prompt") == "list files"
+        assert page.get_attribute("#status", "data-state") == "idle"
+        assert page.locator("#messages [data-part=user]").count() == 0
     finally:
         context.close()
 

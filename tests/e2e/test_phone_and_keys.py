@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.model_server import text_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 PHONE = {"width": 390, "height": 844}
@@ -202,3 +203,51 @@ def test_the_send_and_stop_button_text_has_contrast(new_context, fresh_model):
         " return [s.color, s.backgroundColor]; }"
     )
     assert page.evaluate(CONTRAST, colours) >= 4.5
+
+
+def test_the_phone_header_is_one_row_and_the_title_keeps_its_room(new_context, fresh_model):
+    """The first-use review: a three-row header (~135 px) left almost no transcript with
+    the keyboard open, and the title was cut to ~150 px at desktop width."""
+    page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
+    head = page.locator(".chat-head").bounding_box()
+    assert head["height"] <= 56, head
+    assert page.locator(".conv-heading").bounding_box()["width"] >= 90
+    for control in ("#menu-toggle", "#files-toggle", "#help-toggle"):
+        box = page.locator(control).bounding_box()
+        assert box["x"] + box["width"] <= PHONE["width"], control
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.wait_for_function("() => document.querySelector('.chat-head').offsetHeight < 70")
+    assert page.locator(".conv-heading").bounding_box()["width"] >= 300
+
+
+def test_a_touch_control_sends_steering_while_a_prompt_runs(new_context, fresh_model):
+    page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
+    page.tap("#menu-toggle")
+    page.tap(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.is_hidden("#steer")  # only while a prompt runs
+    fresh_model.enqueue(text_reply("streaming slowly " * 200, delay=0.03))
+    fresh_model.enqueue(text_reply("steered"))
+    send(page, "talk slowly")
+    page.wait_for_function("() => document.body.classList.contains('running')")
+    page.fill("#prompt", "shorter, please")
+    page.tap("#steer")
+    page.wait_for_selector("#queue .queued[data-mode=steer]")
+    assert page.input_value("#prompt") == ""
+    wait_idle(page)
+    assert page.is_hidden("#steer")
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1440, "height": 900}, PHONE])
+def test_the_sidebars_rename_fits_the_sidebar(new_context, fresh_model, viewport):
+    """The first-use review: the sidebar's Rename button was cut off."""
+    page = sign_in(new_context(viewport=viewport), "alice")
+    if viewport == PHONE:
+        page.click("#menu-toggle")
+    page.locator(".conv-item-actions summary").first.click()
+    rename = page.locator(".conv-rename button").first
+    rename.wait_for()
+    right = page.evaluate("() => document.querySelector('#sidebar').getBoundingClientRect().right")
+    box = rename.bounding_box()
+    assert box["x"] + box["width"] <= right
+    assert page.evaluate(UNCOVERED, ".conv-item-actions[open] .conv-rename button")

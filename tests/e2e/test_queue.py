@@ -148,7 +148,12 @@ def test_stop_gives_the_queued_text_back_to_the_prompt(context, fresh_model, wor
     page.wait_for_function("() => document.querySelector('#prompt').value.includes('and me')")
     assert page.input_value("#prompt") == "half typed\n\nbring me back\n\nand me"
     assert page.is_hidden("#queue")
+    # Offered once, in the box: the not-sent parts stay in the page's DOM, hidden.
     assert page.locator("#messages [data-part=error][data-code=not_sent]").count() == 2
+    assert page.locator("#messages [data-code=not_sent]:visible").count() == 0
+    # The running bash call did run: its card does not say "before it ran".
+    result = page.inner_text("[data-tool-name=bash] .tool-result")
+    assert "while it ran" in result and "before it ran" not in result
     gate.open()
     # A reload keeps them shown as not sent (their text in the transcript), not in #prompt.
     page.reload()
@@ -164,3 +169,4 @@ def test_the_help_lists_the_queue_keys(context):
     page.wait_for_selector("#help:not([hidden])")
     text = page.inner_text("#help")
     assert "Queue the text as a follow-up" in text and "Steer" in text
+    assert "Search your conversations" in text  # (the review found the search keys missing)

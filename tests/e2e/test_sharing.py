@@ -72,6 +72,35 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     alice.wait_for_selector('#share-members [data-member="mallory"]', state="detached")
 
 
+def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):
+    """The first-use review: a viewer made collaborator kept a disabled composer until a
+    reload; and a viewer's disabled composer looked enabled."""
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    share_with(alice, "bob", "viewer")
+    bob = sign_in(new_context(), "bob")
+    bob.goto(alice.url)
+    bob.wait_for_selector("body[data-ws=open]")
+    assert bob.is_disabled("#prompt")
+    looks = "s => getComputedStyle(document.querySelector(s)).opacity"
+    assert float(bob.evaluate(looks, "#prompt")) < 1 and float(bob.evaluate(looks, "#cancel")) < 1
+
+    share_with(alice, "bob", "collaborator")
+    bob.wait_for_function("() => !document.querySelector('#prompt').disabled")
+    bob.wait_for_selector("body[data-ws=open]")
+    assert "Collaborating with alice" in bob.inner_text("#role-badge")
+    assert bob.is_hidden("#read-only-note") or bob.locator("#read-only-note").count() == 0
+    fresh_model.enqueue(text_reply("answered bob"))
+    send(bob, "now I may")
+    wait_idle(bob)
+    bob.fill("#prompt", "typed before the change")
+
+    share_with(alice, "bob", "viewer")
+    bob.wait_for_function("() => document.querySelector('#prompt').disabled")
+    assert "Watching alice" in bob.inner_text("#role-badge")
+
+
 def test_axe_on_the_open_share_dialog_and_a_viewers_page(axe_context, fresh_model):  # noqa: F811
     alice = sign_in(axe_context(), "alice")
     new_conversation(alice)

@@ -148,3 +148,22 @@ def test_a_refused_upload_says_why_and_keeps_the_typed_text(new_context, live):
     assert page.input_value("#prompt").strip() == "my words"
     alert = page.locator("#composer-alert[data-code=upload]")
     assert alert.is_visible() and "cannot be stored" in alert.inner_text()
+
+
+def test_an_upload_over_the_limit_says_the_limit(new_context, live):
+    """The body limit answers before any view: the page still shows the API's JSON reason
+    (the first-use review saw only "could not be uploaded")."""
+    page = fresh_page(new_context)
+    page.fill("#prompt", "kept")
+    over = """() => {
+      const data = new DataTransfer();
+      data.items.add(new File([new Uint8Array(26 * 1024 * 1024)], "huge.bin"));
+      document.querySelector(".composer").dispatchEvent(
+        new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+    }"""
+    page.evaluate(over)
+    settled(page)
+    alert = page.locator("#composer-alert[data-code=upload]")
+    assert "huge.bin is larger than the upload limit" in alert.inner_text()
+    assert "26,214,400 bytes" in alert.inner_text()
+    assert page.input_value("#prompt").strip() == "kept"

@@ -52,3 +52,32 @@ def test_a_staff_member_reads_the_usage_charts_and_downloads_the_csv(new_context
     costs = {(row["username"], row["date"]): row["cost_usd"] for row in rows}
     assert any(user == "bob" and cost.startswith("3.00") for (user, _), cost in costs.items())
     assert sum(1 for user, _ in costs if user == "alice") >= 2
+
+
+def test_the_admin_transcript_has_no_dead_controls_and_the_admin_its_icon(new_context, live):
+    """The first-use review: the admin transcript showed 22 buttons that do nothing (the
+    chat page's script is not there), and admin pages asked for /favicon.ico (404)."""
+    live.manage("shell", "-c", SETUP + (
+        "from agent.models import Conversation, Event\n"
+        "c = Conversation.objects.create(owner=User.objects.get(username='alice'), model='m',"
+        " title='for the admin', last_seq=2)\n"
+        "Event.objects.create(conversation=c, seq=1, type='user',"
+        " payload={'type': 'user', 'seq': 1, 'timestamp': 1, 'content': 'hello'})\n"
+        "Event.objects.create(conversation=c, seq=2, type='text',"
+        " payload={'type': 'text', 'seq': 2, 'timestamp': 2, 'content': 'hi\\n\\n```\\nx\\n```'})\n"
+        "print(c.id)\n"
+    ))  # fmt: skip
+    context = new_context()
+    page = context.new_page()
+    missing = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    page.goto("/admin/login/?next=/admin/agent/conversation/")
+    page.fill("#id_username", "auditor")
+    page.fill("#id_password", "pw-auditor-1234")
+    page.click("input[type=submit]")
+    page.click("text=for the admin")
+    page.wait_for_selector(".transcript [data-part=text]")
+    assert page.locator(".transcript button:visible").count() == 0
+    assert "hello" in page.inner_text(".transcript")
+    page.wait_for_load_state("networkidle")
+    assert missing == [], missing

@@ -220,3 +220,36 @@ def test_cli_without_approve_asks_nothing(model_server, workspace):
     proc = agent("--workspace", str(workspace.root), "write", env=agent_env(model_server))
     assert proc.returncode == 0, proc.stderr
     assert "[y/n/reason]" not in proc.stderr and (workspace.root / "w.txt").exists()
+
+
+def test_create_api_token_runs_as_the_readme_gives_it_without_django_debug(tmp_path):
+    """The first-use review: `python manage.py create_api_token USER` crashed with a
+    traceback unless DJANGO_DEBUG=1 (it needs no secret key: tokens are stored hashed)."""
+    from testkit.live import migrated_sqlite_template
+
+    database = tmp_path / "db.sqlite3"
+    database.write_bytes(migrated_sqlite_template().read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "HARNESS_"))}
+    env["DATABASE_URL"] = f"sqlite:///{database}"
+
+    def manage(*args, **extra):
+        return subprocess.run([sys.executable, str(REPO / "manage.py"), *args], cwd=tmp_path,
+                              env={**env, **extra}, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+
+    made = manage(
+        "shell",
+        "-c",
+        "from agent.models import User; User.objects.create_user('ada', password='pw-ada-12345')",
+        DJANGO_DEBUG="1",
+    )
+    assert made.returncode == 0, made.stderr
+    token = manage("create_api_token", "ada")
+    assert token.returncode == 0 and token.stderr == "", token.stderr
+    assert len(token.stdout.strip()) >= 32
+    unknown = manage("create_api_token", "nobody")
+    assert unknown.returncode == 2 and "no user named 'nobody'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    # A server's own requirements still hold for every other command.
+    served = manage("check")
+    assert served.returncode != 0 and "DJANGO_SECRET_KEY" in served.stderr

@@ -13,6 +13,9 @@ import pytest
 
 from agent.core.cli_agents import providers
 from agent.models import Conversation
+from agent.runs import claim as claims
+from agent.runs import cli_sessions
+from agent.runs.claim import RunRefused
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +29,7 @@ def fake_claude(tmp_path, settings):
     cli.chmod(0o755)
     settings.HARNESS_AGENT_COMMANDS = {**settings.HARNESS_AGENT_COMMANDS, "claude-code": str(cli)}
     settings.HARNESS_AGENT_STATE = tmp_path / "cli"
+    settings.ANTHROPIC_API_KEY = "sk-ant-test"  # (a CLI needs a real model)
     providers._cache.clear()
     yield cli
     providers._cache.clear()
@@ -52,6 +56,42 @@ def test_an_unavailable_agent_is_refused_and_nothing_is_made(client, ada, fake_c
     response = client.post("/c/new/", {"agent": agent})
     assert response.status_code == 400
     assert not Conversation.objects.filter(owner=ada).exists()
+
+
+def test_without_a_model_key_no_cli_agent_is_offered_or_made(client, ada, fake_claude, settings):
+    """The offline demo answers only the built-in agent: a CLI would retry the gateway's
+    refusal for minutes (the first-use review's finding)."""
+    settings.ANTHROPIC_API_KEY = None
+    first = Conversation.objects.create(owner=ada, model="m")
+    page = client.get(f"/c/{first.id}/").content.decode()
+    assert '<option value="claude-code">' not in page
+    response = client.post("/c/new/", {"agent": "claude-code"})
+    assert response.status_code == 400 and "need a real model" in response.content.decode()
+    listed = {a["name"]: a for a in asyncio.run(cli_sessions.agents())}
+    assert not listed["claude-code"]["available"]
+    assert "ANTHROPIC_API_KEY" in listed["claude-code"]["reason"]
+    assert list(Conversation.objects.filter(owner=ada)) == [first]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cli_conversation_without_a_model_key_is_refused_at_once_holding_nothing(
+    ada, fake_claude, settings
+):
+    """A CLI conversation made while the deployment had a key: its prompt is refused before
+    the claim, so the user's run slot is never held."""
+    settings.ANTHROPIC_API_KEY = None
+    settings.HARNESS_CONCURRENT_RUNS = 1
+    made = Conversation.objects.create(owner=ada, model="m", agent="claude-code")
+    with pytest.raises(RunRefused) as refused:
+        asyncio.run(claims.claim(made.id, ada.pk, "list files"))
+    assert refused.value.code == "agent_unavailable"
+    assert refused.value.message == claims.CLI_NEEDS_MODEL
+    made.refresh_from_db()
+    assert made.state == Conversation.State.IDLE and made.last_seq == 0
+    builtin = Conversation.objects.create(owner=ada, model="m")
+    setup = asyncio.run(claims.claim(builtin.id, ada.pk, "hello"))  # the one slot is free
+    assert setup.config.offline
+    asyncio.run(claims.release(builtin.id))
 
 
 def _tmux(socket, *args):

@@ -110,3 +110,15 @@ def test_staff_without_the_usage_view_permission_are_refused(client, spend, url)
     client.force_login(User.objects.get(pk=clerk.pk))  # (permissions are cached per object)
     response = client.get(url)
     assert response.status_code == 200 and b"ada" in response.content
+
+
+def test_the_day_labels_never_overlap():
+    """The first-use review: the x labels overlapped (every 7th day and the last one)."""
+    from agent.ui.usage_chart import Row, chart, days_back
+
+    days = days_back(datetime.date(2026, 3, 31), 30)
+    rows = [Row(days[0], "ada", Decimal("1"), 1, 1)]
+    svg = str(chart(rows, days, "cost_usd", "Cost"))
+    xs = [float(x) for x in re.findall(r'<text x="([\d.]+)"', svg)]
+    assert len(xs) >= 4 and min(b - a for a, b in zip(xs, xs[1:], strict=False)) >= 60
+    assert svg.count("31 Mar") == 1  # the last day is labelled

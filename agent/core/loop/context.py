@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.core import history
+from agent.core import compaction, history
 from agent.core import images as images_mod
 from agent.core.config import GATED_TOOLS
 from agent.core.events import TextEvent, ToolResultEvent, UserEvent
@@ -36,9 +36,10 @@ class AgentContext:
     ) -> AgentContext:
         if approval == "read_only":  # the tools that change things are not offered
             tools = [tool for tool in tools if tool.name not in GATED_TOOLS]
+        kept = history.repair(list(messages or []))
         return cls(system, {tool.name: tool for tool in tools},
-                   [tool_spec(tool) for tool in tools],
-                   history.repair(list(messages or [])))  # fmt: skip
+                   [tool_spec(tool) for tool in tools], kept,
+                   compaction.measured(kept))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -47,6 +48,7 @@ class TurnState:
 
     acc: TurnAccumulator | None = None  # the turn streaming
     open_calls: dict[str, str] = field(default_factory=dict)  # id -> name, without result
+    executing: str | None = None  # the open call whose tool runs now
     results: list[dict[str, Any]] = field(default_factory=list)  # tool_results not yet sent
     prompt_index: int | None = None  # where the prompt being answered sits in the history
     delivered_images: set[str] = field(default_factory=set)  # attached to this run's prompts
@@ -107,8 +109,11 @@ def send_results(ctx: AgentContext, cfg: LoopConfig, state: TurnState) -> None:
     state.results = []
 
 
-def close_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState, reason: str) -> None:
-    """Keep what a cut-short turn produced and leave a valid history behind."""
+def close_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState, reason: str,
+               running: str | None = None) -> None:  # fmt: skip
+    """Keep what a cut-short turn produced and leave a valid history behind. ``reason``:
+    the result of each call left open; ``running``: of the one whose tool was running (it
+    did run, perhaps for long: "before it ran" would mislead the model and the user)."""
     acc, state.acc = state.acc, None
     if acc is not None:  # cut off while streaming
         content = acc.content()
@@ -119,7 +124,9 @@ def close_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState, reason: str
         if content:
             ctx.messages.append({"role": "assistant", "content": content})
     for tool_use_id in list(state.open_calls):
-        record_result(cfg, state, tool_use_id, fail(reason))
+        ran = running is not None and tool_use_id == state.executing
+        record_result(cfg, state, tool_use_id, fail(running if ran else reason))
+    state.executing = None
     if state.results:
         history.append_user_blocks(ctx.messages, state.results)
         state.results = []

@@ -48,7 +48,13 @@ async def run_prompt(
             deliver(ctx, cfg, state, next_prompts)
             result = await run_turns(ctx, cfg, state, state.prompt_index)
     except asyncio.CancelledError:
-        close_turn(ctx, cfg, state, "cancelled by the user before it ran")
+        close_turn(
+            ctx,
+            cfg,
+            state,
+            "cancelled by the user before it ran",
+            "cancelled by the user while it ran (it was stopped)",
+        )
         cfg.queue.drop_all("cancelled" if cfg.abort.requested else "not_sent")
         cfg.emit(ErrorEvent(message="Cancelled", code="cancelled"))
         cfg.emit(StatusEvent(state="error", message="Cancelled"))

@@ -46,7 +46,9 @@ async def run_tools(
                 result = fail(denied_message(decision.reason))
             else:
                 cfg.emit(StatusEvent(state="running_tool", message=use["name"]))
+                state.executing = use["id"]
                 result = await execute(ctx, use)
+                state.executing = None
             failed = result.is_error
             if not failed and cfg.instructions is not None:
                 notes = await _instructions_after(cfg, use)

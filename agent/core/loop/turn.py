@@ -87,6 +87,7 @@ async def stream_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState) -> T
     await cfg.may_call()
     messages = compaction.for_request(ctx.messages)
     chars = compaction.size(messages)
+    last = ctx.messages[-1] if ctx.messages else None  # the input's end: marked when counted
     messages = await cfg.images.expand(messages)
     config = cfg.config
     request = Request(config.model, config.max_tokens, messages, ctx.system, ctx.tool_specs,
@@ -105,7 +106,7 @@ async def stream_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState) -> T
         code, message = classify(exc)
         raise RunFailed(code, message) from exc
     finally:
-        _report_usage(ctx, cfg, acc, chars)
+        _report_usage(ctx, cfg, acc, chars, last)
     if acc.stop_reason is None:
         # No message_delta: the connection dropped. A stream that lost only its final
         # message_stop still told us how it ended, so that one is complete.
@@ -113,13 +114,16 @@ async def stream_turn(ctx: AgentContext, cfg: LoopConfig, state: TurnState) -> T
     return acc
 
 
-def _report_usage(ctx: AgentContext, cfg: LoopConfig, acc: TurnAccumulator, chars: int) -> None:
+def _report_usage(ctx: AgentContext, cfg: LoopConfig, acc: TurnAccumulator, chars: int,
+                  last: dict | None) -> None:  # fmt: skip
     u = acc.usage
     if not (u.input_tokens or u.output_tokens):
         return
     counts = u.counts()
     context = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
     ctx.counted = (context, chars)
+    if last is not None and context:
+        last[compaction.MEASURED] = context  # kept with the history for the next prompt
     model = acc.model or cfg.config.model
     cfg.emit(UsageEvent(**counts, cost_usd=cost_usd(model, **counts), context_tokens=context,
                         context_window=cfg.config.context_window))  # fmt: skip

@@ -32,6 +32,15 @@ def estimate(ctx: AgentContext) -> int:
     return int(chars / compaction.CHARS_PER_TOKEN) + 1_000  # + tools, roughly
 
 
+def chars_per_token(ctx: AgentContext) -> float:
+    """As the last measured call ran (code, JSON and other languages run dense), else the
+    estimate's."""
+    if ctx.counted is not None and ctx.counted[0] and ctx.counted[1]:
+        tokens, counted_chars = ctx.counted
+        return (counted_chars + len(ctx.system or "")) / tokens
+    return compaction.CHARS_PER_TOKEN
+
+
 async def fit(ctx: AgentContext, cfg: LoopConfig) -> None:
     window = cfg.config.context_window
     if estimate(ctx) < cfg.config.compact_at * window:
@@ -52,7 +61,8 @@ async def compact(ctx: AgentContext, cfg: LoopConfig, keep_exchanges: int = 0) -
     """Summarise the older messages (a non-streamed call, metered); False when there is
     nothing before the recent ones to summarise."""
     config = cfg.config
-    keep_chars = int(config.context_window * compaction.KEEP_SHARE * compaction.CHARS_PER_TOKEN)
+    # What is kept is sized in tokens: a share of the window, in characters as measured.
+    keep_chars = int(config.context_window * compaction.KEEP_SHARE * chars_per_token(ctx))
     cut = compaction.cut_point(ctx.messages, keep_chars, keep_exchanges)
     if cut is None:
         return False
@@ -72,8 +82,12 @@ async def compact(ctx: AgentContext, cfg: LoopConfig, keep_exchanges: int = 0) -
     cfg.emit(UsageEvent(**counts, cost_usd=cost_usd(config.model, **counts)))
     if not answer.text:
         raise RunFailed("compaction_failed", "Compaction failed: the summary was empty.")
+    ratio = chars_per_token(ctx) if ctx.counted is not None else None
     ctx.messages = compaction.compacted(ctx.messages, cut, answer.text)
-    ctx.counted = None  # the count was of the history before
+    ctx.counted = None  # the count was of the history before; its density still holds:
+    if ratio is not None:
+        chars = compaction.size(compaction.for_request(ctx.messages))
+        ctx.counted = (max(1, int((chars + len(ctx.system or "")) / ratio)), chars)
     cfg.emit(CompactionEvent(
         summary=answer.text, through_seq=compaction.through_seq(older),
         tokens_before=before, tokens_after=estimate(ctx),

@@ -178,10 +178,12 @@ class DemoProvider:
         messages = request.messages
         tools = {t["name"] for t in request.tools}
         prompt, results = _last_user(messages)
-        if results:
-            text, call = summarize(results, _tool_names(messages)), None
-        else:
+        if prompt.strip():
+            # The user's words answer first: after Stop or a steer, the cut-short calls'
+            # results share the message with the new prompt, which is what was asked.
             text, call = plan(prompt, tools)
+        else:
+            text, call = summarize(results, _tool_names(messages)), None
         input_tokens = len(json.dumps(params, default=str)) // 4
         async for raw in self._stream(text, call, input_tokens):
             event = parse(raw)
