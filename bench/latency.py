@@ -212,7 +212,7 @@ async def product_first_tokens(sockets: list, at_once: bool) -> list[float]:
                 await ws.send(json.dumps({"action": "cancel"}))
             if any(marker in frame for marker in FINISHED):
                 if first is None:
-                    raise RuntimeError("the run ended without a token")
+                    raise RuntimeError(f"the run ended without a token: {frame[:1000]}")
                 return first
 
     if at_once:

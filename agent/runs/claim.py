@@ -88,6 +88,14 @@ def renew_lease(conversation_id) -> bool:
     )
 
 
+def renew_leases(conversation_ids) -> int:
+    """Extend, in one UPDATE, the leases this process holds on the given conversations
+    (the reaper's pass: runs still preparing, whose own renewal has not started yet)."""
+    return Conversation.objects.filter(
+        id__in=conversation_ids, lease_owner=PROCESS_ID, state=Conversation.State.RUNNING
+    ).update(lease_until=_lease_deadline())
+
+
 def _hold_owner(owner_id: int) -> None:
     """Lock the owner's row until the claim's transaction ends (``no_key``: as the rate's
     UPDATE does, and the image room's check: attachments.py)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
@@ -17,7 +18,7 @@ from django.conf import settings
 
 from agent.core.images import ImageRef
 from agent.runs.broadcast import announce_interrupted
-from agent.runs.claim import RunRefused
+from agent.runs.claim import RunRefused, renew_leases
 from agent.runs.groups import control_group
 from agent.runs.recovery import expired, interrupt
 
@@ -101,17 +102,25 @@ async def ask(conversation_id, message: dict) -> dict | None:
         return None
 
 
-async def reap() -> None:
-    """Interrupt runs (of any process) whose lease lapsed: their process is gone."""
+async def reap(held: Callable[[], set[str]]) -> None:
+    """Interrupt runs (of any process) whose lease lapsed: their process is gone. The runs
+    this process ``held`` (running, or claimed and still preparing their workspace) get
+    their leases renewed first and are never taken for dead: under load a claim's
+    preparation can outlast a lease, and a pass of this process must not interrupt what it
+    is about to run."""
     while True:
         try:
-            done = await database_sync_to_async(
-                lambda: interrupt(expired()), thread_sensitive=False
-            )()
+            done = await database_sync_to_async(_renew_and_reap, thread_sensitive=False)(held())
             await announce_interrupted(done)
         except Exception:
             log.exception("reaping expired runs failed")
         await asyncio.sleep(max(1.0, settings.HARNESS_RUN_LEASE / 3))
+
+
+def _renew_and_reap(ours: set[str]):
+    if ours:
+        renew_leases(ours)
+    return interrupt(expired().exclude(id__in=ours))
 
 
 def drop_author_from_sync(conversation_id, author: str) -> None:

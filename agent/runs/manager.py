@@ -53,6 +53,9 @@ class RunManager:
 
     def __init__(self) -> None:
         self._runs: dict[str, Run] = {}
+        # Conversations claimed here whose run is not registered yet (the claim and the
+        # workspace's preparation): the reaper renews their leases, never reaps them.
+        self._starting: set[str] = set()
         self._channel: str | None = None
         self._listener: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
@@ -70,8 +73,12 @@ class RunManager:
             self._listener = loop.create_task(
                 control.listen(self, layer, self._channel), context=fresh()
             )
-            self._reaper = loop.create_task(control.reap(), context=fresh())
+            self._reaper = loop.create_task(control.reap(self.held), context=fresh())
         return self._channel
+
+    def held(self) -> set[str]:
+        """The conversations whose runs this process holds: running or starting."""
+        return set(self._runs) | self._starting
 
     async def start_background(self) -> None:
         """Start this process's control listener and reaper (idempotent, per event loop)."""
@@ -103,6 +110,17 @@ class RunManager:
             # Its final status is out, it is only saving: a prompt sent right away waits.
             await asyncio.shield(existing.task)
         channel = await self._ensure_listener()
+        key = str(conversation_id)
+        self._starting.add(key)
+        try:
+            return await self._start(conversation_id, channel, user_id, content, remember,
+                                     branch_from, images, restore_files)  # fmt: skip
+        finally:
+            self._starting.discard(key)
+
+    async def _start(self, conversation_id, channel, user_id, content, remember, branch_from,
+                     images, restore_files) -> Run:  # fmt: skip
+        key = str(conversation_id)
         try:
             setup = await claim(conversation_id, user_id, content, remember, branch_from, images)
         except Exception as exc:
@@ -127,7 +145,6 @@ class RunManager:
                 await announce_branch(
                     setup.conversation.id, setup.conversation.active_branch, setup.fork_seq
                 )
-        key = str(conversation_id)
         self._runs[key] = run
         layer = get_channel_layer()
         await layer.group_add(control_group(conversation_id), channel)

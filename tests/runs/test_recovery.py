@@ -106,3 +106,55 @@ async def test_a_run_that_loses_its_lease_stops(settings, model_server, tmp_path
         lambda: Event.objects.filter(conversation=conversation).order_by("-seq").first()
     )()
     assert json.loads(json.dumps(last.payload))["state"] == "error"
+
+
+def test_a_pass_renews_this_processs_runs_and_reaps_only_the_others(owner):
+    """The reaper's pass: the runs this process holds (running or still preparing) get
+    their leases renewed, even lapsed ones; a lapsed run of a gone process is interrupted."""
+    from agent.runs.claim import PROCESS_ID
+    from agent.runs.control import _renew_and_reap
+
+    ours = running_conversation(owner, lease_seconds=-5)
+    Conversation.objects.filter(id=ours.id).update(lease_owner=PROCESS_ID)
+    theirs = running_conversation(owner, lease_seconds=-5)
+    done = _renew_and_reap({str(ours.id)})
+    assert [conversation.id for conversation, _ in done] == [theirs.id]
+    ours.refresh_from_db()
+    assert ours.state == "running" and ours.lease_until > timezone.now()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_claim_preparing_longer_than_its_lease_is_not_reaped_by_its_own_process(
+    settings, model_server, tmp_path, monkeypatch
+):
+    """Under load a claim's workspace preparation (a user's first sandbox) outlasted the
+    lease, and the process's own reaper marked the run interrupted before it started."""
+    from agent.runs import claim
+    from agent.runs.manager import runs
+    from testkit.model_server import text_reply
+
+    settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL = "k", model_server.url
+    settings.HARNESS_WORKSPACES, settings.HARNESS_BASH = tmp_path, "off"
+    settings.HARNESS_RUN_LEASE = 2  # the reaper passes every second
+    prepare = claim.workspace_for
+
+    def slow_workspace_for(owner_id):
+        import time
+
+        time.sleep(3.5)  # the preparation under load: longer than the lease
+        return prepare(owner_id)
+
+    monkeypatch.setattr(claim, "workspace_for", slow_workspace_for)
+    user = await sync_to_async(User.objects.create_user)("jane", password="pw-jane-123")
+    conversation = await sync_to_async(Conversation.objects.create)(owner=user, model="m")
+    model_server.enqueue(text_reply("made it"))
+    await runs.start_background()
+    await runs.start(conversation.id, user.pk, "go")
+    async with asyncio.timeout(20):
+        await runs.wait(conversation.id)
+    await sync_to_async(conversation.refresh_from_db)()
+    assert conversation.state == "idle"
+    types = await sync_to_async(
+        lambda: list(conversation.events.order_by("seq").values_list("type", flat=True))
+    )()
+    assert "error" not in types and "text" in types
