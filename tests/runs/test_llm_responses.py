@@ -9,6 +9,7 @@ import json
 
 import aiohttp
 import pytest
+from django.test import AsyncClient
 
 from agent.core.loop import CallRefused
 from agent.core.model.wire import SSEParser
@@ -146,3 +147,14 @@ async def test_codex_hanging_up_mid_answer_still_pays_for_what_was_asked(gateway
             break
         await asyncio.sleep(0.05)
     assert [u.input_tokens for u in usage] == [10]
+
+
+async def test_the_http_face_answers_nobody_even_during_a_run(gateway, upstream):
+    metered_into(gateway)
+    headers = {"authorization": f"Bearer {DEPLOYMENT_KEY}"}
+    refused = await AsyncClient().post(PATH, json.dumps(request()), headers=headers,
+                                       content_type="application/json")  # fmt: skip
+    assert refused.status_code == 401
+    body = b"".join([chunk async for chunk in refused.streaming_content])
+    assert json.loads(body)["error"]["type"] == "authentication_error"
+    assert upstream.requests == []
