@@ -139,6 +139,7 @@ def test_codexs_config_points_its_provider_at_the_gateways_responses_api():
     assert provider["wire_api"] == "responses"
     assert provider["env_key"] == "ANTHROPIC_API_KEY"  # the gateway's placeholder, no secret
     assert parsed["web_search"] == "disabled"  # a server-side tool the gateway refuses
+    assert parsed["model_context_window"] == 200_000  # Claude's: Codex compacts in time
 
 
 def test_a_failed_claude_turn_is_reported_as_the_failure():

@@ -31,16 +31,21 @@ from agent.core.events import (
 
 HOME_CONFIG = ".codex/config.toml"
 PROVIDER_ID = "harness"
+# Codex has no metadata for the deployment's Claude models: their context window, so that
+# it compacts before the upstream refuses a prompt too long.
+CONTEXT_WINDOW = 200_000
 
 
 def config_toml(base_url: str, key_variable: str) -> str:
     """Codex's ``config.toml``: its model provider is the gateway's Responses API (the key
-    it presents is the gateway's placeholder, named by ``env_key``); nothing of its own
-    from the network (no web search tool, no update check, no analytics)."""
+    it presents is the gateway's placeholder, named by ``env_key``), the models' context
+    window; nothing of its own from the network (no web search tool, no update check, no
+    analytics)."""
     quoted = json.dumps  # a TOML basic string is a JSON string for these values
     return "\n".join([
         f"model_provider = {quoted(PROVIDER_ID)}",
         'web_search = "disabled"',
+        f"model_context_window = {CONTEXT_WINDOW}",
         "check_for_update_on_startup = false",
         "",
         "[analytics]",
