@@ -294,12 +294,12 @@ class OpenCode(PerPrompt):
 
 
 class Codex(PerPrompt):
-    """Codex (``codex exec --json``), one process per prompt, the next one ``codex exec
-    resume <thread>``. Its model provider is the gateway's Responses API
-    (``/llm/openai/v1``, translated to the deployment's upstream). Its own sandbox (Landlock,
-    seccomp, bubblewrap) is not used: ours confines it already (the workspace, its home, no
-    network but the gateway), and ``exec`` has no channel to ask for approvals, so it runs
-    its tools unasked, like OpenCode."""
+    """Codex, its model provider the gateway's Responses API (``/llm/openai/v1``, translated
+    to the deployment's upstream). Its own sandbox (Landlock, seccomp, bubblewrap) is not
+    used: ours confines it already (the workspace, its home, no network but the gateway).
+    With approval ``auto``: ``codex exec --json``, one process per prompt, the next one
+    ``codex exec resume <thread>``, its tools run unasked. Otherwise: its ``app-server``
+    through a bridge (``codex_bridge``), whose approval requests become approval cards."""
 
     name = "codex"
     binary = "codex"
@@ -307,12 +307,22 @@ class Codex(PerPrompt):
 
     def argv(self, executable: str, *, conversation_id: str, resume: str | None,
              approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
+        if approval != "auto":
+            from agent.core.cli_agents.codex_bridge import bridge_argv
+
+            return bridge_argv(executable, model, resume)
         options = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
         if model:
             options += ["--model", model]
         return loop_argv(executable, ["exec", *options],
                          ["exec", "resume", *options, "{session}"], "thread_id",
                          resume)  # fmt: skip
+
+    def approval_response(self, request_id: str, allow: bool, call_input: dict,
+                          reason: str | None) -> str | None:  # fmt: skip
+        from agent.core.cli_agents.codex_bridge import approval_line
+
+        return approval_line(request_id, allow)
 
     def env(self) -> dict[str, str]:
         return {"NO_COLOR": "1", "CODEX_DISABLE_UPDATE_CHECK": "1"}
