@@ -69,6 +69,13 @@ def test_hostile_lines_are_skipped_never_raised(name):
         {"type": "turn.completed", "usage": {"input_tokens": -3, "cached_input_tokens": 99}},
         {"type": "turn.failed", "error": 5}, {"type": "thread.started", "thread_id": 5},
         {"type": "item.completed", "item": "x"}, {"type": "item.updated", "item": {"id": []}},
+        {"method": "item/started", "params": {"item": {"type": "fileChange", "changes": [
+            {"path": 1, "kind": []}, 5]}}},
+        {"method": "item/completed", "params": {"item": {"type": "reasoning", "summary": 3}}},
+        {"method": "item/commandExecution/requestApproval", "id": [1], "params": {"itemId": 5}},
+        {"method": "item/fileChange/requestApproval", "id": None, "params": []},
+        {"method": "turn/completed", "params": {"turn": {"status": "failed", "error": 3}}},
+        {"method": "error", "params": {"error": "x"}}, {"method": 5, "params": None},
     )]  # fmt: skip
     for line in hostile:
         for event in parser.feed(line):
@@ -129,6 +136,37 @@ def test_a_recorded_codex_run_becomes_text_a_tool_card_and_continues_its_thread(
                  {"type": "harness_end", "code": 0, "signal": None}):  # fmt: skip
         recovered.feed(json.dumps(line))
     assert recovered.finished and recovered.failed is None
+
+
+def test_codexs_app_server_approval_request_becomes_a_card_and_its_answer_a_line():
+    """In ``ask`` Codex runs as its app server behind the pane's bridge (recorded: a command
+    asked for, approved, run; then the answer)."""
+    provider = PROVIDERS["codex"]
+    argv = provider.argv("/opt/cli/codex", conversation_id="c", resume="t-1", approval="ask",
+                         model="claude-haiku-4-5")  # fmt: skip
+    assert argv[:2] == ["node", "-e"] and "app-server" in argv[2] and argv[-1] == "t-1"
+    assert json.loads(argv[-2]) == {"model": "claude-haiku-4-5"}
+    parser, events = parse("codex", "codex_app_server_approval.jsonl")
+    kinds = [e.type for e in events]
+    assert kinds == ["tool_call", "status", "approval", "status", "tool_result", "status", "text"]
+    call, card = events[0], events[2]
+    assert card.id == call.id == "call_1" and card.name == "exec_command"
+    assert "echo hi > f.txt" in card.input["command"] and events[3].state == "waiting_input"
+    assert events[4].result == "hi\n" and events[-1].content == "Done"
+    assert parser.finished and parser.failed is None
+    assert provider.session_marker(parser) == "01a219e7-0c99-7142-84ed-fde6b2dad28f"
+    request_id, call_input = parser.pending["call_1"]
+    line = provider.approval_response(request_id, False, call_input, "no")
+    assert json.loads(line) == {"type": "approval", "id": "0", "allow": False}
+    declined = provider.parser()
+    item = {"type": "commandExecution", "id": "c2", "command": "rm -rf /", "status": "declined"}
+    events = declined.feed(json.dumps({"method": "item/completed", "params": {"item": item}}))
+    assert events[2].isError and "declined" in events[2].result
+    for message in ({"method": "turn/completed", "params": {"turn": {
+                         "status": "failed", "error": {"message": "quota"}}}},
+                    {"type": "harness_end", "code": 0, "signal": None}):  # fmt: skip
+        declined.feed(json.dumps(message))
+    assert declined.failed == "quota"
 
 
 def test_codexs_config_points_its_provider_at_the_gateways_responses_api():
