@@ -158,3 +158,23 @@ async def test_the_http_face_answers_nobody_even_during_a_run(gateway, upstream)
     body = b"".join([chunk async for chunk in refused.streaming_content])
     assert json.loads(body)["error"]["type"] == "authentication_error"
     assert upstream.requests == []
+
+
+async def test_concurrent_calls_get_their_own_answers_each_metered_once(gateway, upstream):
+    """Codex's sub-agents call at the same time: the translations share nothing."""
+    usage = metered_into(gateway)
+    texts = [f"answer number {n} " * 5 for n in range(6)]
+    for text in texts:
+        upstream.enqueue(text_reply(text))
+    answers = await asyncio.gather(*(post(gateway, request()) for _ in texts))
+    got = []
+    for status, _, body in answers:
+        events = sse_events(body)
+        assert status == 200 and events[-1][0] == "response.completed"
+        deltas = "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+        done = [d["item"] for n, d in events if n == "response.output_item.done"]
+        assert done[0]["content"][0]["text"] == deltas
+        assert len({d["response"]["id"] for n, d in events if "response" in d}) == 1
+        got.append(deltas)
+    assert sorted(got) == sorted(texts)
+    assert len(usage) == len(texts)
