@@ -3,15 +3,15 @@ line), for a conversation whose approval is ``ask``: ``codex exec`` cannot ask, 
 server can (``item/commandExecution/requestApproval``, ``item/fileChange/requestApproval``).
 
 The bridge (node, like the prompt loop) starts ``codex app-server``, initialises it, and for
-the server's lines of ours on stdin does: ``prompt`` → the thread started (or resumed, from
-the session id it was given) with approval ``untrusted`` (every command but the known-safe
-read-only ones asks) in our sandbox only (Codex's own is not used), then ``turn/start``;
-``abort`` → ``turn/interrupt``; ``approval`` → the JSON-RPC answer to that request
-(``accept`` or ``decline``). Every line of the server goes to stdout unchanged (the parser,
-``codex.CodexParser``, reads them), with the bridge's own: ``thread.started`` (the thread's
-id, which resumes it later), ``harness_end`` after each turn, ``harness_error``. A request of
-the server the bridge does not handle (questions for the user, MCP elicitations, more
-permissions) is answered with an error: Codex goes on without it.
+our lines on stdin does: ``prompt`` → the thread started (or resumed, from the session id it
+was given; a new one when that cannot be resumed) with approval ``untrusted`` (every command
+but the known-safe read-only ones asks) in our sandbox only (Codex's own is not used), then
+``turn/start``; ``abort`` → ``turn/interrupt``; ``approval`` → the JSON-RPC answer to that
+request (``accept`` or ``decline``). Every line of the server goes to stdout unchanged (the
+parser, ``codex.CodexParser``, reads them), with the bridge's own: ``thread.started`` (the
+thread's id, which resumes it later), ``harness_end`` after each turn, ``harness_error``. A
+request of the server the bridge does not handle (questions for the user, MCP elicitations,
+more permissions) is answered with an error: Codex goes on without it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ const [cli, plan, first] = process.argv.slice(1);
 const { model } = JSON.parse(plan);
 const ASKS = ["item/commandExecution/requestApproval", "item/fileChange/requestApproval"];
 let thread = first || "";
+let initialized = false;
 let started = false;
 let turn = null;
 let busy = false;
@@ -76,13 +77,19 @@ function finish(code) {
 async function run(text) {
   busy = true;
   try {
-    if (!started) {
+    if (!initialized) {
       await call("initialize", { clientInfo: { name: "harness", version: "1" } });
       send({ method: "initialized" });
+      initialized = true;
+    }
+    if (!started) {
       const settings = { approvalPolicy: "untrusted", sandbox: "danger-full-access",
                          cwd: process.cwd(), ...(model ? { model } : {}) };
-      const answer = thread ? await call("thread/resume", { threadId: thread, ...settings })
-                            : await call("thread/start", settings);
+      // A thread that cannot be resumed (its files gone) is not retried forever: a new one.
+      const answer = thread
+        ? await call("thread/resume", { threadId: thread, ...settings })
+            .catch(() => call("thread/start", settings))
+        : await call("thread/start", settings);
       thread = answer.thread.id;
       started = true;
       say({ type: "thread.started", thread_id: thread });
