@@ -226,19 +226,21 @@ async def handle(gateway: Gateway, method: str, path_qs: str, headers, body: byt
     if not path.startswith(PREFIX) or path.removeprefix(PREFIX) not in PATHS:
         return error_reply(404, "not_found_error", "Only /v1/messages is served here.")
     endpoint = path.removeprefix(PREFIX)
-    refused = await precheck(gateway, method, body, costs=endpoint == "/v1/messages")
+    refused = precheck(gateway, method, body)
     if refused is not None:
         return error_reply(*refused)
     reach = _network_reach(headers, body)
     if reach is not None:
         return error_reply(400, "invalid_request_error", reach)
+    # Counting tokens is free; a model call is checked against the budget.
+    if endpoint == "/v1/messages" and (refused := await budget_refusal(gateway)) is not None:
+        return error_reply(*refused)
     return await _forward(gateway, endpoint, query, headers, body)
 
 
-async def precheck(gateway: Gateway, method: str, body: bytes,
-                   costs: bool) -> tuple[int, str, str] | None:  # fmt: skip
-    """Why a call is refused before anything is sent upstream (status, error type, message),
-    whichever API it speaks; None when it may go."""
+def precheck(gateway: Gateway, method: str, body: bytes) -> tuple[int, str, str] | None:
+    """Why a call is refused before it is even read (status, error type, message), whichever
+    API it speaks; None when it may go on."""
     if method != "POST":
         return 405, "invalid_request_error", "POST only."
     if not gateway.running:
@@ -248,11 +250,14 @@ async def precheck(gateway: Gateway, method: str, body: bytes,
     if not settings.ANTHROPIC_API_KEY:
         return 503, "api_error", ("This deployment has no model key (ANTHROPIC_API_KEY): "
                                   "CLI agents need a real model.")  # fmt: skip
-    # Checked at each call, as it is spent (counting tokens is free): a CLI's one prompt
-    # may make dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help.
-    if costs and (refused := await gateway.refusal()) is not None:
-        return 403, "permission_error", refused
     return None
+
+
+async def budget_refusal(gateway: Gateway) -> tuple[int, str, str] | None:
+    """The owner's budget, checked at each call, as it is spent: a CLI's one prompt may make
+    dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help."""
+    refused = await gateway.refusal()
+    return None if refused is None else (403, "permission_error", refused)
 
 
 # What would let the model provider reach the network for a sandbox that has none:

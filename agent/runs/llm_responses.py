@@ -2,8 +2,8 @@
 for Codex, translated to the deployment's Messages API upstream and back.
 
 The same gate as ``/llm/anthropic`` (``llm_gateway.precheck``: a run going on, the body's
-bound, the deployment's key, the owner's budget before each call), then the request is
-translated (``core/model/openai_request``: what has no equivalent is a 400 naming it),
+bound, the deployment's key; ``budget_refusal``: the owner's budget before each call), the
+request translated (``core/model/openai_request``: what has no equivalent is a 400 naming it),
 sent upstream streamed with the deployment's key, metered from the upstream's own figures
 as it passes (``llm_metering.Meter``, as for every CLI), and its events translated into the
 Responses API's (``core/model/openai_stream``). A streamed request gets them as SSE; a plain
@@ -24,7 +24,7 @@ import aiohttp
 from agent.core.model.openai_request import Translated, Unsupported, translate
 from agent.core.model.openai_stream import ResponseStream, error_body, sse
 from agent.core.model.wire import SSEParser
-from agent.runs.llm_gateway import Gateway, Reply, post_upstream, precheck
+from agent.runs.llm_gateway import Gateway, Reply, budget_refusal, post_upstream, precheck
 from agent.runs.llm_metering import Meter
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ async def handle(gateway: Gateway, method: str, endpoint: str, body: bytes) -> R
     if endpoint != PATH:
         return openai_error(404, "not_found_error", "Only /llm/openai/v1/responses is served "
                             "here.")  # fmt: skip
-    refused = await precheck(gateway, method, body, costs=True)
+    refused = precheck(gateway, method, body)
     if refused is not None:
         return openai_error(*refused)
     try:
@@ -59,6 +59,8 @@ async def handle(gateway: Gateway, method: str, endpoint: str, body: bytes) -> R
     except ValueError as exc:  # Unsupported is one; so is a body that is not JSON
         message = str(exc) if isinstance(exc, Unsupported) else "The body is not JSON."
         return openai_error(400, "invalid_request_error", message)
+    if (refused := await budget_refusal(gateway)) is not None:
+        return openai_error(*refused)
     upstream_body = json.dumps(translated.body).encode()
     response = await post_upstream("/v1/messages", "", UPSTREAM_HEADERS, upstream_body)
     if isinstance(response, Reply):
