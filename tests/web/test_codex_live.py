@@ -94,16 +94,24 @@ def test_codex_answers_runs_a_command_in_the_workspace_and_continues_its_session
     assert "Done: **made** it." in str(last["messages"])  # it resumed its thread
 
 
-def test_cancel_stops_codex_and_the_next_prompt_goes_to_the_same_session(live, alice, model):
+@pytest.mark.parametrize("approval", ["auto", "ask"])
+def test_cancel_stops_codex_and_the_next_prompt_goes_to_the_same_session(live, alice, model,
+                                                                         approval):  # fmt: skip
     conversation_id = alice.call("POST", "/api/conversations", {"agent": "codex"})[1]["id"]
+    path = f"/api/conversations/{conversation_id}"
+    assert alice.call("PATCH", path, {"approval": approval})[0] == 200
     script(model, tool_reply(("exec_command", {"cmd": "sleep 60", "yield_time_ms": 60000})),
            text_reply("stopped"))  # fmt: skip
     response, stream = alice.events(conversation_id, timeout=90)
-    alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "wait"})
+    alice.call("POST", f"{path}/prompt", {"content": "wait"})
+    if approval == "ask":  # its app server asks first
+        card = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "approval",
+                          timeout=90)[-1][2]  # fmt: skip
+        assert alice.call("POST", f"{path}/approvals/{card['id']}",
+                          {"decision": "approve"})[0] == 200  # fmt: skip
     _wait_for(lambda: _sandboxed("sleep 60"))
     started = time.monotonic()
-    assert alice.call("POST", f"/api/conversations/{conversation_id}/cancel")[1] == {
-        "cancelled": True}  # fmt: skip
+    assert alice.call("POST", f"{path}/cancel")[1] == {"cancelled": True}
     items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
                        and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
     assert items[-1][2] == {**items[-1][2], "state": "error", "message": "Cancelled"}
