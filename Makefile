@@ -68,9 +68,9 @@ test-bench: install-dev system-deps
 # The external CLI agents (docs/FEATURES.md), at the versions the tests pin, into
 # var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the
 # end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
-CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33
+CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33 @openai/codex@0.171.0
 cli-agents:
-	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ] && [ -x var/cli-agents/node_modules/.bin/opencode ]; then :; \
+	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ] && [ -x var/cli-agents/node_modules/.bin/opencode ] && [ -x var/cli-agents/node_modules/.bin/codex ]; then :; \
 	elif command -v npm >/dev/null; then \
 		npm install --no-audit --no-fund --prefix var/cli-agents $(CLI_AGENTS) >/dev/null \
 		|| echo "note: npm install of the CLI agents failed (no registry?)"; \

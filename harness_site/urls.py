@@ -96,6 +96,7 @@ urlpatterns = [
     ),  # fmt: skip
     path("healthz", health.healthz, name="healthz"),
     path("llm/anthropic/<path:rest>", llm.anthropic, name="llm_anthropic"),
+    path("llm/openai/<path:rest>", llm.openai, name="llm_openai"),
     path("accounts/login/", oidc.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Single sign-on (agent/web/oidc.py): 404 unless HARNESS_OIDC_* configure it. The

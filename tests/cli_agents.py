@@ -17,8 +17,9 @@ PACKAGES = (
     "@anthropic-ai/claude-code@2.1.197",
     "@mariozechner/pi-coding-agent@0.73.1",
     "opencode-ai@1.18.33",
+    "@openai/codex@0.171.0",
 )
-BINARIES = {"claude-code": "claude", "pi": "pi", "opencode": "opencode"}
+BINARIES = {"claude-code": "claude", "pi": "pi", "opencode": "opencode", "codex": "codex"}
 
 
 def _missing(reason: str):

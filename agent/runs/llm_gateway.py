@@ -46,6 +46,7 @@ from agent.sandbox import drop
 log = logging.getLogger(__name__)
 
 PREFIX = "/llm/anthropic"
+OPENAI_PREFIX = "/llm/openai"  # the Responses API, for Codex (llm_responses.py)
 # What a CLI may call: messages (streamed or not) and token counting; nothing else of the
 # upstream's API (no files, no batches, no admin) is reachable through the deployment.
 PATHS = ("/v1/messages", "/v1/messages/count_tokens")
@@ -79,6 +80,15 @@ def error_reply(status: int, kind: str, message: str) -> Reply:
         yield payload.encode()
 
     return Reply(status, {"content-type": "application/json"}, body())
+
+
+def refused_reply(path: str, status: int, kind: str, message: str) -> Reply:
+    """A refusal in the shape of the API the call spoke (OpenAI's under /llm/openai)."""
+    if path.startswith(OPENAI_PREFIX + "/"):
+        from agent.runs.llm_responses import openai_error
+
+        return openai_error(status, kind, message)
+    return error_reply(status, kind, message)
 
 
 @dataclass
@@ -167,7 +177,8 @@ class Gateway:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            reply = error_reply(413, "request_too_large", "The request is too large.")
+            reply = refused_reply(request.path, 413, "request_too_large",
+                                  "The request is too large.")  # fmt: skip
         else:
             reply = await handle(self, request.method, request.path_qs, request.headers, body)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
@@ -204,28 +215,49 @@ async def open_gateway(conversation_id: str, owner_id: int) -> Gateway:
 
 async def handle(gateway: Gateway, method: str, path_qs: str, headers, body: bytes):
     """One call of a CLI, over its session's socket: checked, forwarded upstream, its
-    answer metered as it passes."""
+    answer metered as it passes. ``/llm/openai/…``: the Responses API, translated
+    (``llm_responses``)."""
     path, _, query = path_qs.partition("?")
+    if path.startswith(OPENAI_PREFIX + "/"):
+        from agent.runs import llm_responses
+
+        return await llm_responses.handle(gateway, method, path.removeprefix(OPENAI_PREFIX),
+                                          body)  # fmt: skip
     if not path.startswith(PREFIX) or path.removeprefix(PREFIX) not in PATHS:
         return error_reply(404, "not_found_error", "Only /v1/messages is served here.")
-    if method != "POST":
-        return error_reply(405, "invalid_request_error", "POST only.")
-    if not gateway.running:
-        return error_reply(403, "permission_error", "No run of this conversation is going on.")
-    if len(body) > MAX_BODY:
-        return error_reply(413, "request_too_large", "The request is too large.")
-    if not settings.ANTHROPIC_API_KEY:
-        return error_reply(503, "api_error", "This deployment has no model key "
-                           "(ANTHROPIC_API_KEY): CLI agents need a real model.")  # fmt: skip
+    endpoint = path.removeprefix(PREFIX)
+    refused = precheck(gateway, method, body)
+    if refused is not None:
+        return error_reply(*refused)
     reach = _network_reach(headers, body)
     if reach is not None:
         return error_reply(400, "invalid_request_error", reach)
-    endpoint = path.removeprefix(PREFIX)
-    # Checked at each call, as it is spent (counting tokens is free): a CLI's one prompt
-    # may make dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help.
-    if endpoint == "/v1/messages" and (refused := await gateway.refusal()) is not None:
-        return error_reply(403, "permission_error", refused)
+    # Counting tokens is free; a model call is checked against the budget.
+    if endpoint == "/v1/messages" and (refused := await budget_refusal(gateway)) is not None:
+        return error_reply(*refused)
     return await _forward(gateway, endpoint, query, headers, body)
+
+
+def precheck(gateway: Gateway, method: str, body: bytes) -> tuple[int, str, str] | None:
+    """Why a call is refused before it is even read (status, error type, message), whichever
+    API it speaks; None when it may go on."""
+    if method != "POST":
+        return 405, "invalid_request_error", "POST only."
+    if not gateway.running:
+        return 403, "permission_error", "No run of this conversation is going on."
+    if len(body) > MAX_BODY:
+        return 413, "request_too_large", "The request is too large."
+    if not settings.ANTHROPIC_API_KEY:
+        return 503, "api_error", ("This deployment has no model key (ANTHROPIC_API_KEY): "
+                                  "CLI agents need a real model.")  # fmt: skip
+    return None
+
+
+async def budget_refusal(gateway: Gateway) -> tuple[int, str, str] | None:
+    """The owner's budget, checked at each call, as it is spent: a CLI's one prompt may make
+    dozens. 403, not 429: a CLI would retry a 429, and retrying cannot help."""
+    refused = await gateway.refusal()
+    return None if refused is None else (403, "permission_error", refused)
 
 
 # What would let the model provider reach the network for a sandbox that has none:
@@ -287,18 +319,27 @@ async def close_upstream() -> None:
         await session.close()
 
 
-async def _forward(gateway: Gateway, endpoint: str, query: str, headers, body: bytes) -> Reply:
+async def post_upstream(endpoint: str, query: str, headers: dict[str, str],
+                        body: bytes) -> aiohttp.ClientResponse | Reply:  # fmt: skip
+    """The call sent upstream with the deployment's key: the upstream's response, or an
+    error reply (Anthropic's shape) when the upstream cannot be reached."""
     upstream = (settings.ANTHROPIC_BASE_URL or DEFAULT_UPSTREAM).rstrip("/")
-    sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
-    sent["x-api-key"] = settings.ANTHROPIC_API_KEY
+    sent = {**headers, "x-api-key": settings.ANTHROPIC_API_KEY}
     sent["accept-encoding"] = "identity"  # metered as it passes: no compressed stream
     try:
-        response = await _upstream_session().post(
+        return await _upstream_session().post(
             upstream + endpoint + (f"?{query}" if query else ""), data=body, headers=sent
         )
     except (aiohttp.ClientError, TimeoutError) as exc:
         log.warning("the model upstream is unreachable: %s", exc)
         return error_reply(502, "api_error", f"The model upstream is unreachable: {exc}")
+
+
+async def _forward(gateway: Gateway, endpoint: str, query: str, headers, body: bytes) -> Reply:
+    sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
+    response = await post_upstream(endpoint, query, sent, body)
+    if isinstance(response, Reply):
+        return response
     kept = {name: response.headers[name] for name in RESPONSE_HEADERS if name in response.headers}
     meter = None
     if endpoint == "/v1/messages" and response.status < 300:  # counting tokens is free

@@ -15,34 +15,12 @@ import httpx2
 import pytest
 from django.test import AsyncClient
 
-from agent.core.events import UsageEvent
 from agent.core.loop import CallRefused
 from agent.runs import llm_gateway
 from agent.runs.llm_gateway import PREFIX, open_gateway
 from agent.runs.llm_metering import MAX_LINE, Meter
 from testkit.model_server import HttpError, message_reply, text_reply
-
-DEPLOYMENT_KEY = "sk-the-deployments-own-key"
-
-
-@pytest.fixture
-def upstream(model, settings):
-    model.reset()
-    settings.ANTHROPIC_API_KEY = DEPLOYMENT_KEY
-    settings.ANTHROPIC_BASE_URL = model.url
-    return model
-
-
-@pytest.fixture
-async def gateway(upstream):
-    gateway = await open_gateway("c0ffee00-0000-4000-8000-000000000001", 7)
-    yield gateway
-    await gateway.close()
-    await llm_gateway.close_upstream()
-
-
-def socket_of(gateway) -> str:
-    return os.path.join(gateway._directory, "s")
+from tests.runs.gateway_calls import DEPLOYMENT_KEY, metered_into, socket_of
 
 
 async def call(gateway, path="/v1/messages", body=None, headers=None, method="POST"):
@@ -56,12 +34,6 @@ async def call(gateway, path="/v1/messages", body=None, headers=None, method="PO
         async with session.request(method, f"http://gw{PREFIX}{path}", data=data,
                                    headers=sent) as response:  # fmt: skip
             return response.status, dict(response.headers), await response.read()
-
-
-def metered_into(gateway) -> list[UsageEvent]:
-    usage: list[UsageEvent] = []
-    gateway.begin_run("run-1", on_usage=usage.append, guard=None)  # (free: no budget)
-    return usage
 
 
 async def test_a_call_goes_upstream_with_the_deployments_key_and_streams_back(gateway, upstream):

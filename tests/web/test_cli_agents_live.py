@@ -1,4 +1,4 @@
-"""External CLI agents end to end (docs/API.md): the real Claude Code and Pi, installed
+"""External CLI agents end to end (docs/API.md): the real Claude Code, Pi and OpenCode, installed
 from npm, in their tmux sessions inside the bubblewrap sandbox, against the test model
 server, through the live server's API and SSE stream."""
 
@@ -75,10 +75,9 @@ def test_agents_lists_the_installed_clis_and_refuses_unavailable_ones(alice):
     assert agents["claude-code"]["available"] and agents["claude-code"]["version"] == "2.1.197"
     assert agents["pi"]["available"] and agents["pi"]["version"] == "0.73.1"
     assert agents["opencode"]["available"] and agents["opencode"]["version"] == "1.18.33"
-    assert not agents["codex"]["available"] and "Responses" in agents["codex"]["reason"]
-    for name in ("codex", "no-such-agent"):
-        status, body = alice.call("POST", "/api/conversations", {"agent": name})
-        assert (status, body["error"]) == (400, "agent_unavailable")
+    assert agents["codex"]["available"] and agents["codex"]["version"] == "0.171.0"
+    status, body = alice.call("POST", "/api/conversations", {"agent": "no-such-agent"})
+    assert (status, body["error"]) == (400, "agent_unavailable")
     assert alice.call("POST", "/api/conversations", {"agent": 5})[0] == 400
 
 

@@ -45,7 +45,7 @@ USER_SCOPED = ("home", "create_conversation", "files", "set_theme", "api_convers
                # Single sign-on: the requester's own session only (test_oidc).
                "oidc_authentication_init", "oidc_authentication_callback",
                # A CLI session's credential, not a user, is what it answers (test_llm_gateway).
-               "llm_anthropic",
+               "llm_anthropic", "llm_openai",
                # The caller's own projects; anyone else's is 404 (test_projects_live).
                "api_projects", "api_project",
                # The caller's own git credentials (test_credentials_api).

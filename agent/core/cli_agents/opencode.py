@@ -1,12 +1,10 @@
 """OpenCode's JSON events (``opencode run --format json``) as the core's events.
 
-OpenCode answers one prompt per process, so its pane runs a small loop (``LOOP``, in node,
-which OpenCode's npm package needs anyway): it reads the server's JSON lines from stdin,
-runs ``opencode run … --session <id> -- <prompt>`` for each, copies the run's JSON lines to
-its stdout, learns the session id from them (the next prompt continues that session) and
-ends every prompt with one ``harness_end`` line; an ``abort`` line kills the run and every
-process it started (OpenCode ignores SIGINT and SIGTERM while a tool runs, and its commands
-run in sessions of their own).
+OpenCode answers one prompt per process, so its pane runs the prompt loop
+(``prompt_loop.LOOP``): ``opencode run … --session <id> -- <prompt>`` per prompt, the session
+id learned from its ``sessionID``, each prompt ended by one ``harness_end`` line; an
+``abort`` line kills the run and every process it started (OpenCode ignores SIGINT and
+SIGTERM while a tool runs, and its commands run in sessions of their own).
 
 OpenCode's lines: ``text`` and ``reasoning`` (a whole part), ``tool_use`` (a finished call,
 with its input and output), ``step_finish`` (tokens and cost), ``error``. Hostile input:
@@ -18,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.core.cli_agents.claude_code import MAX_FIELD, _int, json_object
+from agent.core.cli_agents.prompt_loop import END, ERROR, exit_failure
 from agent.core.events import (
     Event,
     ReasoningEvent,
@@ -27,71 +26,6 @@ from agent.core.events import (
     ToolResultEvent,
     UsageEvent,
 )
-
-END = "harness_end"
-
-LOOP = r"""
-"use strict";
-const { spawn } = require("child_process");
-const readline = require("readline");
-const [cli, base, first] = process.argv.slice(1);
-let session = first || "";
-let child = null;
-const waiting = [];
-const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
-function run(message) {
-  const args = [...JSON.parse(base), ...(session ? ["--session", session] : []), "--", message];
-  child = spawn(cli, args, { stdio: ["ignore", "pipe", "inherit"] });
-  readline.createInterface({ input: child.stdout }).on("line", (line) => {
-    process.stdout.write(line + "\n");
-    try {
-      const event = JSON.parse(line);
-      if (event && typeof event.sessionID === "string") session = event.sessionID;
-    } catch (_) {}
-  });
-  child.on("error", (error) => say({ type: "error", error: { name: "SpawnError",
-    data: { message: `cannot start ${cli}: ${error.message}` } } }));
-  child.on("close", (code, signal) => {
-    child = null;
-    say({ type: "harness_end", code, signal, session });
-    if (waiting.length) run(waiting.shift());
-  });
-}
-// The run and every process it started (its commands run in sessions of their own, out of
-// reach of a process group signal), found by parent links in the sandbox's /proc.
-function tree(root) {
-  const fs = require("fs");
-  const children = new Map();
-  for (const name of fs.readdirSync("/proc")) {
-    if (!/^[0-9]+$/.test(name)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${name}/stat`, "utf8");
-      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (!children.has(parent)) children.set(parent, []);
-      children.get(parent).push(Number(name));
-    } catch (_) {}
-  }
-  const found = [];
-  const todo = [root];
-  while (todo.length) {
-    const pid = todo.pop();
-    found.push(pid);
-    todo.push(...(children.get(pid) || []));
-  }
-  return found;
-}
-readline.createInterface({ input: process.stdin }).on("line", (line) => {
-  let message;
-  try { message = JSON.parse(line); } catch (_) { return; }
-  if (message && message.type === "prompt" && typeof message.message === "string") {
-    if (child) waiting.push(message.message); else run(message.message);
-  } else if (message && message.type === "abort" && child) {
-    for (const pid of tree(child.pid)) {
-      try { process.kill(pid, "SIGKILL"); } catch (_) {}
-    }
-  }
-});
-"""
 
 
 class OpenCodeParser:
@@ -118,6 +52,8 @@ class OpenCodeParser:
             return self._usage(part)
         if kind == "error":
             self.failed = _error_message(event.get("error"))
+        elif kind == ERROR:
+            self.failed = str(event.get("message") or "opencode could not start")[:500]
         elif kind == END:
             self._end(event)
         return []
@@ -154,9 +90,8 @@ class OpenCodeParser:
         self.finished = True
         if isinstance(event.get("session"), str) and event["session"].startswith("ses_"):
             self.session_id = event["session"][:200]
-        code = event.get("code")
-        if self.failed is None and event.get("signal") is None and code not in (0, None):
-            self.failed = f"opencode exited with code {_int(code)}"
+        if self.failed is None:
+            self.failed = exit_failure("opencode", event)
 
 
 def _error_message(error: Any) -> str:

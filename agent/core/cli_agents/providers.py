@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agent.core.cli_agents.prompt_loop import ABORT_LINE, loop_argv, prompt_line
 from agent.core.events import Event
 
 VERSION_TIMEOUT = 20.0  # seconds: a node CLI's first start can be slow on a busy machine
@@ -224,10 +225,10 @@ class Pi(Provider):
         }
 
     def prompt_input(self, content: str) -> str:
-        return json.dumps({"type": "prompt", "message": content}, ensure_ascii=True) + "\n"
+        return prompt_line(content)
 
     def interrupt_input(self) -> str | None:
-        return json.dumps({"type": "abort"}) + "\n"
+        return ABORT_LINE
 
     def session_marker(self, parser: Parser) -> str | None:
         return "1"  # its sessions are per conversation already: continue the latest
@@ -238,9 +239,24 @@ class Pi(Provider):
         return PiRpcParser()
 
 
-class OpenCode(Provider):
+class PerPrompt(Provider):
+    """A CLI that answers one prompt per process, kept in the pane by the prompt loop
+    (``prompt_loop.LOOP``): prompts and the abort are its JSON lines, and the session id it
+    learned is what resumes the conversation in a new loop."""
+
+    def prompt_input(self, content: str) -> str:
+        return prompt_line(content)
+
+    def interrupt_input(self) -> str | None:
+        return ABORT_LINE
+
+    def session_marker(self, parser: Parser) -> str | None:
+        return getattr(parser, "session_id", None)
+
+
+class OpenCode(PerPrompt):
     """OpenCode (``opencode run --format json``), one process per prompt, kept in the pane by
-    a small loop (``opencode.LOOP``) that continues the conversation's session. It has no
+    the prompt loop (``prompt_loop.LOOP``) that continues the conversation's session. It has no
     permission channel in this mode: it runs its tools unasked (``--auto``), in the sandbox."""
 
     name = "opencode"
@@ -249,12 +265,11 @@ class OpenCode(Provider):
 
     def argv(self, executable: str, *, conversation_id: str, resume: str | None,
              approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
-        from agent.core.cli_agents.opencode import LOOP
-
         base = ["run", "--format", "json", "--auto"]
         if model:
             base += ["--model", f"anthropic/{model}"]
-        return ["node", "-e", LOOP, "--", executable, json.dumps(base), resume or ""]
+        return loop_argv(executable, base, [*base, "--session", "{session}"], "sessionID",
+                         resume)  # fmt: skip
 
     def env(self) -> dict[str, str]:
         # Nothing of its own from the network: no update check, no model catalogue, no
@@ -272,26 +287,58 @@ class OpenCode(Provider):
                   "autoupdate": False, "share": "disabled"}  # fmt: skip
         return {".config/opencode/opencode.json": json.dumps(config)}
 
-    def prompt_input(self, content: str) -> str:
-        return json.dumps({"type": "prompt", "message": content}, ensure_ascii=True) + "\n"
-
-    def interrupt_input(self) -> str | None:
-        return json.dumps({"type": "abort"}) + "\n"
-
-    def session_marker(self, parser: Parser) -> str | None:
-        return getattr(parser, "session_id", None)
-
     def parser(self) -> Parser:
         from agent.core.cli_agents.opencode import OpenCodeParser
 
         return OpenCodeParser()
 
 
-class Unsupported(Provider):
-    """A CLI that speaks no Anthropic-compatible wire protocol: listed, never available."""
+class Codex(PerPrompt):
+    """Codex, its model provider the gateway's Responses API (``/llm/openai/v1``, translated
+    to the deployment's upstream). Its own sandbox (Landlock, seccomp, bubblewrap) is not
+    used: ours confines it already (the workspace, its home, no network but the gateway).
+    With approval ``auto``: ``codex exec --json``, one process per prompt, the next one
+    ``codex exec resume <thread>``, its tools run unasked. Otherwise: its ``app-server``
+    through a bridge (``codex_bridge``), whose approval requests become approval cards."""
 
-    def __init__(self, name: str, binary: str, reason: str):
-        self.name, self.binary, self.reason = name, binary, reason
+    name = "codex"
+    binary = "codex"
+    majors = (0,)
+
+    def argv(self, executable: str, *, conversation_id: str, resume: str | None,
+             approval: str = "auto", model: str | None = None) -> list[str]:  # fmt: skip
+        if approval != "auto":
+            from agent.core.cli_agents.codex_bridge import bridge_argv
+
+            return bridge_argv(executable, model, resume)
+        options = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+        if model:
+            options += ["--model", model]
+        return loop_argv(executable, ["exec", *options],
+                         ["exec", "resume", *options, "{session}"], "thread_id",
+                         resume)  # fmt: skip
+
+    def approval_response(self, request_id: str, allow: bool, call_input: dict,
+                          reason: str | None) -> str | None:  # fmt: skip
+        from agent.core.cli_agents.codex_bridge import approval_line
+
+        return approval_line(request_id, allow)
+
+    def env(self) -> dict[str, str]:
+        return {"NO_COLOR": "1", "CODEX_DISABLE_UPDATE_CHECK": "1"}
+
+    def config_files(self, base_url: str) -> dict[str, str]:
+        from agent.core.cli_agents.codex import HOME_CONFIG, config_toml
+
+        # The gateway's Anthropic endpoint names its root: the Responses API is beside it.
+        # The key Codex presents is the same placeholder as the other CLIs' (not a secret).
+        root = base_url.removesuffix("/anthropic")
+        return {HOME_CONFIG: config_toml(root + "/openai/v1", "ANTHROPIC_API_KEY")}
+
+    def parser(self) -> Parser:
+        from agent.core.cli_agents.codex import CodexParser
+
+        return CodexParser()
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -299,9 +346,7 @@ PROVIDERS: dict[str, Provider] = {
     for p in (
         ClaudeCode(),
         Pi(),
-        Unsupported("codex", "codex", "Codex speaks only OpenAI's wire protocols (the "
-                    "Responses and Chat Completions APIs); the deployment's model endpoint is "
-                    "Anthropic's Messages API"),
+        Codex(),
         OpenCode(),
     )
 }  # fmt: skip
@@ -313,8 +358,6 @@ def provider_for(name: str) -> Provider | None:
 
 async def detect(provider: Provider, environ: dict[str, str] | None = None) -> AgentInfo:
     """Whether the CLI can be used here, and its version (runs ``--version``, off the loop)."""
-    if isinstance(provider, Unsupported):
-        return AgentInfo(provider.name, False, None, provider.reason)
     executable = provider.find(environ)
     if executable is None:
         reason = f"not installed (not on PATH, {provider.command_env_name()} unset)"
