@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("c/new/", views.create_conversation, name="create_conversation"),
     path("c/<uuid:conversation_id>/", views.conversation_page, name="conversation"),
+    path("c/<uuid:conversation_id>/earlier", views.earlier_parts, name="earlier_parts"),
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
