@@ -134,7 +134,7 @@ def pending_highlights(transcript: Transcript, events: Iterable[Event]) -> list[
         if isinstance(event, ToolCallEvent):
             paths[event.id] = tool_view(event).path
         elif isinstance(event, ToolResultEvent) and paths.get(event.id):
-            scratch = ToolView(id=event.id, name="", input_json="")  # no path: not highlighted
+            scratch = ToolView(id=event.id, name="")  # no path: not highlighted
             apply_result(scratch, event)
             if not scratch.error:
                 jobs += [(text, paths[event.id]) for text in (scratch.head, scratch.rest) if text]
