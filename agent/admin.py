@@ -36,7 +36,7 @@ from agent.runs.eventlog import from_stored
 from agent.ui import usage_chart
 from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
-from agent.ui.transcript import build_parts
+from agent.ui.transcript import answer_ends, build_parts
 from agent.web import api_tokens as tokens
 from agent.web.api_tokens import digest, new_token_value
 
@@ -138,7 +138,7 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.display(description="Transcript")
     def transcript(self, conversation: Conversation):
         parts = build_parts(from_stored(_events(conversation)))
-        context = {"parts": parts, "conversation": conversation}
+        context = {"parts": parts, "conversation": conversation, "answer_ends": answer_ends(parts)}
         return render_to_string("admin/agent/transcript.html", context)
 
 

@@ -224,6 +224,9 @@ class FragmentRenderer:
                 flush_parts()
                 context = {"conversation": conversation, "oob": True}
                 out.append(render_to_string("agent/_meter.html", context))
+                if isinstance(event, UsageEvent) and self.transcript.usage is not None:
+                    context = {"usage": self.transcript.usage, "oob": True}
+                    out.append(render_to_string("agent/_answer_cost.html", context))
             elif part is not None:
                 parts.append(part)
                 if isinstance(event, TextEvent):
@@ -250,6 +253,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
             transcript.fold_queue(event)
         if isinstance(event, UserEvent) and event.seq <= after:  # what is answered
             transcript.answering(event)
+        if isinstance(event, UsageEvent) and event.seq <= after:  # … and what it used so far
+            transcript.add(event)
     # The page may hold a live block: a completed text removes it.
     renderer = FragmentRenderer(transcript, live=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]
