@@ -1297,9 +1297,51 @@
   }
 
   // --- small page helpers ----------------------------------------------------------------
+  // Delegated: the sidebar's list is swapped whole (pin, archive), its forms with it.
   function confirmBeforeSubmit() {
-    document.querySelectorAll("form[data-confirm]").forEach((f) => {
-      f.addEventListener("submit", (event) => { if (!window.confirm(f.dataset.confirm)) event.preventDefault(); });
+    document.addEventListener("submit", (event) => {
+      const form = event.target.closest("form[data-confirm]");
+      if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+
+  // The ⋯ menu's "Instructions…": a dialog that saves in the background (204). Refused (too
+  // long) or not sent, the text stays in the box with the reason; the menu says whether
+  // some are set.
+  function bindInstructions() {
+    const dialog = $("#instructions-dialog");
+    const open = $("#instructions-open");
+    if (!dialog || !open) return;
+    const form = $("#instructions-form");
+    const field = $("#instructions");
+    const error = $("#instructions-error");
+    open.addEventListener("click", () => {
+      const menu = open.closest("details");
+      if (menu) menu.open = false;
+      error.textContent = "";
+      dialog.showModal();
+      field.focus();
+    });
+    $("#instructions-cancel").addEventListener("click", () => dialog.close());
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      form.setAttribute("aria-busy", "true");
+      try {
+        const response = await fetch(form.action, {
+          method: "POST", body: new FormData(form), credentials: "same-origin",
+          headers: { "HX-Request": "true" },
+        });
+        if (!response.ok) {
+          error.textContent = (await response.text()).trim() || `Not saved (HTTP ${response.status}).`;
+          return;
+        }
+        open.textContent = field.value.trim() ? "Instructions (set)…" : "Instructions…";
+        dialog.close();
+      } catch (e) {
+        error.textContent = "Not saved: the server could not be reached. Your text is still here.";
+      } finally {
+        form.removeAttribute("aria-busy");
+      }
     });
   }
 
@@ -1493,6 +1535,7 @@
     closeMenuOnCompact();
 
     confirmBeforeSubmit();
+    bindInstructions();
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();

@@ -24,6 +24,7 @@ from agent.access import (
     empty_conversation_of,
     members_of,
     new_conversation,
+    own_list,
     projects_of,
     shared_with,
 )
@@ -43,6 +44,7 @@ from agent.ui import paging
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
+from agent.web.organize import INSTRUCTIONS_MAX
 from agent.web.reach import reach, refusal
 from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import Throttled, check_new_conversation
@@ -101,7 +103,7 @@ def _throttled_page(request: HttpRequest, refusal: Throttled) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    conversation = conversations_of(request.user).first()
+    conversation = conversations_of(request.user).filter(archived=False).first()  # the newest
     if conversation is None:
         try:  # counted too: deleting every conversation must not get around the limit
             check_new_conversation(request.user)
@@ -129,12 +131,15 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     if conversation.state == Conversation.State.IDLE:
         status = StatusView("idle", status.text if status.state == "idle" else "")
     offline = agent_config().offline
+    archived_view = request.GET.get("archived") == "1"  # the list shows the archived ones
     context = {
         "conversation": conversation,
-        "conversations": conversations_of(request.user).select_related("project")[:200],
+        "archived_view": archived_view,
+        "conversations": own_list(request.user, archived_view)[:200],
+        "max_instructions": INSTRUCTIONS_MAX,
         "projects": projects_of(request.user).order_by("name")[:200],
         "max_upload_mb": settings.HARNESS_MAX_UPLOAD_MB,  # a project's archive, said before sent
-        "shared": shared_with(request.user)[:200],
+        "shared": shared_with(request.user).filter(archived=False)[:200],
         "role": role,
         "can_drive": allows(role, DRIVE),
         **(_share_context(conversation, members=members) if role == OWN else {}),
