@@ -84,3 +84,14 @@ def test_instructions_are_saved_by_those_who_drive_and_bounded(client, three, bo
     set_member(target, "bob", "collaborator")
     assert other.post(url, {"instructions": "Be brief."}).status_code == 302
     assert Conversation.objects.get(pk=target.pk).instructions == "Be brief."
+
+
+def test_instructions_are_text_on_the_page_never_markup(client, three, bob):
+    target = three[0]
+    set_member(target, "bob", "collaborator")
+    other = Client()
+    other.force_login(bob)
+    hostile = "</textarea><img src=x onerror=alert(1)><textarea>"
+    assert other.post(f"/c/{target.id}/instructions", {"instructions": hostile}).status_code == 302
+    page = client.get(f"/c/{target.id}/").content.decode()
+    assert "<img src=x" not in page and "&lt;/textarea&gt;&lt;img src=x" in page
