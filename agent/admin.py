@@ -123,14 +123,14 @@ class ConversationAdmin(admin.ModelAdmin):
     inlines = (MembershipInline,)
     list_display = ("__str__", "owner", "model", "agent", "state", "input_tokens",
                     "output_tokens", "cost_usd", "created", "updated")  # fmt: skip
-    list_filter = ("state", "model", "agent", "owner", "created", "updated")
+    list_filter = ("state", "model", "agent", "pinned", "archived", "owner", "created", "updated")
     search_fields = ("title", "owner__username", "id")
     list_select_related = ("owner",)
     date_hierarchy = "created"
     actions = (export_markdown, export_json)
     readonly_fields = ("id", "owner", "model", "state", "team", "created", "updated", "last_seq",
                        *USAGE_FIELDS, "cost_usd", "transcript")  # fmt: skip
-    fields = ("title", *readonly_fields)
+    fields = ("title", "instructions", "pinned", "archived", *readonly_fields)
 
     def has_add_permission(self, request):
         return False  # conversations are made by their owners, not by admins
