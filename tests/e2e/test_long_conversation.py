@@ -10,12 +10,14 @@ import pytest
 from tests.e2e.conftest import sign_in
 
 PAGE = 120  # agent/ui/paging.PAGE
+READER = "lorna"
 
 
 @pytest.fixture(scope="module")
 def long(live):
+    live.create_users(READER)  # of their own: other tests' users keep their newest conversation
     code = ("import json\nfrom bench import fixtures\n"
-            "print(json.dumps(fixtures.long_conversation(1000, 'alice')))")  # fmt: skip
+            f"print(json.dumps(fixtures.long_conversation(1000, '{READER}')))")  # fmt: skip
     return json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1])
 
 
@@ -25,7 +27,7 @@ def shown(page) -> list[int]:
 
 
 def test_scrolling_up_loads_the_earlier_parts_in_place(new_context, long):
-    page = sign_in(new_context(), "alice")
+    page = sign_in(new_context(), READER)
     page.goto(f"/c/{long['conversation']}/")
     page.wait_for_selector("body[data-ws=open]")
     first = shown(page)
@@ -52,7 +54,7 @@ def test_scrolling_up_loads_the_earlier_parts_in_place(new_context, long):
 
 
 def test_a_link_to_an_early_message_loads_back_to_it(new_context, long):
-    page = sign_in(new_context(), "alice")
+    page = sign_in(new_context(), READER)
     page.goto("/search?q=module")  # from another page, as a search hit is followed
     page.goto(f"/c/{long['conversation']}/#seq-1")
     found = page.wait_for_selector("#messages > .part.found")
@@ -61,7 +63,7 @@ def test_a_link_to_an_early_message_loads_back_to_it(new_context, long):
 
 
 def test_a_link_within_the_page_loads_back_to_it_too(new_context, long):
-    page = sign_in(new_context(), "alice")
+    page = sign_in(new_context(), READER)
     page.goto(f"/c/{long['conversation']}/")
     page.wait_for_selector("body[data-ws=open]")
     page.evaluate("() => { location.hash = '#seq-7'; }")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.e2e.conftest import sign_in
 
 
@@ -24,9 +26,15 @@ def order(page) -> list[str]:
                                      "els => els.map(e => e.dataset.conversationId)")  # fmt: skip
 
 
-def test_pin_and_archive_redraw_the_list_in_place(new_context, live):
-    older, newer = new_conversations(live, "bob", 2)
-    page = sign_in(new_context(), "bob")
+@pytest.fixture(scope="module")
+def users(live):
+    """Of this file's own: the pins and archives it leaves are no other test's list."""
+    live.create_users("pia", "ivo")
+
+
+def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
+    older, newer = new_conversations(live, "pia", 2)
+    page = sign_in(new_context(), "pia")
     page.fill("#prompt", "half-typed thought")
     entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{older}']")
     entry.locator("summary").click()
@@ -53,8 +61,8 @@ def test_pin_and_archive_redraw_the_list_in_place(new_context, live):
     assert page.input_value("#prompt") == "half-typed thought"  # the page never left
 
 
-def test_instructions_are_edited_in_a_dialog_and_a_refusal_keeps_the_text(new_context):
-    page = sign_in(new_context(), "bob")
+def test_instructions_are_edited_in_a_dialog_and_a_refusal_keeps_the_text(new_context, users):
+    page = sign_in(new_context(), "ivo")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
     page.click(".conv-actions > summary")
