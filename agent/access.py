@@ -5,7 +5,8 @@ asks here, so the rule lives in one place. A conversation's readers:
 
 - its owner (role ``owner``): everything;
 - a member the owner made ``collaborator``: reads, and drives (prompt, queue, cancel,
-  approve, compact), in the owner's workspace and on the owner's budget;
+  approve, compact, the conversation's instructions), in the owner's workspace and on the
+  owner's budget;
 - a member made ``viewer``, and with ``team`` on every active user: reads (the page, the
   socket, the events, live) and may fork a copy of their own.
 
@@ -29,6 +30,16 @@ from agent.models import Conversation, Membership, Project, User
 OWNER, COLLABORATOR, VIEWER = "owner", "collaborator", "viewer"
 READ, DRIVE, OWN = VIEWER, COLLABORATOR, OWNER
 _RANK = {VIEWER: 1, COLLABORATOR: 2, OWNER: 3}
+
+
+# A conversation's settings are its owner's; these its collaborators change too (they steer
+# the agent as a prompt does, and a collaborator may prompt).
+DRIVER_SETTINGS = frozenset({"instructions"})
+
+
+def settings_level(fields) -> str:
+    """The level changing these settings of a conversation needs (a PATCH's fields)."""
+    return DRIVE if set(fields) <= DRIVER_SETTINGS else OWN
 
 
 def allows(role: str | None, level: str) -> bool:
@@ -218,6 +229,13 @@ def conversations_of(user) -> QuerySet[Conversation]:
     return readable_by(user.pk).filter(owner_id=user.pk).order_by("-updated")
 
 
+def own_list(user, archived: bool = False) -> QuerySet[Conversation]:
+    """The sidebar's list of the user's own: pinned first, then the most recently updated;
+    archived ones only when asked for (and then only they)."""
+    listed = conversations_of(user).filter(archived=archived).select_related("project")
+    return listed.order_by("-pinned", "-updated")
+
+
 def shared_with(user) -> QuerySet[Conversation]:
     """Conversations others shared with the user (or with the team), newest first: the
     sidebar's "Shared with me"."""
@@ -226,8 +244,9 @@ def shared_with(user) -> QuerySet[Conversation]:
 
 
 def listed_for(user) -> QuerySet[Conversation]:
-    """Own and shared conversations, newest first, each with ``role`` (the API's list)."""
-    return readable_by(user.pk).order_by("-updated")
+    """Own and shared conversations, pinned ones first, then the newest, each with ``role``
+    (the API's list)."""
+    return readable_by(user.pk).order_by("-pinned", "-updated")
 
 
 def members_of(conversation: Conversation) -> list[Membership]:

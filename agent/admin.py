@@ -36,7 +36,7 @@ from agent.runs.eventlog import from_stored
 from agent.ui import usage_chart
 from agent.ui.bidi import bidi_visible
 from agent.ui.export import conversation_json, conversation_markdown, conversation_meta
-from agent.ui.transcript import build_parts
+from agent.ui.transcript import answer_ends, build_parts
 from agent.web import api_tokens as tokens
 from agent.web.api_tokens import digest, new_token_value
 
@@ -123,14 +123,14 @@ class ConversationAdmin(admin.ModelAdmin):
     inlines = (MembershipInline,)
     list_display = ("__str__", "owner", "model", "agent", "state", "input_tokens",
                     "output_tokens", "cost_usd", "created", "updated")  # fmt: skip
-    list_filter = ("state", "model", "agent", "owner", "created", "updated")
+    list_filter = ("state", "model", "agent", "pinned", "archived", "owner", "created", "updated")
     search_fields = ("title", "owner__username", "id")
     list_select_related = ("owner",)
     date_hierarchy = "created"
     actions = (export_markdown, export_json)
     readonly_fields = ("id", "owner", "model", "state", "team", "created", "updated", "last_seq",
                        *USAGE_FIELDS, "cost_usd", "transcript")  # fmt: skip
-    fields = ("title", *readonly_fields)
+    fields = ("title", "instructions", "pinned", "archived", *readonly_fields)
 
     def has_add_permission(self, request):
         return False  # conversations are made by their owners, not by admins
@@ -138,7 +138,7 @@ class ConversationAdmin(admin.ModelAdmin):
     @admin.display(description="Transcript")
     def transcript(self, conversation: Conversation):
         parts = build_parts(from_stored(_events(conversation)))
-        context = {"parts": parts, "conversation": conversation}
+        context = {"parts": parts, "conversation": conversation, "answer_ends": answer_ends(parts)}
         return render_to_string("admin/agent/transcript.html", context)
 
 

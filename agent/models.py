@@ -123,6 +123,12 @@ class Conversation(models.Model):
                                 related_name="conversations")  # fmt: skip
     branch = models.CharField(max_length=255, blank=True)
     base_commit = models.CharField(max_length=64, blank=True)
+    # Added to this conversation's system prompt, after the workspace's AGENTS.md (its
+    # owner and collaborators edit it: PATCH {"instructions"}; bounded, INSTRUCTIONS_MAX).
+    instructions = models.TextField(blank=True, default="")
+    # The owner's list: pinned ones first, archived ones only behind the list's filter.
+    pinned = models.BooleanField(default=False)
+    archived = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-updated"]

@@ -2,12 +2,30 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from agent.web import api, file_views, files_api, health, llm, oidc, remote_api, uploads, views
+from agent.web import (
+    api,
+    file_views,
+    files_api,
+    health,
+    llm,
+    oidc,
+    organize,
+    remote_api,
+    uploads,
+    views,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("c/new/", views.create_conversation, name="create_conversation"),
     path("c/<uuid:conversation_id>/", views.conversation_page, name="conversation"),
+    path("c/<uuid:conversation_id>/earlier", views.earlier_parts, name="earlier_parts"),
+    path("c/<uuid:conversation_id>/list", organize.conversation_list, name="conversation_list"),
+    path("c/<uuid:conversation_id>/pin", organize.set_pinned, name="set_pinned"),
+    path("c/<uuid:conversation_id>/archive", organize.set_archived, name="set_archived"),
+    path(
+        "c/<uuid:conversation_id>/instructions", organize.set_instructions, name="set_instructions"
+    ),
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
     path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),

@@ -995,11 +995,17 @@
     return event.key === "/" && !event.ctrlKey && !event.metaKey && !isTypingIn(event.target);
   }
 
-  // A search result opens its conversation at the message (#seq-N): scrolled to, outlined.
-  function showLinkedPart(messages) {
+  // A search result opens its conversation at the message (#seq-N): scrolled to, outlined
+  // (loaded first when it is further back than the page's latest parts).
+  function showLinkedPart(messages, earlier) {
     const match = /^#seq-(\d+)$/.exec(location.hash);
     const part = match && messages.querySelector(`:scope > [data-seq="${match[1]}"]`);
-    if (!part) return;
+    if (!part) {
+      if (match && earlier.before() > Number(match[1])) {
+        earlier.load(Number(match[1])).then(() => showLinkedPart(messages, earlier));
+      }
+      return;
+    }
     requestAnimationFrame(() => {
       part.scrollIntoView({ block: "center" });
       part.classList.add("found");
@@ -1045,6 +1051,7 @@
     function atBottom() { return messages.scrollHeight - messages.scrollTop - messages.clientHeight < 40; }
     function scrollToBottom() { messages.scrollTop = messages.scrollHeight; newContent.hidden = true; }
     function jumpToBottom() { stickToBottom = true; scrollToBottom(); }
+    let above = false; // parts were just put above the reader: not new content
     messages.addEventListener("scroll", () => {
       stickToBottom = atBottom();
       if (stickToBottom) newContent.hidden = true;
@@ -1052,8 +1059,79 @@
     newContent.addEventListener("click", jumpToBottom);
     return {
       jumpToBottom,
-      contentChanged() { if (stickToBottom) scrollToBottom(); else newContent.hidden = false; },
+      contentChanged() {
+        if (above) return;
+        if (stickToBottom) scrollToBottom();
+        else newContent.hidden = false;
+      },
+      // Puts content above what the reader sees, which stays where it was on the screen. Till
+      // the next frame, changes are that content's (its copy buttons, its times): not new.
+      insertAbove(insert) {
+        const fromBottom = messages.scrollHeight - messages.scrollTop;
+        above = true;
+        insert();
+        messages.scrollTop = messages.scrollHeight - fromBottom;
+        requestAnimationFrame(() => { above = false; });
+      },
     };
+  }
+
+  // --- earlier parts of a long conversation ---------------------------------------------
+  // The page holds a long conversation's latest parts under a "Show earlier messages"
+  // button (#earlier); clicked, or scrolled into view, it is replaced by the page of parts
+  // before them (GET its data-url: the server's HTML, as a swap would take it), which
+  // brings the next button while there are more.
+  function createEarlierParts(messages, autoScroll) {
+    let loading = null;
+    let watched = null;
+    const button = () => messages.querySelector(":scope > #earlier");
+    const seen = new IntersectionObserver((entries) => {
+      if (entries.some((entry) => entry.isIntersecting)) load();
+    }, { root: messages, rootMargin: "200px 0px 0px 0px" });
+
+    // Called on every change of the transcript: a branch switch redraws it, button included.
+    function watch() {
+      if (button() === watched) return;
+      seen.disconnect();
+      watched = button();
+      if (watched) seen.observe(watched);
+    }
+
+    function load(at) {
+      const current = button();
+      if (!current) return Promise.resolve();
+      if (loading) return loading.then(() => (at && before() > at ? load(at) : undefined));
+      const url = new URL(current.dataset.url, location.href);
+      if (at) url.searchParams.set("at", at);
+      current.disabled = true;
+      current.setAttribute("aria-busy", "true");
+      loading = fetch(url, { credentials: "same-origin", headers: { "HX-Request": "true" } })
+        .then((response) => {
+          if (!response.ok) throw new Error(`HTTP ${response.status}`);
+          return response.text();
+        })
+        .then((html) => {
+          const fragment = document.createRange().createContextualFragment(html);
+          const added = Array.from(fragment.children);
+          autoScroll.insertAbove(() => current.replaceWith(fragment));
+          added.forEach((element) => window.htmx.process(element));
+        })
+        .catch(() => {
+          current.disabled = false;
+          current.removeAttribute("aria-busy");
+          current.textContent = "Earlier messages could not be loaded: try again";
+        })
+        .finally(() => { loading = null; watched = null; watch(); });
+      return loading;
+    }
+
+    function before() { return Number((button() || { dataset: {} }).dataset.before || 0); }
+
+    messages.addEventListener("click", (event) => {
+      if (event.target.closest("#earlier")) load();
+    });
+    watch();
+    return { load, before, watch };
   }
 
   // --- copy buttons ----------------------------------------------------------------------
@@ -1219,9 +1297,51 @@
   }
 
   // --- small page helpers ----------------------------------------------------------------
+  // Delegated: the sidebar's list is swapped whole (pin, archive), its forms with it.
   function confirmBeforeSubmit() {
-    document.querySelectorAll("form[data-confirm]").forEach((f) => {
-      f.addEventListener("submit", (event) => { if (!window.confirm(f.dataset.confirm)) event.preventDefault(); });
+    document.addEventListener("submit", (event) => {
+      const form = event.target.closest("form[data-confirm]");
+      if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+
+  // The ⋯ menu's "Instructions…": a dialog that saves in the background (204). Refused (too
+  // long) or not sent, the text stays in the box with the reason; the menu says whether
+  // some are set.
+  function bindInstructions() {
+    const dialog = $("#instructions-dialog");
+    const open = $("#instructions-open");
+    if (!dialog || !open) return;
+    const form = $("#instructions-form");
+    const field = $("#instructions");
+    const error = $("#instructions-error");
+    open.addEventListener("click", () => {
+      const menu = open.closest("details");
+      if (menu) menu.open = false;
+      error.textContent = "";
+      dialog.showModal();
+      field.focus();
+    });
+    $("#instructions-cancel").addEventListener("click", () => dialog.close());
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      form.setAttribute("aria-busy", "true");
+      try {
+        const response = await fetch(form.action, {
+          method: "POST", body: new FormData(form), credentials: "same-origin",
+          headers: { "HX-Request": "true" },
+        });
+        if (!response.ok) {
+          error.textContent = (await response.text()).trim() || `Not saved (HTTP ${response.status}).`;
+          return;
+        }
+        open.textContent = field.value.trim() ? "Instructions (set)…" : "Instructions…";
+        dialog.close();
+      } catch (e) {
+        error.textContent = "Not saved: the server could not be reached. Your text is still here.";
+      } finally {
+        form.removeAttribute("aria-busy");
+      }
     });
   }
 
@@ -1318,6 +1438,13 @@
     const format = (ts) => new Date(ts).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
     const short = (ts) => new Date(ts).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
     return function stamp(root) {
+      // Earlier parts loaded on scroll bring their times along.
+      root.querySelectorAll(".part-times").forEach((holder) => {
+        try {
+          Object.entries(JSON.parse(holder.textContent)).forEach(([seq, ts]) => times.set(seq, Number(ts)));
+        } catch (e) { /* their arrival time stands in */ }
+        holder.remove();
+      });
       root.querySelectorAll("[data-part][data-seq]").forEach((part) => {
         const seq = part.dataset.seq;
         const ts = Number(part.dataset.ts) || times.get(seq) || Date.now();
@@ -1386,6 +1513,7 @@
     const stampTimes = createPartTimes();
     stampTimes(messages);
     const restoreDropped = createDroppedPromptRestore(messages, prompt);
+    const earlier = createEarlierParts(messages, autoScroll);
     watchMessages(messages, () => {
       welcomeChanged();
       stampTimes(messages);
@@ -1395,16 +1523,19 @@
       markAnswerEnds(messages);
       outcomes.messagesChanged();
       restoreDropped();
+      earlier.watch();
       autoScroll.contentChanged();
     });
     const queueChanged = keepFocusInQueue(prompt);
     watchComposer(() => { queueChanged(); markAnswerEnds(messages); });
     markAnswerEnds(messages);
     autoScroll.jumpToBottom();
-    showLinkedPart(messages);
+    showLinkedPart(messages, earlier);
+    window.addEventListener("hashchange", () => showLinkedPart(messages, earlier)); // a hit here
     closeMenuOnCompact();
 
     confirmBeforeSubmit();
+    bindInstructions();
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();

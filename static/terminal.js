@@ -3,8 +3,12 @@
 // is the pane's output, hostile: it only ever reaches xterm.js as data (never HTML).
 // Keys and the panel's size go back as `terminal_input` and `terminal_resize` frames, from
 // those who may drive (the server refuses a viewer's anyway). Self-hosted, no inline code.
+// xterm.js and its stylesheets (~130 KB gzipped, most of the page's weight) are fetched when
+// a pane first opens: a page whose terminals stay closed never loads them (data-styles and
+// data-scripts on this script's tag name them, hashed by the template's {% static %}).
 (function () {
   "use strict";
+  const ASSETS = document.currentScript ? document.currentScript.dataset : {};
   const MIN_SIZE = 2;
   const MAX_SIZE = 500;
   const MAX_INPUT = 4096; // characters per frame (agent/runs/terminals.py)
@@ -23,6 +27,35 @@
 
   let socket = null;
   const panes = {};
+  let loading = null;
+
+  function words(value) { return (value || "").split(/\s+/).filter(Boolean); }
+
+  function fetched(element) {
+    return new Promise((resolve, reject) => {
+      element.addEventListener("load", resolve, { once: true });
+      element.addEventListener("error", () => reject(new Error("terminal assets")), { once: true });
+      document.head.appendChild(element);
+    });
+  }
+
+  // Once per page: the stylesheets, then the scripts in order (the fit addon needs xterm.js).
+  function loadAssets() {
+    if (window.Terminal && window.FitAddon) return Promise.resolve();
+    if (loading) return loading;
+    const styles = words(ASSETS.styles).map((href) => {
+      const link = document.createElement("link");
+      Object.assign(link, { rel: "stylesheet", href });
+      return fetched(link);
+    });
+    loading = Promise.all(styles).then(() => words(ASSETS.scripts).reduce((done, src) => done.then(() => {
+      const script = document.createElement("script");
+      script.src = src;
+      return fetched(script);
+    }), Promise.resolve()));
+    loading.catch(() => { loading = null; }); // a later opening tries again
+    return loading;
+  }
 
   function send(frame) {
     if (!socket) return false;
@@ -42,8 +75,15 @@
     };
   }
 
+  // Resolves once the pane's emulator exists (its assets fetched first, the first time).
   function open(pane) {
+    if (pane.term) return Promise.resolve(pane);
+    return loadAssets().then(() => { makeTerm(pane); return pane; });
+  }
+
+  function makeTerm(pane) {
     if (pane.term) return;
+    pane.host.textContent = "";
     const term = new window.Terminal({
       ...FONT, theme: THEME, disableStdin: pane.readonly, scrollback: 2000, cursorBlink: false,
       // A pane's links (OSC 8) are the pane's words: never opened from here.
@@ -111,7 +151,7 @@
 
   function init() {
     const hosts = document.querySelectorAll(".xterm-host[data-pane]");
-    if (!hosts.length || !window.Terminal || !window.FitAddon) return;
+    if (!hosts.length) return;
     hosts.forEach((host) => { panes[host.dataset.pane] = create(host); });
     // A terminal frame is JSON, not the fragments htmx swaps in: taken here, and htmx
     // is told to leave it (htmx:wsBeforeMessage cancelled).
@@ -129,15 +169,16 @@
       Object.values(panes).forEach((pane) => sendSize(pane, true));
     });
     document.addEventListener("htmx:wsClose", () => { socket = null; });
+    const shown = (pane, focus) => open(pane).then(() => {
+      sendSize(pane, false);
+      if (focus && !pane.readonly && pane.panel.open) pane.term.focus();
+    }, () => {
+      pane.host.textContent = "The terminal could not be loaded: close and open it to try again.";
+    });
     Object.values(panes).forEach((pane) => {
-      if (!pane.panel) { open(pane); return; }
-      if (pane.panel.open) open(pane);
-      pane.panel.addEventListener("toggle", () => {
-        if (!pane.panel.open) return;
-        open(pane);
-        sendSize(pane, false);
-        if (!pane.readonly) pane.term.focus();
-      });
+      if (!pane.panel || pane.panel.open) shown(pane, false);
+      if (!pane.panel) return;
+      pane.panel.addEventListener("toggle", () => { if (pane.panel.open) shown(pane, true); });
     });
     let pending = null;
     window.addEventListener("resize", () => {

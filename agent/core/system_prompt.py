@@ -1,7 +1,8 @@
 """The system prompt (short, in layers): the identity, tool notes, the date and the
-working directory, the deployment's instructions (staff edit them in the admin) and the
-workspace's AGENTS.md. A subdirectory's AGENTS.md comes later, when a tool first touches
-that directory (``instructions.py``)."""
+working directory, the deployment's instructions (staff edit them in the admin), the
+workspace's AGENTS.md and the conversation's own instructions (its owner and collaborators
+edit them). A subdirectory's AGENTS.md comes later, when a tool first touches that directory
+(``instructions.py``)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ AGENTS_FILES = ("AGENTS.md", "CLAUDE.md")
 AGENTS_CAP = 32_000
 DEPLOYMENT_CAP = 32_000
 ROOT_MARKER = "Project instructions from {name}:"
+CONVERSATION_MARKER = "Instructions for this conversation, from its users:"
 ENVIRONMENT = (
     "Today's date is {today}. The working directory is the workspace root (tools take paths "
     "relative to it; bash runs in it, at {root})."
@@ -67,6 +69,7 @@ def build_system_prompt(
     identity: str | None = None,
     *,
     deployment: str = "",
+    conversation: str = "",
     today: datetime.date | None = None,
 ) -> str:
     """Blocking when ``workspace`` is given (it reads AGENTS.md): call it from a thread."""
@@ -82,4 +85,6 @@ def build_system_prompt(
         agents = workers.call(workspace, read_agents_file, workspace)
         if agents:
             parts.append(agents)
+    if conversation.strip():  # the most specific layer: last (bounded where it is set)
+        parts.append(f"{CONVERSATION_MARKER}\n\n{conversation.strip()}")
     return "\n\n".join(parts)

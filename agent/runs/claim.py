@@ -280,8 +280,10 @@ def _claim_all(requests: list[_Claim]) -> list[Setup | BaseException]:
             result.workspace = conversation_workspace(
                 result.conversation, workspace_for(result.conversation.owner_id)
             )
-            result.system = build_system_prompt(result.workspace, result.config.system_prompt,
-                                                deployment=deployment)  # fmt: skip
+            result.system = build_system_prompt(
+                result.workspace, result.config.system_prompt, deployment=deployment,
+                conversation=result.conversation.instructions,
+            )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the manager releases the claim
             result.unprepared = exc
     return results

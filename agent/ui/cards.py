@@ -64,7 +64,7 @@ def approval_view(event: ApprovalEvent) -> ApprovalView:
 class ToolView:
     id: str
     name: str
-    input_json: str
+    input: Any = None  # the call's parameters, as the model sent them
     status: str = "running"  # running | ok | error
     head: str = ""
     rest: str = ""
@@ -81,6 +81,11 @@ class ToolView:
     @property
     def long(self) -> bool:
         return self.lines > LONG_RESULT_LINES
+
+    @property
+    def input_json(self) -> str:
+        # Made when a card is drawn: a long conversation's page draws only its latest ones.
+        return json.dumps(self.input, indent=2, ensure_ascii=False)
 
 
 def _clip(text: str, limit: int = TARGET_CHARS) -> str:
@@ -127,7 +132,7 @@ def tool_view(call: ToolCallEvent) -> ToolView:
     return ToolView(
         id=call.id,
         name=call.name,
-        input_json=json.dumps(call.input, indent=2, ensure_ascii=False),
+        input=call.input,
         target=tool_target(call.name, call.input),
         path=path if call.name in HIGHLIGHTED_TOOLS and isinstance(path, str) else "",
     )

@@ -26,6 +26,7 @@ from agent.core.events import (
     UsageEvent,
     UserEvent,
 )
+from agent.ui import paging
 from agent.ui.compiled import render
 from agent.ui.live import LiveFrame, LiveMarkdown
 from agent.ui.transcript import Part, StatusView, Transcript, is_queue_event
@@ -223,6 +224,9 @@ class FragmentRenderer:
                 flush_parts()
                 context = {"conversation": conversation, "oob": True}
                 out.append(render_to_string("agent/_meter.html", context))
+                if isinstance(event, UsageEvent) and self.transcript.usage is not None:
+                    context = {"usage": self.transcript.usage, "oob": True}
+                    out.append(render_to_string("agent/_answer_cost.html", context))
             elif part is not None:
                 parts.append(part)
                 if isinstance(event, TextEvent):
@@ -249,6 +253,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
             transcript.fold_queue(event)
         if isinstance(event, UserEvent) and event.seq <= after:  # what is answered
             transcript.answering(event)
+        if isinstance(event, UsageEvent) and event.seq <= after:  # … and what it used so far
+            transcript.add(event)
     # The page may hold a live block: a completed text removes it.
     renderer = FragmentRenderer(transcript, live=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]
@@ -277,17 +283,19 @@ def place_switches(parts: list, switches: list) -> Any:
 
 
 def render_reset(events: list[Event], conversation: Any, switches: list) -> str:
-    """The page's transcript whole, for a branch switch: every part of the
-    active path, its switchers, the queue and the status. The marker's ``data-reset``
-    makes the page take it whatever it had."""
+    """The page's transcript anew, for a branch switch: the active path's latest parts
+    (earlier ones on scroll: paging.py), its switchers, the queue and the status. The
+    marker's ``data-reset`` makes the page take it whatever it had."""
     transcript = Transcript.of(events)
     tail = place_switches(transcript.parts, switches)
+    parts, earlier = paging.window(transcript.parts)
     live = transcript.live
     view = transcript.status_view()
     if getattr(conversation, "state", "") == "idle":
         view = StatusView("idle", view.text if view.state == "idle" else "")
     return render_to_string("agent/_reset.html", {
-        "parts": transcript.parts,
+        "parts": parts,
+        "earlier": earlier,
         "conversation": conversation,
         "tail_switch": tail,
         "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",

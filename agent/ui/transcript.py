@@ -27,6 +27,7 @@ from agent.core.events import (
     ToolCallEvent,
     ToolResultEvent,
     UnqueuedEvent,
+    UsageEvent,
     UserEvent,
 )
 from agent.ui.cards import ApprovalView, ToolView, apply_result, approval_view, tool_view
@@ -62,6 +63,32 @@ HEX = frozenset("0123456789abcdef")
 
 
 @dataclass
+class AnswerUsage:
+    """What one answer's model calls used, summed from its usage events: its action row
+    shows it (``_answer_cost.html``), and live frames update it as calls complete."""
+
+    prompt_seq: int  # the prompt it answers: the page's hook for it
+    input_tokens: int = 0  # all the calls' input, cached or not
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, event: UsageEvent) -> None:
+        self.input_tokens += (event.input_tokens + event.cache_read_input_tokens
+                              + event.cache_creation_input_tokens)  # fmt: skip
+        self.output_tokens += event.output_tokens
+        self.cost_usd += event.cost_usd
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cost_text(self) -> str:
+        """Dollars to a tenth of a cent (a cheap answer to a hundredth of one)."""
+        return f"${self.cost_usd:.4f}" if self.cost_usd < 0.01 else f"${self.cost_usd:.3f}"
+
+
+@dataclass
 class Part:
     kind: str  # user | text | tool | reasoning | error
     seq: int
@@ -79,6 +106,7 @@ class Part:
     approval: ApprovalView | None = None  # approval parts
     prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate)
     switch: Any = None  # a branches.Switch: versions part just before this part
+    usage: AnswerUsage | None = None  # text parts: their answer's tokens and cost, so far
     files: tuple = ()  # checkpoint parts: the paths changed since the previous checkpoint
 
     @property
@@ -134,7 +162,7 @@ def pending_highlights(transcript: Transcript, events: Iterable[Event]) -> list[
         if isinstance(event, ToolCallEvent):
             paths[event.id] = tool_view(event).path
         elif isinstance(event, ToolResultEvent) and paths.get(event.id):
-            scratch = ToolView(id=event.id, name="", input_json="")  # no path: not highlighted
+            scratch = ToolView(id=event.id, name="")  # no path: not highlighted
             apply_result(scratch, event)
             if not scratch.error:
                 jobs += [(text, paths[event.id]) for text in (scratch.head, scratch.rest) if text]
@@ -170,11 +198,18 @@ class Transcript:
         self.status: StatusEvent | None = None  # the last one (None: a new prompt began)
         self.error_code = ""  # of the last error since the last prompt
         self.queue: dict[str, QueuedView] = {}  # by id, in the order they were queued
+        self.usage: AnswerUsage | None = None  # of the answer since the last prompt
 
     def answering(self, prompt: UserEvent) -> None:
         """The events to come answer ``prompt``, which is not among them (a catch-up's
         earlier prompt, the prompt a regenerate answers again)."""
         self.last_prompt, self.last_prompt_seq = prompt.content, prompt.seq
+        self.usage = None
+
+    def answer_usage(self) -> AnswerUsage:
+        if self.usage is None:
+            self.usage = AnswerUsage(self.last_prompt_seq)
+        return self.usage
 
     @property
     def queued(self) -> list[QueuedView]:
@@ -255,6 +290,7 @@ class Transcript:
         if isinstance(event, UserEvent):
             self.fold_queue(event)
             self.last_prompt, self.last_prompt_seq = event.content, event.seq
+            self.usage = None
             if self.status is not None and self.status.state in ("idle", "error"):
                 self.status = None  # a new prompt: the last one's ending is stale
                 self.error_code = ""
@@ -264,7 +300,7 @@ class Transcript:
             self.live = None  # the block is complete
             html = render_markdown(event.content)
             return Part("text", event.seq, content=event.content, html=html,
-                        prompt_seq=self.last_prompt_seq)  # fmt: skip
+                        prompt_seq=self.last_prompt_seq, usage=self.answer_usage())  # fmt: skip
         if isinstance(event, ToolCallEvent):
             part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
             return part
@@ -285,7 +321,9 @@ class Transcript:
             self.error_code = event.code
             retry = self.last_prompt if event.code not in NOT_RETRYABLE else ""
             return Part("error", event.seq, content=event.message, code=event.code, retry=retry)
-        return None  # usage: shown by the meter, from the conversation's totals
+        if isinstance(event, UsageEvent):  # the meter shows the conversation's totals
+            self.answer_usage().add(event)
+        return None
 
     def _close_approvals(self) -> Part | None:
         """The run ended: a call still waiting will never run (its part says so). The
@@ -308,3 +346,17 @@ class Transcript:
 
 def build_parts(events: Iterable[Event]) -> list[Part]:
     return Transcript.of(events).parts
+
+
+def answer_ends(parts: list[Part]) -> set[int]:
+    """The seqs of each answer's last text part (where its action row and cost show), for a
+    page without the chat page's script (the admin's), which marks them itself as they come."""
+    ends, ended = set(), True
+    for part in reversed(parts):
+        if part.kind == "user":
+            ended = True
+        elif part.kind == "text":
+            if ended:
+                ends.add(part.seq)
+            ended = False
+    return ends

@@ -54,7 +54,11 @@ from agent.web.views import TITLE_MAX, model_choices
 @api_view("GET", "POST", session=True)
 def conversations(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":  # own and shared ones, each with the caller's role
-        items = [conversation_json(c) for c in listed_for(request.api_user)[:1000]]
+        archived = request.GET.get("archived", "false")
+        if archived not in ("true", "false"):
+            return api_error(400, "bad_request", "'archived' must be true or false.")
+        listed = listed_for(request.api_user).filter(archived=archived == "true")
+        items = [conversation_json(c) for c in listed[:1000]]
         return JsonResponse({"conversations": items})
     body = json_body(request)
     if body is None:

@@ -153,7 +153,8 @@ def one_of(value, choices) -> bool:
 def conversation_json(c: Conversation) -> dict[str, Any]:
     """A conversation in a list: with the caller's ``role``."""
     return {"id": str(c.id), "title": c.title, "created": c.created.isoformat(), "state": c.state,
-            "role": getattr(c, "role", "owner")}  # fmt: skip
+            "role": getattr(c, "role", "owner"), "pinned": c.pinned,
+            "archived": c.archived}  # fmt: skip
 
 
 def conversation_detail(c: Conversation) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def conversation_detail(c: Conversation) -> dict[str, Any]:
     return {**conversation_json(c), "model": c.model, "thinking": c.thinking or None,
             "approval": c.approval or settings.HARNESS_APPROVAL, "team": c.team,
             "agent": c.agent, "project": str(c.project_id) if c.project_id else None,
-            "branch": c.branch or None}  # fmt: skip
+            "branch": c.branch or None, "instructions": c.instructions}  # fmt: skip
 
 
 def forbidden() -> JsonResponse:

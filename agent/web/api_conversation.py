@@ -11,7 +11,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agent.access import DRIVE, OWN, READ
+from agent.access import DRIVE, OWN, READ, allows, settings_level
 from agent.core.config import APPROVAL_MODES, THINKING_LEVELS
 from agent.models import Conversation
 from agent.runs.branches import fork_copy
@@ -23,11 +23,13 @@ from agent.web.api_base import (
     api_error,
     api_view,
     conversation_detail,
+    forbidden,
     json_body,
     of_conversation,
     one_of,
     throttled,
 )
+from agent.web.organize import INSTRUCTIONS_MAX
 from agent.web.prompts import (
     accept_prompt,
     decide_approval,
@@ -150,16 +152,19 @@ async def approval(request: HttpRequest, conversation: Conversation, call_id: st
 
 
 @api_view("GET", "PATCH")
-@of_conversation(READ, PATCH=OWN)
+@of_conversation(READ, PATCH=DRIVE)
 async def conversation(request: HttpRequest, conversation: Conversation) -> JsonResponse:
-    """One conversation's JSON; PATCH (the owner only) changes its title, model, thinking
-    level or approval (from the next prompt on) or opens it to the team. Nothing is
+    """One conversation's JSON; PATCH changes its title, model, thinking level, approval or
+    instructions (from the next prompt on), pins or archives it, or opens it to the team:
+    the owner all of it, a collaborator the instructions (``settings_level``). Nothing is
     changed unless every given value is valid."""
     if request.method == "GET":
         return JsonResponse(conversation_detail(conversation))
     body = json_body(request)
     if body is None:
         return api_error(400, "bad_request", "The body must be a JSON object.")
+    if not allows(conversation.role, settings_level(body)):
+        return forbidden()
     changes, problem = conversation_changes(body)
     if problem:
         return api_error(400, "bad_request", problem)
@@ -167,7 +172,9 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     if changes:
         for name, value in changes.items():
             setattr(conversation, name, value)
-        await conversation.asave(update_fields=[*changes, "updated"])
+        # Pinning or archiving it leaves its place among the recently updated as it was.
+        touched = ["updated"] if set(changes) - {"pinned", "archived"} else []
+        await conversation.asave(update_fields=[*changes, *touched])
     if team is not None:  # closing it re-checks every reader's connections
         await sync_to_async(set_team)(conversation, team)
     return JsonResponse(conversation_detail(conversation))
@@ -193,10 +200,15 @@ def conversation_changes(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
             if not one_of(value, APPROVAL_MODES):
                 return {}, f"'approval' must be one of {', '.join(APPROVAL_MODES)}."
             changes["approval"] = value
-        elif key == "team":
+        elif key in ("team", "pinned", "archived"):
             if not isinstance(value, bool):
-                return {}, "'team' must be true or false."
-            changes["team"] = value
+                return {}, f"'{key}' must be true or false."
+            changes[key] = value
+        elif key == "instructions":
+            if not isinstance(value, str) or len(value) > INSTRUCTIONS_MAX:
+                limit = f"{INSTRUCTIONS_MAX} characters"
+                return {}, f"'instructions' must be a string of at most {limit}."
+            changes["instructions"] = value.strip()
         else:
             return {}, f"Unknown field {str(key)[:100]!r}."
     return changes, ""

@@ -24,6 +24,7 @@ from agent.access import (
     empty_conversation_of,
     members_of,
     new_conversation,
+    own_list,
     projects_of,
     shared_with,
 )
@@ -39,9 +40,11 @@ from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
 from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import snapshot
+from agent.ui import paging
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
+from agent.web.organize import INSTRUCTIONS_MAX
 from agent.web.reach import reach, refusal
 from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
 from agent.web.throttle import Throttled, check_new_conversation
@@ -100,7 +103,7 @@ def _throttled_page(request: HttpRequest, refusal: Throttled) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    conversation = conversations_of(request.user).first()
+    conversation = conversations_of(request.user).filter(archived=False).first()  # the newest
     if conversation is None:
         try:  # counted too: deleting every conversation must not get around the limit
             check_new_conversation(request.user)
@@ -119,35 +122,33 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         raise Http404("No such conversation")
     conversation, events = found
     role = conversation.role
-    transcript = Transcript.of(events)
     members = members_of(conversation)
-    if role != OWN or conversation.team or members:
-        # A shared conversation names every prompt's author; prompts sent before it was
-        # shared carry none: they were the owner's.
-        for part in transcript.parts:
-            if part.kind == "user" and not part.author:
-                part.author = conversation.owner.get_username()
-    tail_switch = place_switches(transcript.parts, switches(conversation))  # the ‹ 2/3 › switchers
+    transcript, tail_switch = _transcript(conversation, events, members)
+    parts, earlier = paging.window(transcript.parts)  # the latest; earlier ones on scroll
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()
     if conversation.state == Conversation.State.IDLE:
         status = StatusView("idle", status.text if status.state == "idle" else "")
     offline = agent_config().offline
+    archived_view = request.GET.get("archived") == "1"  # the list shows the archived ones
     context = {
         "conversation": conversation,
-        "conversations": conversations_of(request.user).select_related("project")[:200],
+        "archived_view": archived_view,
+        "conversations": own_list(request.user, archived_view)[:200],
+        "max_instructions": INSTRUCTIONS_MAX,
         "projects": projects_of(request.user).order_by("name")[:200],
         "max_upload_mb": settings.HARNESS_MAX_UPLOAD_MB,  # a project's archive, said before sent
-        "shared": shared_with(request.user)[:200],
+        "shared": shared_with(request.user).filter(archived=False)[:200],
         "role": role,
         "can_drive": allows(role, DRIVE),
         **(_share_context(conversation, members=members) if role == OWN else {}),
-        "parts": transcript.parts,
+        "parts": parts,
+        "earlier": earlier,
         "tail_switch": tail_switch,
         "queue": transcript.queued,
         # every part's time, for its hover title (tool cards carry no data-ts of their own)
-        "part_times": {part.seq: part.timestamp for part in transcript.parts},
+        "part_times": _part_times(parts),
         # A text block still streaming: shown as the live block the socket continues.
         "live_block": live_block(live.seq, LiveMarkdown.of(live.content)) if live else "",
         "status_state": status.state,
@@ -168,6 +169,45 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "cli_agents": [a for a in async_to_sync(agents)() if a["available"]],
     }
     return render(request, "agent/conversation.html", context)
+
+
+def _transcript(conversation: Conversation, events: list, members) -> tuple[Transcript, object]:
+    """The conversation's transcript as its page shows it, and the ‹ 2/3 › switcher that ends
+    it (if any): the others sit on the parts they precede."""
+    transcript = Transcript.of(events)
+    if conversation.role != OWN or conversation.team or members:
+        # A shared conversation names every prompt's author; prompts sent before it was
+        # shared carry none: they were the owner's.
+        for part in transcript.parts:
+            if part.kind == "user" and not part.author:
+                part.author = conversation.owner.get_username()
+    return transcript, place_switches(transcript.parts, switches(conversation))
+
+
+def _part_times(parts: list) -> dict:
+    return {part.seq: part.timestamp for part in parts}
+
+
+@login_required
+@require_GET
+def earlier_parts(request: HttpRequest, conversation_id) -> HttpResponse:
+    """The page of parts before ``?before=<seq>`` (back to ``&at=<seq>`` when given), for a
+    page that shows a long conversation's latest parts; who may open the page may load them."""
+    try:
+        before = int(request.GET["before"])
+        at = int(request.GET["at"]) if request.GET.get("at") else None
+    except (KeyError, ValueError):
+        return HttpResponseBadRequest("before (and at) must be event numbers")
+    found = snapshot(conversation_id, request.user)
+    if found is None:
+        raise Http404("No such conversation")
+    conversation, events = found
+    transcript, _ = _transcript(conversation, events, members_of(conversation))
+    parts, earlier = paging.window(transcript.parts, before, at)
+    return render(request, "agent/_earlier.html", {
+        "conversation": conversation, "parts": parts, "earlier": earlier,
+        "part_times": _part_times(parts),
+    })  # fmt: skip
 
 
 @login_required

@@ -35,6 +35,15 @@ def test_the_system_prompt_has_the_date_the_working_directory_and_the_deployment
     assert "administrators" not in build_system_prompt(workspace.root, None, deployment="  \n")
 
 
+def test_a_conversations_instructions_are_the_last_layer(workspace):
+    (workspace.root / "AGENTS.md").write_text("Use tabs.")
+    system = build_system_prompt(workspace.root, None, deployment="Never push to main.",
+                                 conversation="  Answer in haiku.  ")  # fmt: skip
+    assert system.index("Use tabs.") < system.index("from its users:\n\nAnswer in haiku.")
+    assert system.endswith("Answer in haiku.")
+    assert "from its users" not in build_system_prompt(workspace.root, None, conversation=" ")
+
+
 @pytest.mark.parametrize(
     ("tool", "params", "expected"),
     [

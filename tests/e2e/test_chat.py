@@ -57,6 +57,27 @@ def test_reload_shows_the_same_transcript(new_context, fresh_model):
     assert all(seq.isdigit() for _, seq, _ in before)
 
 
+def test_an_answer_shows_what_its_calls_used_live_and_after_a_reload(new_context, fresh_model):
+    fresh_model.enqueue(tool_reply(("list_dir", {"path": "."}), text="Looking."),
+                        text_reply("Listed."))  # fmt: skip
+    page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "list the workspace")
+    wait_idle(page)
+    cost = "[data-part=text].answer-end .answer-cost"
+    # Both calls (10 input and 20 output tokens each, by the scripted model), summed.
+    page.wait_for_function("sel => document.querySelector(sel)?.textContent.startsWith('60 ')",
+                           arg=cost)  # fmt: skip
+    live = page.inner_text(cost)
+    assert re.fullmatch(r"60 tokens · \$0\.\d{4}", live), live
+    assert "20 input tokens" in page.get_attribute(cost, "title")
+    assert page.locator("[data-part=text] .answer-cost:visible").count() == 1  # on the end only
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.inner_text(cost) == live
+
+
 def test_prompt_history_survives_a_new_browser_session(new_context, fresh_model):
     page = sign_in(new_context(), "bob")
     for prompt in ("first prompt", "second\nprompt"):

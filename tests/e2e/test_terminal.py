@@ -44,11 +44,19 @@ def shows(page, text: str, where: str = ROWS, timeout: float = 30_000) -> None:
                            timeout=timeout)  # fmt: skip
 
 
+def loaded_terminal_assets(page) -> list[str]:
+    return page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)"
+                         ".filter(n => /xterm|terminal(\\.[0-9a-f]+)?\\.css/.test(n))")  # fmt: skip
+
+
 def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(context, terminal_live):
     page = sign_in(context(), "tara")
     page.wait_for_selector("body[data-ws=open]")
+    # The emulator and its stylesheets are fetched when the panel first opens, not before.
+    assert loaded_terminal_assets(page) == []
     page.click("#terminal-panel > summary")
     shows(page, "/workspace $")
+    assert len(loaded_terminal_assets(page)) == 4
     page.click("#terminal")
     page.keyboard.type("printf '\\033[31m%s\\033[0m\\n' red-$((40+2))")
     page.keyboard.press("Enter")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 
 import pytest
@@ -34,6 +35,7 @@ def chat():
          "input": {"pattern": "needle", "path": "."}},
         {"type": "tool_result", "id": "t1", "result": json.dumps({"matches": "a.py:3:needle"}),
          "isError": False},
+        {"type": "usage", "input_tokens": 900, "output_tokens": 40, "cost_usd": 0.0031},
         {"type": "status", "state": "idle"},
     ]  # fmt: skip
     for seq, payload in enumerate(payloads, 1):
@@ -50,6 +52,8 @@ def test_conversation_change_page_shows_the_full_transcript(client, staff, chat)
     page = client.get(f"/admin/agent/conversation/{chat.id}/change/").content.decode()
     assert "needle-in-haystack" in page and "<strong>grep</strong>" in page
     assert 'data-tool-name="grep"' in page and "a.py:3:needle" in page
+    # What the answer used, on its last text part (the admin shows no other control).
+    assert re.search(r'class="part text answer-end".*?940 tokens · \$0\.0031', page, re.S)
 
 
 def test_conversation_list_filters_and_shows_totals(client, staff, chat):
@@ -79,7 +83,7 @@ def test_export_one_conversation_as_markdown_and_json(client, staff, chat):
     assert body.startswith("# Carol's bug hunt") and "## User" in body and "grep" in body
     response = client.post(url, {"action": "export_json", "_selected_action": [chat.id]})
     data = json.loads(response.content)
-    assert data["id"] == str(chat.id) and [e["seq"] for e in data["events"]] == [1, 2, 3, 4, 5]
+    assert data["id"] == str(chat.id) and [e["seq"] for e in data["events"]] == [1, 2, 3, 4, 5, 6]
 
 
 def test_export_several_conversations_as_a_zip(client, staff, chat):

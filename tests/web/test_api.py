@@ -65,7 +65,7 @@ def test_create_and_list_conversations(alice, bob):
     mine = {c["id"]: c for c in payload["conversations"]}
     assert {first, second} <= set(mine)
     assert mine[first]["title"] == "API chat" and mine[first]["state"] == "idle"
-    assert set(mine[first]) == {"id", "title", "created", "state", "role"}
+    assert set(mine[first]) == {"id", "title", "created", "state", "role", "pinned", "archived"}
     assert mine[first]["role"] == "owner"
     theirs = {c["id"] for c in bob.call("GET", "/api/conversations")[1]["conversations"]}
     assert first not in theirs and second not in theirs
@@ -283,3 +283,42 @@ def test_compact_while_a_prompt_runs_is_409(alice, fresh):
     status, body = alice.call("POST", f"/api/conversations/{cid}/compact")
     assert status == 409 and body["error"] == "prompt_running"
     wait_state(alice, cid, "idle")
+
+
+def test_a_conversations_instructions_reach_its_runs_system_prompt_last(live, alice, fresh):
+    cid = new_conversation(alice)
+    url = f"/api/conversations/{cid}"
+    status, body = alice.call("PATCH", url, {"instructions": "  Conversation rule: haiku.  "})
+    assert status == 200 and body["instructions"] == "Conversation rule: haiku."
+    status, body = alice.call("PATCH", url, {"instructions": "x" * 4001, "title": "kept out"})
+    assert status == 400 and body["error"] == "bad_request" and "4000" in body["message"]
+    assert alice.call("GET", url)[1]["title"] == ""  # nothing changed
+    fresh.enqueue(text_reply("Five seven five"))
+    alice.call("POST", f"{url}/prompt", {"content": "hi"})
+    wait_state(alice, cid, "idle")
+    system = fresh.bodies[-1]["system"]
+    assert system.index("Today's date is") < system.index("Conversation rule: haiku.")
+    # A collaborator may change them (they steer as a prompt does), nothing else; a viewer not.
+    other = Api(live.url, live.manage("create_api_token", "bob").strip())
+    assert alice.call("PUT", f"{url}/members/bob", {"role": "collaborator"})[0] == 200
+    assert other.call("PATCH", url, {"instructions": "Be brief."})[1]["instructions"] == "Be brief."
+    assert other.call("PATCH", url, {"instructions": "x", "pinned": True})[0] == 403
+    assert alice.call("PUT", f"{url}/members/bob", {"role": "viewer"})[0] == 200
+    assert other.call("PATCH", url, {"instructions": "Mine now."})[0] == 403
+    assert alice.call("GET", url)[1]["instructions"] == "Be brief."
+
+
+def test_pinned_ones_list_first_and_archived_ones_only_when_asked(alice):
+    first, second, third = (new_conversation(alice, title=f"order {n}") for n in range(3))
+    status, body = alice.call("PATCH", f"/api/conversations/{first}", {"pinned": True})
+    assert status == 200 and body["pinned"] is True
+    assert alice.call("PATCH", f"/api/conversations/{second}", {"archived": True})[0] == 200
+    listed = alice.call("GET", "/api/conversations")[1]["conversations"]
+    ids = [c["id"] for c in listed]
+    assert ids[0] == first and second not in ids and ids.index(third) > 0
+    archived = alice.call("GET", "/api/conversations?archived=true")[1]["conversations"]
+    assert [c["id"] for c in archived if c["id"] in (first, second, third)] == [second]
+    assert archived[0]["archived"] is True
+    assert alice.call("GET", "/api/conversations?archived=maybe")[0] == 400
+    status, body = alice.call("PATCH", f"/api/conversations/{first}", {"pinned": "yes"})
+    assert status == 400 and "'pinned' must be true or false" in body["message"]

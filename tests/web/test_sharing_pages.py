@@ -36,6 +36,11 @@ PAGE_MATRIX = {
     "delete": ("POST", "delete", {}, OWNS),
     "fork": ("POST", "fork", {}, READS),  # a copy of one's own
     "conversation_image": ("GET", "images/" + "ab" * 32, None, READS),  # an attached image
+    "earlier_parts": ("GET", "earlier?before=100", None, READS),
+    "conversation_list": ("GET", "list", None, READS),  # (lists the reader's own only)
+    "set_pinned": ("POST", "pin", {"pinned": "1"}, OWNS),
+    "set_archived": ("POST", "archive", {"archived": "1"}, OWNS),
+    "set_instructions": ("POST", "instructions", {"instructions": "Be brief."}, DRIVES),
 }
 # Pages and endpoints of the signed-in user's own (no conversation in the URL): each acts
 # on the caller's own things only (their tests: test_views, test_files_api, test_search…).

@@ -1,0 +1,80 @@
+"""The conversation list's own controls and a conversation's instructions, from the page:
+pin (pinned ones first), archive (archived ones only in the list's archived view), and the
+instructions the agent gets with this conversation's system prompt (docs/API.md has the
+same through ``PATCH /api/conversations/<id>``). With htmx each answers the list's fragment
+(or 204); without script, back to the page."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from agent.access import OWN, READ, conversations_of, own_list, settings_level
+from agent.web.reach import reach, refusal
+
+INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
+
+
+def _list(request: HttpRequest, current, archived: bool) -> HttpResponse:
+    context = {"conversations": own_list(request.user, archived), "archived_view": archived,
+               "conversation": current}  # fmt: skip
+    return render(request, "agent/_conv_list.html", context)
+
+
+@login_required
+@require_GET
+def conversation_list(request: HttpRequest, conversation_id) -> HttpResponse:
+    """The list, as the page at this conversation shows it (``?archived=1``: the archived)."""
+    current = reach(request, conversation_id, READ)
+    return _list(request, current, request.GET.get("archived") == "1")
+
+
+def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse:
+    conversation = reach(request, conversation_id, OWN)
+    setattr(conversation, field, request.POST.get(field) == "1")
+    conversation.save(update_fields=[field])  # its place among the recent ones stays
+    # The page it was done on (its list marks that one): one of the user's, else this one.
+    current = conversations_of(request.user).filter(id=_uuid(request.POST.get("current")))
+    current = current.first() or conversation
+    if request.headers.get("HX-Request"):
+        return _list(request, current, request.POST.get("view") == "archived")
+    return redirect("conversation", conversation_id=current.id)
+
+
+def _uuid(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+@login_required
+@require_POST
+def set_pinned(request: HttpRequest, conversation_id) -> HttpResponse:
+    return _set_flag(request, conversation_id, "pinned")
+
+
+@login_required
+@require_POST
+def set_archived(request: HttpRequest, conversation_id) -> HttpResponse:
+    return _set_flag(request, conversation_id, "archived")
+
+
+@login_required
+@require_POST
+def set_instructions(request: HttpRequest, conversation_id) -> HttpResponse:
+    """Saved for the next prompt on (its owner and collaborators); too long: 400, the text
+    left where it was typed."""
+    conversation = reach(request, conversation_id, settings_level(["instructions"]))
+    text = request.POST.get("instructions", "")
+    if len(text) > INSTRUCTIONS_MAX:
+        return refusal(f"Instructions are limited to {INSTRUCTIONS_MAX} characters.", 400)
+    conversation.instructions = text.strip()
+    conversation.save(update_fields=["instructions", "updated"])
+    if request.headers.get("HX-Request"):
+        return HttpResponse(status=204)
+    return redirect("conversation", conversation_id=conversation.id)

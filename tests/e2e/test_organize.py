@@ -1,0 +1,86 @@
+"""The list kept tidy and a conversation given its own instructions, in the browser: pin
+and archive from an entry's ⋯ menu (the list redrawn in place, the typed prompt kept), the
+archived view, and the ⋯ menu's Instructions dialog (saved in the background, a refusal
+keeping the text)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import sign_in
+
+
+def new_conversations(live, username: str, count: int) -> list[str]:
+    """``count`` titled conversations of ``username``'s, the last the newest."""
+    code = ("import json\nfrom agent.models import Conversation, User\n"
+            f"user = User.objects.get(username='{username}')\n"
+            "print(json.dumps([str(Conversation.objects.create(owner=user, model='m', "
+            f"title=f'entry {{n}}').id) for n in range({count})]))")  # fmt: skip
+    return json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
+def order(page) -> list[str]:
+    return page.eval_on_selector_all("#conv-list .conv-item",
+                                     "els => els.map(e => e.dataset.conversationId)")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def users(live):
+    """Of this file's own: the pins and archives it leaves are no other test's list."""
+    live.create_users("pia", "ivo")
+
+
+def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
+    older, newer = new_conversations(live, "pia", 2)
+    page = sign_in(new_context(), "pia")
+    page.fill("#prompt", "half-typed thought")
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{older}']")
+    entry.locator("summary").click()
+    entry.locator("button.pin-toggle").click()
+    page.wait_for_function("id => document.querySelector('#conv-list .conv-item')"
+                           ".dataset.conversationId === id", arg=older)  # fmt: skip
+    assert page.locator(f"#conv-list .conv-item[data-conversation-id='{older}'] .conv-pin").count()
+    assert order(page).index(newer) > 0
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{newer}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()
+    page.wait_for_function(
+        "id => !document.querySelector(`#conv-list [data-conversation-id='${id}']`)", arg=newer
+    )
+    page.click("#archive-view-toggle")
+    page.wait_for_selector("#conv-list[data-archived='1']")
+    assert order(page) == [newer]
+    page.locator("#conv-list .conv-item summary").click()
+    page.click("#conv-list button.archive-toggle")  # Unarchive, from the archived view
+    page.wait_for_selector("#conv-list .list-empty")
+    page.click("#archive-view-toggle")
+    page.wait_for_selector("#conv-list[data-archived='0']")
+    assert newer in order(page)
+    assert page.input_value("#prompt") == "half-typed thought"  # the page never left
+
+
+def test_instructions_are_edited_in_a_dialog_and_a_refusal_keeps_the_text(new_context, users):
+    page = sign_in(new_context(), "ivo")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    page.click(".conv-actions > summary")
+    page.click("#instructions-open")
+    assert page.is_visible("#instructions-dialog") and page.evaluate(
+        "() => document.activeElement.id") == "instructions"  # fmt: skip
+    # Longer than allowed (the field's maxlength lifted, as a script could): refused, kept.
+    page.evaluate("() => document.querySelector('#instructions').removeAttribute('maxlength')")
+    page.fill("#instructions", "y" * 4001)
+    page.click("#instructions-form button[type=submit]")
+    page.wait_for_selector("#instructions-error:text('4000 characters')")
+    assert len(page.input_value("#instructions")) == 4001 and page.is_visible(
+        "#instructions-dialog"
+    )
+    page.fill("#instructions", "Answer like a pirate.")
+    page.click("#instructions-form button[type=submit]")
+    page.wait_for_selector("#instructions-dialog", state="hidden")
+    assert page.text_content("#instructions-open").strip() == "Instructions (set)…"
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.input_value("#instructions") == "Answer like a pirate."
