@@ -110,11 +110,11 @@ class EgressProxy:
             await _answer(writer, 502, f"{head.host}:{head.port} could not be reached ({exc})")
             await self._log(who, head, False, f"unreachable: {exc}")
             return
-        await self._relay(reader, writer, upstream, who, head, used)
+        await self._relay(reader, writer, upstream, who, head, used, len(data))
 
-    async def _relay(self, reader, writer, upstream, who: Who, head, used: int) -> None:
+    async def _relay(self, reader, writer, upstream, who: Who, head, used: int, asked: int):
         up_reader, up_writer = upstream
-        moved = Counter()
+        moved = Counter(up=asked)
         if head.connect:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
@@ -128,22 +128,20 @@ class EgressProxy:
                     self._live[who.user_id] += len(chunk)
                     if used + self._live[who.user_id] > self._bound():
                         moved["over"] = 1
-                        break
+                        return
                     sink.write(chunk)
                     await sink.drain()
-            with contextlib.suppress(OSError):
-                if sink.can_write_eof():
-                    sink.write_eof()
+                if key == "up" and sink.can_write_eof():
+                    sink.write_eof()  # the client is done sending; its answer may still come
 
-        tasks = [asyncio.ensure_future(pump(reader, up_writer, "up")),
-                 asyncio.ensure_future(pump(up_reader, writer, "down"))]  # fmt: skip
+        # The connection ends when the far side does (or the bound is reached); the log
+        # row is written before the client sees the end.
+        up = asyncio.ensure_future(pump(reader, up_writer, "up"))
         try:
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if moved["over"]:
-                for task in pending:
-                    task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await pump(up_reader, writer, "down")
         finally:
+            up.cancel()
+            await asyncio.gather(up, return_exceptions=True)
             up_writer.close()
             reason = "stopped: the daily egress bound was reached" if moved["over"] else ""
             await self._log(who, head, True, reason, moved["up"], moved["down"])
