@@ -1,5 +1,6 @@
 """What the egress proxy writes: each connection's log row (the oldest go past
-``HARNESS_EGRESS_LOG_ROWS``), each user's bytes a day, and the /metrics counters."""
+``HARNESS_EGRESS_LOG_ROWS``), each user's bytes a day, and the /metrics counters
+(agent/server/metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from django.db import transaction
 from django.db.models import F
 
 from agent.models import EgressDay, EgressLog
-
-# Process-wide counters read by /metrics (agent/web/prometheus.py).
-COUNTERS = {"allowed": 0, "refused": 0, "bytes_up": 0, "bytes_down": 0}
+from agent.server import metrics
 
 
 def today() -> datetime.date:
@@ -32,9 +31,9 @@ def bound_bytes() -> int:
 
 def record(*, user_id, conversation_id, host: str, port: int, allowed: bool, reason: str = "",
            up: int = 0, down: int = 0) -> None:  # fmt: skip
-    COUNTERS["allowed" if allowed else "refused"] += 1
-    COUNTERS["bytes_up"] += up
-    COUNTERS["bytes_down"] += down
+    metrics.EGRESS_CONNECTIONS.inc(label="allowed" if allowed else "refused")
+    metrics.EGRESS_BYTES.inc(up, label="up")
+    metrics.EGRESS_BYTES.inc(down, label="down")
     with transaction.atomic():
         EgressLog.objects.create(user_id=user_id, conversation_id=conversation_id,
                                  host=host[:255], port=port, allowed=allowed,

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from agent.egress import ledger
 from agent.models import EgressLog, EgressRule, User
 from agent.runs import git_credentials
+from agent.server import metrics
 from tests.egress.conftest import BODY, fixed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,9 @@ async def test_an_admitted_host_is_fetched_and_logged(ada, allow, origin, proxie
     row = await EgressLog.objects.aget()
     assert (row.user_id, row.host, row.port, row.allowed) == (ada.id, "127.0.0.1", origin, True)
     assert row.bytes_down == len(answer) and row.bytes_up > 0
-    assert ledger.COUNTERS["allowed"] >= 1
+    text = metrics.render()
+    assert 'harness_egress_connections_total{outcome="allowed"}' in text
+    assert metrics.EGRESS_BYTES.values["down"] >= len(answer)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1",
