@@ -80,12 +80,13 @@ class EgressProxy:
     async def _serve(self, reader, writer, who: Who) -> None:
         try:
             data = await reader.readuntil(b"\r\n\r\n")
-            head = http_head.parse(data)
-        except (asyncio.LimitOverrunError, ValueError):
+        except asyncio.LimitOverrunError:
             await _answer(writer, 400, "the request head is too large")
             return
         except asyncio.IncompleteReadError:
             return
+        try:
+            head = http_head.parse(data)
         except http_head.BadRequest as exc:
             await _answer(writer, 400, str(exc))
             return

@@ -113,3 +113,18 @@ async def test_the_credential_goes_to_its_host_over_plain_http_only(ada, allow, 
     assert b"auth=Basic YWRhOnMzY3JldA==" in answer
     elsewhere = await proxy.ask(get(f"localhost:{origin}"))
     assert b"auth=None" in elsewhere
+
+
+async def test_a_smuggled_or_oversized_head_is_a_400_naming_why(ada, allow, origin, proxied):
+    allow(f"127.0.0.1:{origin}")
+    proxy = await proxied(ada)
+    smuggled = (
+        f"POST http://127.0.0.1:{origin}/ HTTP/1.1\r\nContent-Length: 4\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET http://10.0.0.1/ HTTP/1.1\r\n\r\n"
+    )
+    answer = await proxy.ask(smuggled.encode())
+    assert answer.startswith(b"HTTP/1.1 400") and b"both Content-Length and Transfer" in answer
+    huge = get(f"127.0.0.1:{origin}")[:-2] + b"X-A: " + b"a" * 20_000 + b"\r\n\r\n"
+    answer = await proxy.ask(huge)
+    assert answer.startswith(b"HTTP/1.1 400") and b"too large" in answer
+    assert not await EgressLog.objects.aexists()  # nothing was resolved or connected
