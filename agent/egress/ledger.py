@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from agent.models import EgressDay, EgressLog
@@ -39,9 +39,21 @@ def record(*, user_id, conversation_id, host: str, port: int, allowed: bool, rea
                                  host=host[:255], port=port, allowed=allowed,
                                  reason=reason[:500], bytes_up=up, bytes_down=down)  # fmt: skip
         if user_id is not None and up + down:
-            day, _ = EgressDay.objects.get_or_create(user_id=user_id, date=today())
-            EgressDay.objects.filter(pk=day.pk).update(bytes=F("bytes") + up + down)
+            _charge(user_id, up + down)
     _trim()
+
+
+def _charge(user_id: int, amount: int) -> None:
+    """Add to the user's day in one UPDATE; the row is made when missing (two connections
+    ending at once may both try: the loser's insert gives way to the winner's row)."""
+    day = EgressDay.objects.filter(user_id=user_id, date=today())
+    if day.update(bytes=F("bytes") + amount):
+        return
+    try:
+        with transaction.atomic():
+            EgressDay.objects.create(user_id=user_id, date=today(), bytes=amount)
+    except IntegrityError:
+        day.update(bytes=F("bytes") + amount)
 
 
 def _trim() -> None:

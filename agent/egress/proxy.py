@@ -47,7 +47,8 @@ class EgressProxy:
         self._servers: dict[str, asyncio.Server] = {}
 
     async def listen(self, path: str, who: Who) -> None:
-        """A Unix socket at ``path`` for one sandbox (bound into it by its starter)."""
+        """A Unix socket at ``path`` for one sandbox (bound into it by its starter, who
+        makes it the sandbox user's alone: whoever can connect speaks as ``who``)."""
         server = await asyncio.start_unix_server(
             lambda r, w: self.handle(r, w, who), path, limit=http_head.MAX_HEAD
         )

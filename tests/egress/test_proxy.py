@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from agent.models import EgressLog, EgressRule, User
+from agent.models import EgressDay, EgressLog, EgressRule, User
 from agent.runs import git_credentials
 from agent.server import metrics
 from tests.egress.conftest import BODY, fixed
@@ -128,3 +128,14 @@ async def test_a_smuggled_or_oversized_head_is_a_400_naming_why(ada, allow, orig
     answer = await proxy.ask(huge)
     assert answer.startswith(b"HTTP/1.1 400") and b"too large" in answer
     assert not await EgressLog.objects.aexists()  # nothing was resolved or connected
+
+
+async def test_connections_ending_together_all_count_in_the_day(ada, allow, origin, proxied):
+    """A race run as a race: the day's row is made by one of them, the rest add to it."""
+    allow(f"127.0.0.1:{origin}")
+    proxy = await proxied(ada)
+    answers = await asyncio.gather(*(proxy.ask(get(f"127.0.0.1:{origin}")) for _ in range(6)))
+    assert all(BODY in answer for answer in answers)
+    rows = [row async for row in EgressLog.objects.all()]
+    day = await EgressDay.objects.aget(user=ada)
+    assert len(rows) == 6 and day.bytes == sum(row.bytes_up + row.bytes_down for row in rows)
