@@ -24,6 +24,8 @@ from agent.models import (
     AuditEntry,
     Conversation,
     DeploymentInstructions,
+    EgressLog,
+    EgressRule,
     Event,
     GitCredential,
     Membership,
@@ -344,3 +346,23 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ["actor_name", "target", "ip"]
     date_hierarchy = "time"
     readonly_fields = ["time", "action", "actor", "actor_name", "target", "ip", "details"]
+
+
+@admin.register(EgressRule)
+class EgressRuleAdmin(admin.ModelAdmin):
+    """Hosts sandboxes may reach through the egress proxy, for everyone or one user."""
+
+    list_display = ["host", "ports", "user", "created"]
+    search_fields = ["host", "user__username"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(EgressLog)
+class EgressLogAdmin(ReadOnlyAdmin):
+    """Every connection the egress proxy admitted or refused: read, never written, here."""
+
+    list_display = ["time", "user", "conversation", "host", "port", "allowed", "bytes_up",
+                    "bytes_down", "reason"]  # fmt: skip
+    list_filter = ["allowed"]
+    search_fields = ["host", "user__username", "reason"]
+    date_hierarchy = "time"

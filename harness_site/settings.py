@@ -345,6 +345,14 @@ try:
     HARNESS_EGRESS_ALLOW = parse_rules(env_str("HARNESS_EGRESS_ALLOW", "") or "")
 except BadRule as exc:
     raise ImproperlyConfigured(f"HARNESS_EGRESS_ALLOW: {exc}") from None
+# The network policy for sandboxes (agent/egress/): `off`, no network; `proxy`, only through
+# the egress proxy, which admits what the rules allow and bounds each user's bytes a day.
+HARNESS_EGRESS = env_choice("HARNESS_EGRESS", ("off", "proxy"), "off")
+HARNESS_EGRESS_MB_PER_DAY = env_int("HARNESS_EGRESS_MB_PER_DAY", 1024, minimum=1)
+# Open connections one sandbox may hold through the proxy at once.
+HARNESS_EGRESS_CONNECTIONS = env_int("HARNESS_EGRESS_CONNECTIONS", 32, minimum=1)
+# Rows of the Egress log kept; the oldest are deleted past it.
+HARNESS_EGRESS_LOG_ROWS = env_int("HARNESS_EGRESS_LOG_ROWS", 100_000, minimum=100)
 # A git clone, fetch or push through the relay (agent/runs/git_relay.py): its time and the
 # bytes it may move each way.
 HARNESS_GIT_TIMEOUT = env_int("HARNESS_GIT_TIMEOUT", 600, minimum=10)

@@ -38,6 +38,8 @@ ALLOWED = {
         "agent.models",
         "agent.access",
     ),
+    # the egress proxy: rules, ledger and log through the models; credentials from runs
+    "egress": ("agent.core", "agent.server", "agent.models", "agent.runs"),
 }
 
 

@@ -103,8 +103,19 @@ LOOP_LAG = Gauge(
     "The event loop's smoothed lag while any run streams (0 when none does): the interval "
     "between frames of text grows with it (agent/runs/pacing.py).",
 )
+EGRESS_CONNECTIONS = Counter(
+    "harness_egress_connections_total",
+    "Connections sandboxes asked the egress proxy for, by outcome (allowed, refused).",
+    label="outcome",
+)
+EGRESS_BYTES = Counter(
+    "harness_egress_bytes_total",
+    "Bytes moved through the egress proxy, by direction (up: from sandboxes, down: to them).",
+    label="direction",
+)
 METRICS = (RUNS_STARTED, RUNS_FINISHED, RUNS_FAILED, RUN_ERRORS, SOCKETS, FRAMES,
-           CONNECTIONS_REFUSED, EVENT_LOG_WRITES, LOOP_LAG)  # fmt: skip
+           CONNECTIONS_REFUSED, EVENT_LOG_WRITES, LOOP_LAG, EGRESS_CONNECTIONS,
+           EGRESS_BYTES)  # fmt: skip
 
 
 def render() -> str:

@@ -35,6 +35,12 @@ OUTPUT_CAP = 100_000
 MEMORY_LIMIT = 4 * 1024**3  # address space per process
 FILE_SIZE_LIMIT = 1024**3
 PROCESS_LIMIT = 256  # default of SandboxLimits.pids
+# The egress proxy's socket and the forwarder inside a sandbox (HARNESS_EGRESS=proxy):
+# the forwarder (agent/sandbox/egress_forwarder.py, on the git forwarder's relay) listens
+# on the sandbox's loopback at EGRESS_PORT and runs the command with the proxy variables.
+EGRESS_DIR = "/opt/harness-egress"
+EGRESS_PORT = 3128
+_FORWARDERS = os.path.join(os.path.dirname(__file__), "..", "..", "sandbox")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 # Host files that ordinary programs need; everything else under /etc stays hidden.
 ETC_FILES = (
@@ -70,6 +76,7 @@ def sandbox_argv(
     run_as: tuple[int, int] | None = None,
     program: list[str] | None = None,
     proc: bool = True,
+    egress_socket: str | None = None,
 ) -> list[str]:
     """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
     (no user namespace, so it can mount what root can reach) and the command drops to this
@@ -77,8 +84,20 @@ def sandbox_argv(
     makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user.
     ``program``: what runs instead of ``bash -c command``. ``proc``: a /proc of its own
     (a sandbox started inside another, unprivileged, may not mount one: the outer's has
-    parts mounted over)."""
+    parts mounted over). ``egress_socket``: the egress proxy's Unix socket for this
+    sandbox, bound in with the forwarder that makes it the only route out (none: no
+    network at all)."""
     program = program or ["/bin/bash", "-c", command]
+    egress: list[str] = []
+    if egress_socket is not None:
+        # open to the command's uid (bwrap, privileged, would make them root's alone)
+        egress += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", EGRESS_DIR]
+        for name in ("egress_forwarder.py", "git_forwarder.py"):
+            source = os.path.realpath(os.path.join(_FORWARDERS, name))
+            egress += ["--ro-bind", source, f"{EGRESS_DIR}/{name}"]
+        egress += ["--bind", egress_socket, f"{EGRESS_DIR}/proxy.sock"]
+        program = ["/usr/bin/python3", "-I", "-S", f"{EGRESS_DIR}/egress_forwarder.py",
+                   f"{EGRESS_DIR}/proxy.sock", str(EGRESS_PORT), *program]  # fmt: skip
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin", "lib32", "libx32"):
         target = os.path.realpath(f"/{name}")
@@ -100,6 +119,7 @@ def sandbox_argv(
         "--perms", "1777", "--tmpfs", "/tmp",
         *(["--proc", "/proc"] if proc else []),
         "--dev", "/dev",
+        *egress,
     ]  # fmt: skip
     if run_as is None:
         argv += ["--unshare-all"]  # user, ipc, pid, net, uts, cgroup: no network

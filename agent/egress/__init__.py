@@ -1,0 +1,1 @@
+"""The network policy for sandboxes: the egress proxy and what it records."""
