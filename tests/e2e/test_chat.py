@@ -21,8 +21,9 @@ def test_streamed_answer_with_tool_cards(new_context, fresh_model):
     fresh_model.enqueue(
         tool_reply(("write", {"path": "notes/todo.md", "content": "- ship it\n"}),
                    ("read", {"path": "notes/todo.md"}), text="I'll write the note."),
+        # Slow enough (about 4 s) that the streaming state is seen on a loaded machine.
         text_reply("Done. The note says **ship it**.\n\n```python\nprint('ok')\n```",
-                   delay=0.03),
+                   delay=0.25),
     )  # fmt: skip
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agent", "0020_projects"),
+        ("agent", "0021_conversation_instructions_pinned_archived"),
     ]
 
     operations = [
