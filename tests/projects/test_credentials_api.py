@@ -12,7 +12,9 @@ from agent.models import GitCredential, User
 from agent.runs import git_credentials
 from agent.web.api_tokens import create_token
 
-pytestmark = pytest.mark.django_db
+# Committed rows and a flush afterwards: the credential views write their audit entries
+# as requests do, and a rolled-back user under them failed the teardown's key check.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "ghp_0123456789abcdefSECRET"
 
