@@ -81,11 +81,7 @@ def _lease_deadline():
 def renew_lease(conversation_id) -> bool:
     """Extend this process's lease; False when the run is no longer ours (it was presumed
     dead and interrupted), in which case it must stop."""
-    return bool(
-        Conversation.objects.filter(
-            id=conversation_id, lease_owner=PROCESS_ID, state=Conversation.State.RUNNING
-        ).update(lease_until=_lease_deadline())
-    )
+    return bool(renew_leases([conversation_id]))
 
 
 def renew_leases(conversation_ids) -> int:
