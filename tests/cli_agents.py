@@ -68,3 +68,40 @@ def cli_live_server(root: Path, model_url: str, api_key: str, **environ: str):
     finally:
         server.stop()
         subprocess.run(["tmux", "-S", server.socket, "kill-server"], capture_output=True)
+
+
+def approve_then_deny(api, conversation_id: str, tool: str, denial: str) -> list[dict]:
+    """Prompt a conversation in "ask" mode whose model was scripted to run two commands (one
+    writing "approved", one "denied") under the CLI's own tool ``tool``: approve the first card,
+    deny the second, and return the prompt's events once it ends. ``denial``: what the CLI says
+    back to the model for a denied call."""
+    from testkit.api_client import read_until
+
+    path = f"/api/conversations/{conversation_id}"
+    response, stream = api.events(conversation_id, timeout=90)
+    api.call("POST", f"{path}/prompt", {"content": "two"})
+    waiting = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+                         and i[2]["state"] == "waiting_input", timeout=90)  # fmt: skip
+    card = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "approval")
+    call = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "tool_call")
+    assert card["id"] == call["id"] and card["name"] == tool
+    assert "echo approved" in card["input"]["command"]
+    assert api.call("POST", f"{path}/approvals/{card['id']}", {"decision": "approve"})[0] == 200
+    assert api.call("POST", f"{path}/approvals/{card['id']}", {"decision": "approve"})[0] == 409
+    middle = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "approval",
+                        timeout=90)  # fmt: skip
+    second = middle[-1][2]
+    assert "echo denied" in second["input"]["command"]
+    denied = f"{path}/approvals/{second['id']}"
+    assert api.call("POST", denied, {"decision": "deny", "reason": "not that"})[0] == 200
+    rest = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+                      and i[2]["state"] in ("idle", "error"), timeout=90)  # fmt: skip
+    response.close()
+    events = [i[2] for i in waiting + middle + rest if i[0] == "event"]
+    results = {e["id"]: e for e in events if e["type"] == "tool_result"}
+    assert results[card["id"]]["result"].strip() == "approved"
+    assert results[second["id"]]["isError"] and denial in results[second["id"]]["result"]
+    decisions = [(e["decision"], e["by"]) for e in events if e["type"] == "approval_decision"]
+    assert decisions == [("approve", "alice"), ("deny", "alice")]
+    assert events[-1]["state"] == "idle"
+    return events

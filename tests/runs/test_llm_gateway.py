@@ -4,7 +4,6 @@ deployment's key, and every answer is metered from the upstream's own figures.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import stat
@@ -20,7 +19,12 @@ from agent.runs import llm_gateway
 from agent.runs.llm_gateway import PREFIX, open_gateway
 from agent.runs.llm_metering import MAX_LINE, Meter
 from testkit.model_server import HttpError, message_reply, text_reply
-from tests.runs.gateway_calls import DEPLOYMENT_KEY, metered_into, socket_of
+from tests.runs.gateway_calls import (
+    DEPLOYMENT_KEY,
+    hang_up_after_first_bytes,
+    metered_into,
+    socket_of,
+)
 
 
 async def call(gateway, path="/v1/messages", body=None, headers=None, method="POST"):
@@ -220,22 +224,10 @@ def test_the_meter_reads_running_totals_and_survives_hostile_streams():
 
 
 async def test_a_cli_that_hangs_up_mid_answer_still_pays_for_what_was_asked(gateway, upstream):
-    usage = metered_into(gateway)
-    slow = text_reply("a long answer " * 20)
-    slow.delay = 0.05
-    upstream.enqueue(slow)
-    connector = aiohttp.UnixConnector(path=socket_of(gateway))
-    async with aiohttp.ClientSession(connector=connector) as session:
-        body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True,
-                           "messages": []})  # fmt: skip
-        headers = {"x-api-key": llm_gateway.PLACEHOLDER_KEY}
-        async with session.post(f"http://gw{PREFIX}/v1/messages", data=body,
-                                headers=headers) as response:  # fmt: skip
-            await response.content.readany()  # the first bytes, then it goes away
-    for _ in range(200):
-        if usage:
-            break
-        await asyncio.sleep(0.05)
+    body = {"model": "claude-haiku-4-5", "max_tokens": 50, "stream": True, "messages": []}
+    headers = {"x-api-key": llm_gateway.PLACEHOLDER_KEY}
+    usage = await hang_up_after_first_bytes(gateway, upstream, f"{PREFIX}/v1/messages", body,
+                                            headers)  # fmt: skip
     assert [u.input_tokens for u in usage] == [10]  # message_start's count: asked, so paid
 
 

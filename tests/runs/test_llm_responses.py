@@ -16,7 +16,12 @@ from agent.core.model.wire import SSEParser
 from agent.runs import llm_gateway
 from agent.runs.llm_gateway import MAX_BODY
 from testkit.model_server import HttpError, text_reply, tool_reply
-from tests.runs.gateway_calls import DEPLOYMENT_KEY, metered_into, socket_of
+from tests.runs.gateway_calls import (
+    DEPLOYMENT_KEY,
+    hang_up_after_first_bytes,
+    metered_into,
+    socket_of,
+)
 
 PATH = "/llm/openai/v1/responses"
 TOOLS = [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]
@@ -132,20 +137,7 @@ async def test_an_upstream_refusal_keeps_its_status_in_openais_words(gateway, up
 
 
 async def test_codex_hanging_up_mid_answer_still_pays_for_what_was_asked(gateway, upstream):
-    usage = metered_into(gateway)
-    slow = text_reply("a long answer " * 20)
-    slow.delay = 0.05
-    upstream.enqueue(slow)
-    connector = aiohttp.UnixConnector(path=socket_of(gateway))
-    async with (
-        aiohttp.ClientSession(connector=connector) as session,
-        session.post(f"http://gw{PATH}", data=json.dumps(request())) as response,
-    ):
-        await response.content.readany()  # the first bytes, then it goes away
-    for _ in range(200):
-        if usage:
-            break
-        await asyncio.sleep(0.05)
+    usage = await hang_up_after_first_bytes(gateway, upstream, PATH, request())
     assert [u.input_tokens for u in usage] == [10]
 
 

@@ -22,7 +22,7 @@ from testkit.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.cli_agents import cli_live_server
+from tests.cli_agents import approve_then_deny, cli_live_server
 
 pytestmark = pytest.mark.slow
 
@@ -272,29 +272,4 @@ def test_in_ask_mode_the_clis_permission_request_is_an_approval_card_and_the_ans
     script(model, tool_reply(("Bash", {"command": "echo approved > ok.txt; cat ok.txt"})),
            tool_reply(("Bash", {"command": "echo denied > no.txt"})),
            text_reply("Finished."))  # fmt: skip
-    response, stream = alice.events(conversation_id, timeout=90)
-    alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "two"})
-    waiting = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                         and i[2]["state"] == "waiting_input", timeout=90)  # fmt: skip
-    card = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "approval")
-    call = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "tool_call")
-    assert card["id"] == call["id"] and card["name"] == "Bash"
-    assert "approved" in card["input"]["command"]
-    path = f"/api/conversations/{conversation_id}/approvals/{card['id']}"
-    assert alice.call("POST", path, {"decision": "approve"})[0] == 200
-    assert alice.call("POST", path, {"decision": "approve"})[0] == 409  # decided already
-    middle = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "approval",
-                        timeout=90)  # fmt: skip
-    second = middle[-1][2]
-    assert "denied" in second["input"]["command"]
-    denied = f"/api/conversations/{conversation_id}/approvals/{second['id']}"
-    assert alice.call("POST", denied, {"decision": "deny", "reason": "not that"})[0] == 200
-    rest = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                      and i[2]["state"] in ("idle", "error"), timeout=90)  # fmt: skip
-    events = [i[2] for i in waiting + middle + rest if i[0] == "event"]
-    results = {e["id"]: e for e in events if e["type"] == "tool_result"}
-    assert results[card["id"]]["result"].strip() == "approved"
-    assert results[second["id"]]["isError"] and "not that" in results[second["id"]]["result"]
-    decisions = [(e["decision"], e["by"]) for e in events if e["type"] == "approval_decision"]
-    assert decisions == [("approve", "alice"), ("deny", "alice")]
-    assert events[-1]["state"] == "idle"
+    approve_then_deny(alice, conversation_id, "Bash", "not that")

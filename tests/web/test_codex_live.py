@@ -10,7 +10,7 @@ import pytest
 
 from testkit.api_client import Api, read_until
 from testkit.model_server import text_reply, tool_reply
-from tests.cli_agents import cli_live_server
+from tests.cli_agents import approve_then_deny, cli_live_server
 from tests.web.test_cli_agents_live import (
     _assert_key_never_reaches_the_cli,
     _pane_pid,
@@ -131,31 +131,7 @@ def test_in_ask_mode_codexs_approval_requests_are_cards_and_the_answers_go_back(
     script(model, tool_reply(("exec_command", {"cmd": "echo approved > ok.txt; cat ok.txt"})),
            tool_reply(("exec_command", {"cmd": "echo denied > no.txt"})),
            text_reply("Finished."))  # fmt: skip
-    response, stream = alice.events(conversation_id, timeout=90)
-    alice.call("POST", f"{path}/prompt", {"content": "two"})
-    waiting = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                         and i[2]["state"] == "waiting_input", timeout=90)  # fmt: skip
-    card = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "approval")
-    call = next(i[2] for i in waiting if i[0] == "event" and i[2]["type"] == "tool_call")
-    assert card["id"] == call["id"] and card["name"] == "exec_command"
-    assert "echo approved" in card["input"]["command"]
-    assert alice.call("POST", f"{path}/approvals/{card['id']}", {"decision": "approve"})[0] == 200
-    assert alice.call("POST", f"{path}/approvals/{card['id']}", {"decision": "approve"})[0] == 409
-    middle = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "approval",
-                        timeout=90)  # fmt: skip
-    second = middle[-1][2]
-    assert "echo denied" in second["input"]["command"]
-    denied = f"{path}/approvals/{second['id']}"
-    assert alice.call("POST", denied, {"decision": "deny", "reason": "not that"})[0] == 200
-    rest = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                      and i[2]["state"] in ("idle", "error"), timeout=90)  # fmt: skip
-    events = [i[2] for i in waiting + middle + rest if i[0] == "event"]
-    results = {e["id"]: e for e in events if e["type"] == "tool_result"}
-    assert results[card["id"]]["result"].strip() == "approved"
-    assert results[second["id"]]["isError"] and "declined" in results[second["id"]]["result"]
-    decisions = [(e["decision"], e["by"]) for e in events if e["type"] == "approval_decision"]
-    assert decisions == [("approve", "alice"), ("deny", "alice")]
+    events = approve_then_deny(alice, conversation_id, "exec_command", "declined")
     assert [e["content"] for e in events if e["type"] == "text"] == ["Finished."]
-    assert events[-1]["state"] == "idle"
     status, _ = alice.call("GET", "/api/files/no.txt")
     assert status == 404  # the denied command never ran
