@@ -23,7 +23,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from agent.core.cli_agents.providers import PROVIDERS, Provider, available_agents, detect_cached
+from agent.core.cli_agents.detect import available_agents, detect_cached
+from agent.core.cli_agents.providers import PROVIDERS, Provider
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.models import Conversation

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from agent.core.cli_agents import providers
-from agent.core.cli_agents.providers import PROVIDERS, detect_cached
+from agent.core.cli_agents import detect
+from agent.core.cli_agents.detect import detect_cached
+from agent.core.cli_agents.providers import PROVIDERS
 
 
 @pytest.fixture
@@ -18,10 +19,10 @@ def fake_pi(tmp_path, monkeypatch):
     executable = tmp_path / "pi"
     executable.write_text(f"#!/bin/sh\n[ -e {slow} ] && sleep 30\necho 0.73.1\n")
     executable.chmod(0o755)
-    monkeypatch.setattr(providers, "VERSION_TIMEOUT", 0.5)
-    providers._cache.clear()
+    monkeypatch.setattr(detect, "VERSION_TIMEOUT", 0.5)
+    detect._cache.clear()
     yield {"HARNESS_AGENT_PI_COMMAND": str(executable)}, slow
-    providers._cache.clear()
+    detect._cache.clear()
 
 
 async def test_a_version_that_does_not_answer_in_time_keeps_what_was_seen(fake_pi, monkeypatch):
@@ -29,7 +30,7 @@ async def test_a_version_that_does_not_answer_in_time_keeps_what_was_seen(fake_p
     first = await detect_cached(PROVIDERS["pi"], environ)
     assert first.available and first.version == "0.73.1"
     slow.touch()
-    monkeypatch.setattr(providers, "CACHE_SECONDS", 0.0)  # every request asks again
+    monkeypatch.setattr(detect, "CACHE_SECONDS", 0.0)  # every request asks again
     started = time.monotonic()
     again = await detect_cached(PROVIDERS["pi"], environ)
     assert time.monotonic() - started < 20  # the hanging CLI was killed at the timeout

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agent.core.cli_agents import providers
+from agent.core.cli_agents import detect, providers
 from agent.models import Conversation
 from agent.runs import claim as claims
 from agent.runs import cli_sessions
@@ -30,9 +30,9 @@ def fake_claude(tmp_path, settings):
     settings.HARNESS_AGENT_COMMANDS = {**settings.HARNESS_AGENT_COMMANDS, "claude-code": str(cli)}
     settings.HARNESS_AGENT_STATE = tmp_path / "cli"
     settings.ANTHROPIC_API_KEY = "sk-ant-test"  # (a CLI needs a real model)
-    providers._cache.clear()
+    detect._cache.clear()
     yield cli
-    providers._cache.clear()
+    detect._cache.clear()
 
 
 def test_the_page_offers_only_available_agents_and_creates_a_conversation_with_one(
