@@ -1,13 +1,12 @@
 """Taking and giving back a conversation for one prompt: the claim (state ``running``, the
 lock that allows one prompt per conversation across processes), the quotas checked under
-it, the lease that tells other processes this one is alive, and the final save."""
+it (``quotas``), the lease that tells other processes this one is alive, and the final save."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -20,14 +19,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.access import DRIVE, allows, owned_by, readable_one, with_owners
-from agent.core.agent import Refused
 from agent.core.config import Config
 from agent.core.images import ImageRef
 from agent.core.system_prompt import build_system_prompt
 from agent.core.tools import Workspace
 from agent.models import Conversation, DeploymentInstructions, Membership, User
-from agent.runs import attachments, rate, usage
+from agent.runs import attachments
 from agent.runs.config import agent_config
+from agent.runs.quotas import RunRefused, check_budget, check_quotas, check_rate
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
 from agent.runs.workspaces import conversation_workspace, workspace_for
 from agent.server import grouping
@@ -42,10 +41,6 @@ STORAGE_REFUSED = (
 
 
 ALREADY_RUNNING = "A prompt is already running; wait or cancel it."
-
-
-class RunRefused(Refused):
-    """A prompt that is not run: ``code`` for programs, ``message`` for people."""
 
 
 @dataclass
@@ -90,55 +85,6 @@ def renew_leases(conversation_ids) -> int:
     return Conversation.objects.filter(
         id__in=conversation_ids, lease_owner=PROCESS_ID, state=Conversation.State.RUNNING
     ).update(lease_until=_lease_deadline())
-
-
-def _hold_owner(owner_id: int) -> None:
-    """Lock the owner's row until the claim's transaction ends (``no_key``: as the rate's
-    UPDATE does, and the image room's check: attachments.py)."""
-    list(User.objects.select_for_update(no_key=True).filter(pk=owner_id).values_list("pk"))
-
-
-def _check_quotas(owner: User, *, per_minute: bool = True) -> None:
-    """Prompts sent in the last minute (``per_minute``), then prompts running at once,
-    counted once the owner's row is held (by the rate's UPDATE, else a lock): the owner's
-    other claims, in other processes, have committed or wait, so they cannot all pass on
-    one count (on PostgreSQL 11 of 12 prompts sent at once ran against a limit of 2)."""
-    if per_minute:
-        _check_rate(owner)
-    else:
-        _hold_owner(owner.pk)
-    running = owned_by(owner.pk).filter(state=Conversation.State.RUNNING).count()
-    if running >= settings.HARNESS_CONCURRENT_RUNS:
-        raise RunRefused(
-            "quota_concurrent",
-            f"You already have {settings.HARNESS_CONCURRENT_RUNS} prompts running; wait for "
-            "one to finish or cancel it.",
-        )
-
-
-def _check_budget(owner) -> None:
-    """The owner's spend this month (UTC) against their budget: a prompt
-    that would start past it is refused (a running one's model calls are each checked as
-    they are made: agent/runs/spend.py)."""
-    over = usage.over_budget(owner)
-    if over is not None:
-        raise RunRefused("budget_exceeded", usage.budget_message(*over))
-
-
-def _check_rate(owner: User) -> None:
-    """Prompts sent in the last minute: those that started a run and those queued on one
-    (each once: a queued prompt's delivery is not counted again); this one is counted when
-    it passes. Checked and counted in one UPDATE: prompts sent at once (other processes,
-    other transactions) cannot all pass on the same reading of the count."""
-    now, limit = time.time(), settings.HARNESS_RUNS_PER_MINUTE
-    if rate.count_prompt(owner.pk, now, limit):
-        return
-    owner.refresh_from_db(fields=["rate_window", "rate_count", "rate_previous"])
-    raise RunRefused(
-        "quota_rate",
-        f"You have sent {rate.sent_last_minute(owner, now)} prompts in the last minute (the "
-        f"limit is {limit}); wait a moment and send it again.",
-    )
 
 
 @dataclass
@@ -334,9 +280,9 @@ def _claim(request: _Claim) -> Setup:
     if conversation.agent != "harness" and config.offline:
         raise RunRefused("agent_unavailable", CLI_NEEDS_MODEL)
     if not config.offline:  # (the demo costs nothing)
-        _check_budget(owner)
+        check_budget(owner)
     # The per-minute limit protects spend: the offline demo model costs nothing.
-    _check_quotas(owner, per_minute=not config.offline)
+    check_quotas(owner, per_minute=not config.offline)
     changes = {
         "state": Conversation.State.RUNNING,
         "lease_owner": PROCESS_ID,
@@ -381,8 +327,8 @@ def check_queueing(conversation_id, user_id: int,
     with transaction.atomic():
         conversation, author = driven_by(conversation_id, user_id)
         if not agent_config(model=conversation.model).offline:
-            _check_budget(conversation.owner)
-            _check_rate(conversation.owner)
+            check_budget(conversation.owner)
+            check_rate(conversation.owner)
         if images:
             _keep_images(conversation_id, conversation.owner_id, images)
     return author
