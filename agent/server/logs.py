@@ -101,13 +101,19 @@ class RequestContextMiddleware:
 
     def __call__(self, request):
         rid = new_request_id(request.headers.get("X-Request-ID"))
-        # Set, not reset afterwards: Django logs a 4xx/5xx response after the middleware
-        # returns, in the request's own task (asgiref carries these values back to it), and
-        # that record needs the ids too. Each request starts with both set afresh.
+        # The ids are set, not reset afterwards: Django logs a 4xx/5xx response after the
+        # middleware returns, in the request's own task (asgiref carries these values back to
+        # it), and that record needs them too. Each request starts with both set afresh.
         request_id.set(rid)
         conversation_id.set(None)
-        current_request.set(request)  # who and from where (the audit log's lines)
-        response = self.get_response(request)
+        # Who and from where, for the audit log's lines: reset when the request is answered,
+        # so that a later line written in the same thread (a WSGI worker, a test's client, a
+        # command) is never put on this request's user.
+        token = current_request.set(request)
+        try:
+            response = self.get_response(request)
+        finally:
+            current_request.reset(token)
         response["X-Request-ID"] = rid
         return response
 

@@ -77,6 +77,16 @@ def test_tokens_made_by_the_command_and_revoked_in_the_admin_are_recorded(olga, 
     no_secret_anywhere(token, record.key_hash)
 
 
+def test_a_line_written_after_a_request_is_not_put_on_that_requests_user(olga, staff):
+    # The test client serves in this thread, as a WSGI worker would: the request it served
+    # must not stay behind as "the request being served" for what this thread writes next.
+    root, client = staff
+    assert client.get("/admin/").status_code == 200
+    call_command("create_api_token", "olga", "--name", "later")
+    [created] = entries("token_created")
+    assert created.actor is None and created.ip is None
+
+
 def test_a_token_made_in_the_admin_is_recorded_with_its_maker(olga, staff):
     root, client = staff
     client.post("/admin/agent/apitoken/add/", {"user": olga.pk, "name": "ci"})
