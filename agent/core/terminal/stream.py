@@ -115,11 +115,12 @@ class Reader:
         self.instance = instance
         self.generation: int | None = None
         self.fd: int | None = None
-        if at_end:
-            found = generations(instance)
-            if found:
-                self._open(found[-1])
+        # The newest file may go between the listing and the open (the writer moved on
+        # twice meanwhile): list again, or this reader would start from a file long gone.
+        while at_end and (found := generations(instance)):
+            if self._open(found[-1]):
                 os.lseek(self.fd, 0, os.SEEK_END)
+                break
 
     def _open(self, generation: int) -> bool:
         try:
