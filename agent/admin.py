@@ -15,7 +15,6 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path
-from django.utils.html import format_html, format_html_join
 
 from agent.access import actable_by, may_act_as
 from agent.core.events import USAGE_FIELDS
@@ -60,10 +59,8 @@ class UserAdmin(BaseUserAdmin):
     def prompt_history_list(self, user: User):
         if not user.prompt_history:
             return "—"
-        return format_html(
-            '<ol class="prompt-history">{}</ol>',
-            format_html_join("", "<li><pre>{}</pre></li>", ((p,) for p in user.prompt_history)),
-        )
+        return render_to_string("admin/agent/_prompt_history.html",
+                                {"prompts": user.prompt_history})  # fmt: skip
 
 
 _meta = conversation_meta
@@ -168,7 +165,7 @@ class EventAdmin(admin.ModelAdmin):
     @admin.display(description="Payload")
     def pretty_payload(self, event: Event):
         payload = json.dumps(event.payload, indent=2, ensure_ascii=False)
-        return format_html("<pre>{}</pre>", bidi_visible(payload))
+        return render_to_string("admin/agent/_payload.html", {"payload": bidi_visible(payload)})
 
 
 @admin.action(description="Revoke selected tokens")
