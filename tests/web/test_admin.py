@@ -71,8 +71,21 @@ def test_events_are_searchable_by_text(client, staff, chat):
 
 
 def test_user_page_shows_prompt_history(client, staff, chat):
+    chat.owner.prompt_history.append("<script>alert(1)</script>")
+    chat.owner.save(update_fields=["prompt_history"])
     page = client.get(f"/admin/agent/user/{chat.owner.id}/change/").content.decode()
-    assert "list files" in page and "read a.txt" in page
+    assert '<ol class="prompt-history">' in page
+    assert "<li><pre>list files</pre></li>" in page and "read a.txt" in page
+    assert "<pre>&lt;script&gt;alert(1)&lt;/script&gt;</pre>" in page
+
+
+def test_an_events_page_shows_its_payload_escaped(client, staff, chat):
+    event = chat.events.get(seq=1)
+    event.payload = {**event.payload, "content": "<img src=x onerror=alert(1)>"}
+    event.save(update_fields=["payload"])
+    page = client.get(f"/admin/agent/event/{event.pk}/change/").content.decode()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
+    assert "<pre>{\n  &quot;type&quot;" in page or "<pre>{" in page
 
 
 def test_export_one_conversation_as_markdown_and_json(client, staff, chat):
