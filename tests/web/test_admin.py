@@ -85,7 +85,7 @@ def test_an_events_page_shows_its_payload_escaped(client, staff, chat):
     event.save(update_fields=["payload"])
     page = client.get(f"/admin/agent/event/{event.pk}/change/").content.decode()
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
-    assert "<pre>{\n  &quot;type&quot;" in page or "<pre>{" in page
+    assert "<pre>{" in page  # the payload, as indented JSON
 
 
 def test_export_one_conversation_as_markdown_and_json(client, staff, chat):
