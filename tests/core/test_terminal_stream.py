@@ -69,6 +69,14 @@ def test_a_reader_follows_across_files_in_order(tmp_path):
     reader.close()
 
 
+def _ends_with(directory, tail: bytes) -> bool:
+    found = stream.generations(str(directory))
+    try:
+        return bool(found) and (directory / stream.file_name(found[-1])).read_bytes().endswith(tail)
+    except FileNotFoundError:  # (the writer moved on meanwhile)
+        return False
+
+
 def test_a_reader_that_fell_behind_is_told_and_one_at_the_end_reads_only_new_output(tmp_path):
     cap = 65536
     reader = stream.Reader(str(tmp_path), at_end=False)
@@ -80,10 +88,14 @@ def test_a_reader_that_fell_behind_is_told_and_one_at_the_end_reads_only_new_out
         pass
     for _ in range(20):
         os.write(write_fd, b"b" * 60000)
-    late = None
-    while late is None or len(late.read()) == 0:
-        late = late or stream.Reader(str(tmp_path), at_end=True)
-        os.write(write_fd, b"new")
+    os.write(write_fd, b"end")
+    while not _ends_with(tmp_path, b"end"):  # the writer has caught up with the flood
+        pass
+    late = stream.Reader(str(tmp_path), at_end=True)
+    os.write(write_fd, b"new")
+    while not (seen := late.read()):
+        pass
+    assert seen == b"new"  # from the end: nothing of the flood
     os.close(write_fd)
     writer.join(10)
     os.close(read_fd)

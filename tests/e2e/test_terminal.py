@@ -75,8 +75,10 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
     assert page.locator("#terminal img").count() == 0
     assert page.evaluate("() => window.pwned") is None
     # Ctrl+C is the shell's, not the page's (which would cancel a run).
-    page.keyboard.type("sleep 600")
+    # (Sent once the program runs: a subshell prints once the terminal is its group's.)
+    page.keyboard.type("(echo sleeping-$((2*3)); exec sleep 600)")
     page.keyboard.press("Enter")
+    shows(page, "sleeping-6")
     page.keyboard.press("Control+c")
     page.keyboard.type("echo after-$((1+1))")
     page.keyboard.press("Enter")

@@ -123,8 +123,11 @@ async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live)
         await page.until(lambda s: any(f.get("cols") == 91 for f in page.frames))
         await page.typed("stty size\r")
         await page.until(lambda s: "27 91" in s)
-        # Ctrl-C reaches the foreground program (the shell has job control).
-        await page.typed("sleep 600\r")
+        # Ctrl-C reaches the foreground program (the shell has job control). Sent once the
+        # program runs: a subshell prints once the terminal is its group's, not before (a
+        # Ctrl-C while the shell still holds the terminal is the shell's, and lost).
+        await page.typed("(echo sleeping-$((2*3)); exec sleep 600)\r")
+        await page.until(lambda s: "sleeping-6" in s)
         await page.typed("\x03")
         await page.typed("echo after-$((1+1))\r")
         await page.until(lambda s: "after-2" in s.split("echo after-")[-1])
@@ -139,8 +142,8 @@ async def test_a_full_screen_programs_escape_sequences_arrive_and_a_reconnect_ge
         page = Page(ws)
         await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
         await page.until(prompted)
-        await page.typed("printf '\\033[?1049h\\033[2J\\033[5;10H\\033[1;31mFULL-SCREEN\\033[0m'; "
-                         "sleep 600\r")  # fmt: skip
+        await page.typed("(printf '\\033[?1049h\\033[2J\\033[5;10H\\033[1;31mFULL-SCREEN\\033[0m'; "
+                         "exec sleep 600)\r")  # fmt: skip
         # The alternate screen, the cursor move and the colour arrive as they are.
         await page.until(lambda s: "\x1b[?1049h" in s and "\x1b[5;10H" in s and "FULL-SCREEN" in s)
     # The shell outlived the socket: a new page gets the screen as tmux holds it.
