@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 PAGE = 120  # parts: a few screens at the top of which the next page is asked for
+# Events a page reads back from the end (to the prompt that started a run before them):
+# a part is made of one event or more, so usually enough for PAGE parts; when not, the page
+# reads the whole conversation.
+TAIL_EVENTS = 4 * PAGE
 
 
 def window(parts: list, before: int | None = None, at: int | None = None) -> tuple[list, Any]:

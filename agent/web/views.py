@@ -39,7 +39,7 @@ from agent.runs.config import agent_config
 from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
 from agent.runs.sandbox import bash_mode
-from agent.runs.snapshot import snapshot
+from agent.runs.snapshot import latest, snapshot
 from agent.ui import paging
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
@@ -117,14 +117,25 @@ def home(request: HttpRequest) -> HttpResponse:
 def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
     # A run whose process died shows as ended (and open pages are told).
     interrupt_and_announce(expired().filter(id=conversation_id, owner=request.user))
-    found = snapshot(conversation_id, request.user)
+    # A long conversation's latest prompts only: enough for the parts the page shows,
+    # unless they make fewer (then the whole, as short conversations always are).
+    found = latest(conversation_id, request.user, paging.TAIL_EVENTS)
     if found is None:
         raise Http404("No such conversation")
-    conversation, events = found
-    role = conversation.role
+    conversation, events, cut = found
     members = members_of(conversation)
     transcript, tail_switch = _transcript(conversation, events, members)
+    if cut and len(transcript.parts) < paging.PAGE:
+        found = snapshot(conversation_id, request.user)
+        if found is None:
+            raise Http404("No such conversation")
+        conversation, events = found
+        transcript, tail_switch = _transcript(conversation, events, members)
+        cut = False
+    role = conversation.role
     parts, earlier = paging.window(transcript.parts)  # the latest; earlier ones on scroll
+    if cut and earlier is None and parts:
+        earlier = parts[0].seq
     live = transcript.live
     # The status line shows how the last prompt ended, or what the running one is doing.
     status = transcript.status_view()

@@ -86,3 +86,79 @@ def test_a_short_conversation_has_no_earlier_button(client, ada):
     add_events(conversation, {"type": "user", "content": "hi"}, {"type": "text", "content": "yo"})
     html = client.get(f"/c/{conversation.id}/").content.decode()
     assert seqs(html) == [1, 2] and earlier_button(html) is None
+
+
+def check_tail_reads() -> str:
+    """A long conversation's page reads only its latest prompts' events, and shows what a
+    read of the whole would: on its first line, on a branch forked from it (with queued
+    prompts' deliveries, which are no place to start), and for a conversation too short to
+    cut. Run here on SQLite and on PostgreSQL in a live database."""
+    from agent.models import Branch, Event, User
+    from agent.runs.snapshot import latest, snapshot
+    from agent.ui.transcript import Transcript
+
+    owner = User.objects.create_user(f"tail-{Conversation.objects.count()}")
+
+    def exchange(conversation, n: int, branch: int = 0, queued: bool = False):
+        rows = [{"type": "user", "content": f"prompt {n}"}, {"type": "text", "content": f"a {n}"}]
+        if queued:
+            rows[0]["mode"] = "follow_up"
+        for payload in rows:
+            conversation.last_seq += 1
+            seq = conversation.last_seq
+            Event.objects.create(conversation=conversation, seq=seq, type=payload["type"],
+                                 branch=branch,
+                                 payload={**payload, "seq": seq, "timestamp": 1})  # fmt: skip
+        conversation.save(update_fields=["last_seq"])
+
+    def page(conversation) -> tuple[list[int], list[int], bool]:
+        _, tail, cut = latest(conversation.id, owner, paging.TAIL_EVENTS)
+        _, whole = snapshot(conversation.id, owner)
+        shown = [p.seq for p in paging.window(Transcript.of(tail).parts)[0]]
+        expected = [p.seq for p in paging.window(Transcript.of(whole).parts)[0]]
+        assert shown == expected, (shown[:3], expected[:3])
+        return [e.seq for e in tail], [e.seq for e in whole], cut
+
+    line = Conversation.objects.create(owner=owner, model="m")
+    for n in range(paging.TAIL_EVENTS):
+        exchange(line, n)
+    tail, whole, cut = page(line)
+    assert cut and len(tail) < len(whole) and tail == whole[-len(tail) :]
+    assert len(tail) >= paging.TAIL_EVENTS
+
+    forked = Conversation.objects.create(owner=owner, model="m")
+    for n in range(50):
+        exchange(forked, n)
+    Branch.objects.create(conversation=forked, number=0)
+    Branch.objects.create(conversation=forked, number=1, parent=0, fork_seq=40)
+    Conversation.objects.filter(pk=forked.pk).update(active_branch=1)
+    forked.refresh_from_db()
+    for n in range(paging.TAIL_EVENTS):
+        exchange(forked, 1000 + n, branch=1, queued=n % 2 == 1)
+    exchange(forked, 5000, branch=0)  # the first line goes on meanwhile: not on the path
+    tail, whole, cut = page(forked)
+    assert cut and tail == whole[-len(tail) :]
+    first = Event.objects.get(conversation=forked, seq=tail[0])
+    assert first.type == "user" and "mode" not in first.payload and first.branch == 1
+
+    short = Conversation.objects.create(owner=owner, model="m")
+    for n in range(10):
+        exchange(short, n)
+    tail, whole, cut = page(short)
+    assert not cut and tail == whole
+    return "tail reads agree"
+
+
+def test_a_long_conversations_page_reads_its_latest_prompts_and_shows_the_same():
+    assert check_tail_reads() == "tail reads agree"
+
+
+def test_the_tail_read_behaves_the_same_on_postgresql(tmp_path):
+    from testkit.live import LiveServer
+    from tests.services import fresh_pg_database
+
+    with fresh_pg_database() as database_url:
+        server = LiveServer(tmp_path, DATABASE_URL=database_url)
+        server.manage("migrate", "-v", "0")
+        code = "from tests.web.test_paging import check_tail_reads\nprint(check_tail_reads())"
+        assert server.manage("shell", "-c", code).strip().splitlines()[-1] == "tail reads agree"
