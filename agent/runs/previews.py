@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import stat
 from collections import Counter
 from pathlib import Path
@@ -64,44 +65,63 @@ def _socket_fd(conversation_id) -> int:
     return fd
 
 
-async def _ask(conversation_id, line: bytes):
+async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
+    """A connection to the forwarder that was sent ``line``, and its answer's line (read a
+    byte at a time: what follows it is the previewed server's)."""
     fd = _socket_fd(conversation_id)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_unix_connection(f"/proc/self/fd/{fd}", limit=ANSWER_LIMIT),
-            CONNECT_TIMEOUT,
-        )
+        await asyncio.wait_for(loop.sock_connect(sock, f"/proc/self/fd/{fd}"), CONNECT_TIMEOUT)
     except (OSError, TimeoutError):
+        sock.close()
         raise PreviewUnavailable("The conversation's terminal is not running.") from None
     finally:
         os.close(fd)
     try:
-        writer.write(line)
-        answer = await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT)
-    except (OSError, TimeoutError, ValueError):
-        writer.close()
+        await loop.sock_sendall(sock, line)
+        answer = await asyncio.wait_for(_line(loop, sock), CONNECT_TIMEOUT)
+    except (OSError, TimeoutError):
+        sock.close()
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
-    return reader, writer, answer
+    return sock, answer
+
+
+async def _line(loop, sock: socket.socket) -> bytes:
+    answer = b""
+    while not answer.endswith(b"\n") and len(answer) < ANSWER_LIMIT:
+        byte = await loop.sock_recv(sock, 1)
+        if not byte:
+            break
+        answer += byte
+    return answer
+
+
+async def connect_socket(conversation_id, port: int) -> socket.socket:
+    """A connected socket to ``port`` inside the sandbox (non-blocking)."""
+    if not MIN_PORT <= port <= MAX_PORT:
+        raise PreviewUnavailable(f"Ports are {MIN_PORT} to {MAX_PORT}.")
+    sock, answer = await _ask(conversation_id, f"{port}\n".encode())
+    if answer != b"OK\n":
+        sock.close()
+        raise PreviewUnavailable(f"Nothing listens on port {port} in the sandbox.")
+    return sock
 
 
 async def connect(conversation_id, port: int):
     """A stream to ``port`` inside the sandbox: (reader, writer)."""
-    if not MIN_PORT <= port <= MAX_PORT:
-        raise PreviewUnavailable(f"Ports are {MIN_PORT} to {MAX_PORT}.")
-    reader, writer, answer = await _ask(conversation_id, f"{port}\n".encode())
-    if answer != b"OK\n":
-        writer.close()
-        raise PreviewUnavailable(f"Nothing listens on port {port} in the sandbox.")
-    return reader, writer
+    sock = await connect_socket(conversation_id, port)
+    return await asyncio.open_unix_connection(sock=sock, limit=ANSWER_LIMIT)
 
 
 async def ports(conversation_id) -> list[int]:
     """The ports listening in the sandbox (none when its terminal is not running)."""
     try:
-        _, writer, answer = await _ask(conversation_id, b"PORTS\n")
+        sock, answer = await _ask(conversation_id, b"PORTS\n")
     except PreviewUnavailable:
         return []
-    writer.close()
+    sock.close()
     try:
         found = json.loads(answer)
     except ValueError:
@@ -117,17 +137,15 @@ class Slots:
     def __init__(self) -> None:
         self._open: Counter[int] = Counter()
 
-    @contextlib.contextmanager
-    def take(self, user_id: int):
+    def acquire(self, user_id: int) -> None:
         if self._open[user_id] >= settings.HARNESS_PREVIEW_CONNECTIONS_PER_USER:
             raise PreviewUnavailable("Too many preview connections are open; close some.")
         self._open[user_id] += 1
-        try:
-            yield
-        finally:
-            self._open[user_id] -= 1
-            if not self._open[user_id]:
-                del self._open[user_id]
+
+    def release(self, user_id: int) -> None:
+        self._open[user_id] -= 1
+        if self._open[user_id] <= 0:
+            del self._open[user_id]
 
 
 slots = Slots()

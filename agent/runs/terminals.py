@@ -35,10 +35,10 @@ from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, TmuxError, tmux_path
 from agent.core.terminal import stream
 from agent.core.tools.bash import bwrap_path, sandbox_argv
 from agent.models import Conversation
+from agent.runs import previews
 from agent.runs.cli_sessions import PREFIX as AGENT_PREFIX
 from agent.runs.cli_sessions import sessions
 from agent.runs.workspaces import conversation_workspace, sandbox_ids
-from agent.runs import previews
 from agent.sandbox import drop, preview_mounts
 from agent.sandbox.terminal_attach import PROGRAM
 

@@ -61,7 +61,7 @@ async def upstream(port: int):
     for host in ("127.0.0.1", "::1"):
         try:
             return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             last = exc
     raise OSError(f"nothing listens on port {port} ({last})")
 
@@ -90,7 +90,7 @@ async def serve(reader, writer, slots: asyncio.Semaphore) -> None:
             writer.write(b"OK\n")
             await asyncio.gather(pump(reader, inner_writer), pump(inner_reader, writer))
             inner_writer.close()
-        except (OSError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, OSError, ValueError):
             pass
         finally:
             writer.close()
