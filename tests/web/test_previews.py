@@ -19,11 +19,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from agent.models import Membership
+from agent.models import Membership, User
 from agent.runs import previews
 from agent.web import preview_tokens
 from agent.web.previews import SANDBOX_POLICY
-from tests.web.test_sharing_pages import READS, ROLES, people, shared  # noqa: F401
+from tests.web.test_sharing_pages import READS, ROLES, shared
 
 pytestmark = pytest.mark.django_db
 
@@ -63,6 +63,13 @@ def upstream():
     yield server.server_address[1]
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def people():
+    return {role: User.objects.create_user(name, password=f"pw-{name}-1234")
+            for role, name in (("owner", "olga"), ("collaborator", "cole"), ("viewer", "vera"),
+                               ("team", "tess"), ("stranger", "stan"))}  # fmt: skip
 
 
 @pytest.fixture
@@ -299,8 +306,8 @@ def test_the_ports_list(people, forwarder, upstream):
     assert answer.status_code == 200
     ports = json.loads(read(answer))["ports"]
     mine = [p for p in ports if p["port"] == upstream]
-    assert mine == [{"port": upstream,
-                     "url": f"http://testserver/preview/{conversation.id}/{upstream}/"}]  # fmt: skip
+    url = f"http://testserver/preview/{conversation.id}/{upstream}/"
+    assert mine == [{"port": upstream, "url": url}]
     assert (
         Browser(people, "stranger").get(f"/api/conversations/{conversation.id}/ports").status_code
         == 404
