@@ -16,7 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient, Client
 
 from agent.models import Membership, User
@@ -354,3 +354,59 @@ def test_with_a_preview_origin_previews_are_served_from_it(people, forwarder, up
     isolated(served)
     assert served.status_code == 200
     assert "X-Frame-Options" not in served  # framed by the app's page, another origin
+
+
+# -- WebSocket ------------------------------------------------------------------------------
+async def echo(connection) -> None:
+    async for message in connection:
+        await connection.send(f"echo: {message}" if isinstance(message, str) else message[::-1])
+
+
+def socket_app():
+    from agent.web.routing import with_previews
+
+    async def never(scope, receive, send):  # the app's own sockets: not these tests'
+        raise AssertionError(scope["path"])
+
+    return with_previews(never)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_is_relayed_both_ways(people, forwarder):
+    from channels.testing import WebsocketCommunicator
+    from websockets.asyncio.server import serve
+
+    conversation = await sync_to_async(shared)(people)
+    forwarder(conversation.id)
+    async with serve(echo, "127.0.0.1", 0, subprotocols=["chat"]) as server:
+        port = server.sockets[0].getsockname()[1]
+        token = preview_tokens.make(people["viewer"].pk, conversation.id, port)
+        path = f"/preview/{conversation.id}/{port}/{token}/ws"
+        socket = WebsocketCommunicator(socket_app(), path, subprotocols=["chat"])
+        connected, subprotocol = await socket.connect(timeout=20)
+        assert connected and subprotocol == "chat"
+        await socket.send_to(text_data="hello")
+        assert await socket.receive_from(timeout=20) == "echo: hello"
+        await socket.send_to(bytes_data=b"abc")
+        assert await socket.receive_from(timeout=20) == b"cba"
+        await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("who", ["tampered", "stranger", "public"])
+async def test_a_websocket_without_a_valid_signed_address_is_refused(people, forwarder, who):
+    from channels.testing import WebsocketCommunicator
+    from websockets.asyncio.server import serve
+
+    conversation = await sync_to_async(shared)(people, team=False)
+    forwarder(conversation.id)
+    async with serve(echo, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        user = people["stranger" if who == "stranger" else "owner"]
+        token = preview_tokens.make(user.pk, conversation.id, port)
+        if who == "tampered":
+            token = token[:-1] + ("A" if token[-1] != "A" else "B")
+        rest = "ws" if who == "public" else f"{token}/ws"
+        socket = WebsocketCommunicator(socket_app(), f"/preview/{conversation.id}/{port}/{rest}")
+        connected, _ = await socket.connect(timeout=20)
+        assert not connected
