@@ -75,8 +75,11 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
     assert page.locator("#terminal img").count() == 0
     assert page.evaluate("() => window.pwned") is None
     # Ctrl+C is the shell's, not the page's (which would cancel a run).
-    page.keyboard.type("sleep 600")
+    # (sent once the program runs: a Ctrl-C that comes first flushes the terminal's unread
+    # input, the command itself, and the shell drops the line it was reading)
+    page.keyboard.type("sh -c 'echo sle\"\"eping; exec sleep 600'")
     page.keyboard.press("Enter")
+    shows(page, "sleeping")
     page.keyboard.press("Control+c")
     page.keyboard.type("echo after-$((1+1))")
     page.keyboard.press("Enter")

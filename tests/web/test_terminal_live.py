@@ -24,6 +24,9 @@ from tests.web.test_revocation_live import home_conversation, sign_in
 pytestmark = pytest.mark.slow
 
 WAIT = 30.0
+# A foreground program that says when it runs (the typed line shows "sle""eping", never
+# the word it prints).
+RUNNING = "sh -c 'echo sle\"\"eping; exec sleep 600'\r"
 
 
 def prompted(screen: str) -> bool:
@@ -123,8 +126,11 @@ async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live)
         await page.until(lambda s: any(f.get("cols") == 91 for f in page.frames))
         await page.typed("stty size\r")
         await page.until(lambda s: "27 91" in s)
-        # Ctrl-C reaches the foreground program (the shell has job control).
-        await page.typed("sleep 600\r")
+        # Ctrl-C reaches the foreground program (the shell has job control). Sent once the
+        # program runs: a Ctrl-C that comes first flushes the terminal's unread input (keys
+        # typed ahead, the command itself) and the shell drops the line it was reading.
+        await page.typed(RUNNING)
+        await page.until(lambda s: "sleeping" in s)
         await page.typed("\x03")
         await page.typed("echo after-$((1+1))\r")
         await page.until(lambda s: "after-2" in s.split("echo after-")[-1])
