@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import stat
 from collections import Counter
@@ -44,6 +45,12 @@ def directory(conversation_id) -> Path:
         path.mkdir(mode=0o700)
     os.chmod(path, 0o733)  # past the umask: the sandbox's uid makes its socket here
     return path
+
+
+def remove(conversation_id) -> None:
+    """The socket's directory goes with the conversation's terminal."""
+    shutil.rmtree(Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id),
+                  ignore_errors=True)  # fmt: skip
 
 
 def _socket_fd(conversation_id) -> int:

@@ -236,6 +236,7 @@ class Terminals:
         self._ready.pop(key, None)
         await tmux().kill_session(session_name(key))
         await asyncio.to_thread(stream.remove, shell_pane(key).directory)
+        await asyncio.to_thread(previews.remove, key)
 
 
 terminals = Terminals()
@@ -283,3 +284,4 @@ def end_sync(conversation_id) -> None:
                             f"={session_name(conversation_id)}"], capture_output=True,
                            timeout=10, check=False, env=CLEAN_ENV)  # fmt: skip
     stream.remove(shell_pane(conversation_id).directory)
+    previews.remove(conversation_id)
