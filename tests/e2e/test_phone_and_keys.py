@@ -189,8 +189,8 @@ def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
         assert page.evaluate(CONTRAST, [ring["color"], background]) >= 3, ring  # WCAG 1.4.11
         page.keyboard.press("Shift+Tab")
     assert seen[:13] == [
-        "cancel", "attach", "prompt", "Preview", "Terminal", "Regenerate (this answer, as a new version)",
-        "Copy as markdown (this answer)", "Copy (this answer)",
+        "cancel", "attach", "prompt", "Preview", "Terminal",
+        "Regenerate (this answer, as a new version)", "Copy as markdown (this answer)", "Copy (this answer)",
         "Edit (this prompt, as a new version)", "Copy (this prompt)", "messages",
         "help-toggle", "files-toggle",
     ]  # fmt: skip
