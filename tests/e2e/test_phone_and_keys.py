@@ -190,7 +190,8 @@ def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
         page.keyboard.press("Shift+Tab")
     assert seen[:13] == [
         "cancel", "attach", "prompt", "Preview", "Terminal",
-        "Regenerate (this answer, as a new version)", "Copy as markdown (this answer)", "Copy (this answer)",
+        "Regenerate (this answer, as a new version)", "Copy as markdown (this answer)",
+        "Copy (this answer)",
         "Edit (this prompt, as a new version)", "Copy (this prompt)", "messages",
         "help-toggle", "files-toggle",
     ]  # fmt: skip
