@@ -11,9 +11,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -23,6 +22,7 @@ from agent.models import Membership, User
 from agent.runs import previews
 from agent.web import preview_tokens
 from agent.web.previews import SANDBOX_POLICY
+from testkit.http_origin import serving
 from tests.web.test_sharing_pages import READS, ROLES, shared
 
 pytestmark = pytest.mark.django_db
@@ -57,12 +57,8 @@ class Upstream(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def upstream():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(Upstream) as port:
+        yield port
 
 
 @pytest.fixture

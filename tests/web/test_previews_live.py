@@ -14,15 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from agent.web.previews import SANDBOX_POLICY
-from tests.web.test_revocation_live import home_conversation, sign_in
-from tests.web.test_terminal_live import (  # noqa: F401
-    RUNNING,
-    WAIT,
-    Page,
-    _socket,
-    live,
-    prompted,
-)
+from tests.web.test_revocation_live import sign_in
+from tests.web.test_terminal_live import RUNNING, WAIT, live, ready_shell  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +40,7 @@ def listed(server, session: str, conversation: str) -> list[int]:
 
 
 async def test_a_server_in_the_terminal_is_previewed_to_its_readers_only(live):  # noqa: F811
-    session = sign_in(live, "tess", "pw-tess-1234")
-    conversation = home_conversation(live, session)
-    async with _socket(live, session, conversation) as ws:
-        page = Page(ws)
-        await page.send({"action": "terminal_resize", "cols": 100, "rows": 30})
-        await page.until(prompted)
+    async with ready_shell(live, "tess") as (page, session, conversation):
         await page.typed("echo preview-body > index.html\r")
         await page.typed(f"python3 -m http.server {PORT} --bind 127.0.0.1 &\r")
         deadline = time.monotonic() + WAIT

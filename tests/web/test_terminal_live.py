@@ -7,6 +7,7 @@ refused and an anonymous or other user's socket never opens."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -107,13 +108,21 @@ def _share(live: LiveServer, conversation: str, username: str, role: str) -> Non
                 f"'{role}')")  # fmt: skip
 
 
-async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live):
-    session = sign_in(live, "tess", "pw-tess-1234")
+@contextlib.asynccontextmanager
+async def ready_shell(live: LiveServer, username: str):
+    """A page of ``username``'s conversation, its shell (100×30) at its prompt: (the page,
+    the session, the conversation)."""
+    session = sign_in(live, username, f"pw-{username}-1234")
     conversation = home_conversation(live, session)
     async with _socket(live, session, conversation) as ws:
         page = Page(ws)
         await page.send({"action": "terminal_resize", "cols": 100, "rows": 30})
         await page.until(prompted)
+        yield page, session, conversation
+
+
+async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live):
+    async with ready_shell(live, "tess") as (page, _, _):
         await page.typed("echo made-$((6*7)) > made.txt; cat made.txt; id -u; hostname\r")
         screen = await page.until(lambda s: "sandbox" in s.split("hostname")[-1])  # bwrap's
         uid = re.search(r"made-42\r\n(\d+)\r\nsandbox", screen)
