@@ -14,6 +14,7 @@ from urllib.parse import quote, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -108,7 +109,7 @@ async def preview(request: HttpRequest, rest: str) -> HttpResponse:
 async def _sign(request, conversation_id: uuid.UUID, port: int, rest: str, query: str):
     user = await request.auser()
     if not user.is_authenticated:
-        return isolate(HttpResponseRedirect(f"{settings.LOGIN_URL}?next={request.path}"))
+        return isolate(redirect_to_login(request.get_full_path()))
     if await sync_to_async(access.readable_one)(user.pk, conversation_id) is None:
         return page(404, "No such preview", "This conversation is not available.")
     token = preview_tokens.make(user.pk, conversation_id, port)
