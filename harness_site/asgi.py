@@ -20,7 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit  # noqa: E402
 from agent.server.origin import SameOriginValidator  # noqa: E402
-from agent.web.routing import websocket_urlpatterns  # noqa: E402
+from agent.web.routing import websocket_urlpatterns, with_previews  # noqa: E402
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 GC_YOUNG_THRESHOLD = 10_000
@@ -31,7 +31,10 @@ application = ProtocolTypeRouter(
         "http": BodyLimit(django_asgi_app),
         # The page's whole origin (scheme, host, port) must be this server's
         # (agent/server/origin.py): host names alone let another port or scheme in.
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Previews' sockets are authorised by their signed address (agent/web/routing.py).
+        "websocket": with_previews(
+            SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )
 

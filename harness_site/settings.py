@@ -265,6 +265,14 @@ HARNESS_AGENT_STATE = Path(env_str("HARNESS_AGENT_STATE", str(VAR_DIR / "cli-age
 # The Terminal panel: shells (tmux sessions) an owner keeps at once; one more ends the
 # least recently used (agent/runs/terminals.py).
 HARNESS_TERMINALS_PER_USER = env_int("HARNESS_TERMINALS_PER_USER", 4, minimum=1)
+# Previews of what listens in a terminal's sandbox (agent/web/previews.py): connections one
+# user may hold open at once, and the origin they are served from (empty: this one, with a
+# sandboxing Content-Security-Policy).
+HARNESS_PREVIEW_CONNECTIONS_PER_USER = env_int("HARNESS_PREVIEW_CONNECTIONS_PER_USER", 32,
+                                               minimum=1)  # fmt: skip
+HARNESS_PREVIEW_ORIGIN = (env_str("HARNESS_PREVIEW_ORIGIN", "") or "").rstrip("/")
+if HARNESS_PREVIEW_ORIGIN:
+    ALLOWED_HOSTS = [*ALLOWED_HOSTS, urlsplit(HARNESS_PREVIEW_ORIGIN).hostname or ""]
 # What all of one user's sandboxed bash commands may hold at once (agent/core/tools/cgroups.py):
 # enforced by cgroups where the host allows (`auto`; `required` refuses bash without them;
 # `off`: rlimits only). HARNESS_CGROUP: the parent cgroup (default: the server's own, when

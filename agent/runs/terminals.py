@@ -35,10 +35,11 @@ from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, TmuxError, tmux_path
 from agent.core.terminal import stream
 from agent.core.tools.bash import bwrap_path, sandbox_argv
 from agent.models import Conversation
+from agent.runs import previews
 from agent.runs.cli_sessions import PREFIX as AGENT_PREFIX
 from agent.runs.cli_sessions import sessions
 from agent.runs.workspaces import conversation_workspace, sandbox_ids
-from agent.sandbox import drop
+from agent.sandbox import drop, preview_mounts
 from agent.sandbox.terminal_attach import PROGRAM
 
 PREFIX = "ht"  # the Terminal panel's sessions (the CLI agents' are "ah")
@@ -235,6 +236,7 @@ class Terminals:
         self._ready.pop(key, None)
         await tmux().kill_session(session_name(key))
         await asyncio.to_thread(stream.remove, shell_pane(key).directory)
+        await asyncio.to_thread(previews.remove, key)
 
 
 terminals = Terminals()
@@ -248,10 +250,13 @@ def _command(key: str, owner_id: int) -> list[str]:
         raise TerminalRefused("This conversation is not available.")
     workspace = conversation_workspace(conversation)
     attach = [sys.executable, "-m", "agent.sandbox.terminal_attach"]
+    # The preview forwarder starts first, apart from the shell; the shell's start is as it was.
+    program = preview_mounts.START + PROGRAM
+    preview_dir = str(previews.directory(key))
     if workspace.sandbox is not None:
         home = key.replace("-", "")
         workspace.sandbox.cli_home(home, {})  # the shell's HOME, the conversation's own
-        ticket = workspace.sandbox.cli_ticket(key, PROGRAM, {}, None, None)
+        ticket = workspace.sandbox.cli_ticket(key, program, {}, None, None, preview_dir)
         return [*attach, str(drop.attach_socket()), ticket]
     if sandbox_ids(owner_id) is not None:
         # Root without a broker (print mode, an in-process test): nothing may start a
@@ -260,11 +265,12 @@ def _command(key: str, owner_id: int) -> list[str]:
     bwrap = bwrap_path()
     if bwrap is None:
         raise TerminalRefused("bubblewrap (bwrap) is not installed: the terminal needs it.")
-    argv = sandbox_argv(bwrap, 0, PROGRAM)
+    argv = sandbox_argv(bwrap, 0, program)
     at = argv.index("--bind-fd")
     argv[at : at + 3] = ["--bind", str(workspace.root), "/workspace"]
     at = argv.index("--")
-    argv[at:at] = [*workspace.sandbox_binds, "--setenv", "TERM", "xterm-256color"]
+    argv[at:at] = [*workspace.sandbox_binds, *preview_mounts.binds(["--bind", preview_dir]),
+                   "--setenv", "TERM", "xterm-256color"]  # fmt: skip
     return [*attach, "--local", "--", *argv]
 
 
@@ -278,3 +284,4 @@ def end_sync(conversation_id) -> None:
                             f"={session_name(conversation_id)}"], capture_output=True,
                            timeout=10, check=False, env=CLEAN_ENV)  # fmt: skip
     stream.remove(shell_pane(conversation_id).directory)
+    previews.remove(conversation_id)

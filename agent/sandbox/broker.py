@@ -275,15 +275,15 @@ class Broker:
         """A CLI agent's sandbox, to be started by the pane that presents the ticket."""
         user = _user(message)
         spec = cli_spawn.validate(message, fds, self.config)  # refused: the caller closes the fds
-        spec.update(user=user, gateway_fd=fds[0] if fds else None)
+        preview = fds.pop() if spec["preview"] else None
+        spec.update(user=user, gateway_fd=fds[0] if fds else None, preview_fd=preview)
         ticket = secrets.token_urlsafe(24)
         with self.lock:
             now = time.monotonic()
             for key, (expires, old) in list(self.tickets.items()):
                 if expires < now:
                     del self.tickets[key]
-                    if old.get("gateway_fd") is not None:
-                        os.close(old["gateway_fd"])
+                    cli_spawn.close_fds(old)
             self.tickets[ticket] = (now + TICKET_SECONDS, spec)
         return {"ticket": ticket}, []
 

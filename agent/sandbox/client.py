@@ -165,15 +165,21 @@ class UserSandbox:
         self._connection()
 
     def cli_ticket(self, conversation: str, program: str, env: dict[str, str],
-                   cli_root: str | None, gateway_socket: str | None) -> str:  # fmt: skip
-        """Blocking: a ticket for a pane to start this CLI's sandbox with."""
+                   cli_root: str | None, gateway_socket: str | None,
+                   preview_dir: str | None = None) -> str:  # fmt: skip
+        """Blocking: a ticket for a pane to start this CLI's sandbox with (``preview_dir``:
+        the directory of the terminal's preview socket, bound in writable)."""
         fds = []
         try:
             if gateway_socket:
                 fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
+            if preview_dir:
+                flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                fds.append(os.open(preview_dir, flags))
             reply, _ = self.broker.request(
                 "cli", fds, user=self.user_id, conversation=conversation, program=program,
                 env=env, cli_root=cli_root, project=self.scope[0] if self.scope else None,
+                preview=bool(preview_dir),
             )  # fmt: skip
         finally:
             for fd in fds:

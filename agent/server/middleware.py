@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.middleware.gzip import GZipMiddleware
 
 # No inline script or style anywhere (htmx is configured not to need them); images only
@@ -21,13 +22,20 @@ CONTENT_SECURITY_POLICY = "; ".join([
 ])  # fmt: skip
 
 
+def content_security_policy() -> str:
+    """The policy, with the Preview panel's frames: this origin's, or the preview origin's
+    when previews are served from one."""
+    frames = " ".join(["'self'", settings.HARNESS_PREVIEW_ORIGIN]).strip()
+    return f"{CONTENT_SECURITY_POLICY}; frame-src {frames}"
+
+
 class SecurityHeadersMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         response = self.get_response(request)
-        response.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        response.setdefault("Content-Security-Policy", content_security_policy())
         response.setdefault("Referrer-Policy", "same-origin")
         response.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
         return response

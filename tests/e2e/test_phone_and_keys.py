@@ -182,15 +182,16 @@ def test_focus_rings_are_clearly_visible(new_context, fresh_model, scheme):
     background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     page.locator("#cancel").focus()
     seen = []
-    for _ in range(13):  # Send, Attach, the prompt, the Terminal panel, the parts' buttons, …
+    for _ in range(14):  # Send, Attach, the prompt, the Preview and Terminal panels, the parts' …
         ring = page.evaluate(FOCUS_RING)
         seen.append(ring["id"])
         assert ring["visible"] and ring["style"] == "solid" and ring["width"] >= 2, ring
         assert page.evaluate(CONTRAST, [ring["color"], background]) >= 3, ring  # WCAG 1.4.11
         page.keyboard.press("Shift+Tab")
-    assert seen[:12] == [
-        "cancel", "attach", "prompt", "Terminal", "Regenerate (this answer, as a new version)",
-        "Copy as markdown (this answer)", "Copy (this answer)",
+    assert seen[:13] == [
+        "cancel", "attach", "prompt", "Preview", "Terminal",
+        "Regenerate (this answer, as a new version)", "Copy as markdown (this answer)",
+        "Copy (this answer)",
         "Edit (this prompt, as a new version)", "Copy (this prompt)", "messages",
         "help-toggle", "files-toggle",
     ]  # fmt: skip

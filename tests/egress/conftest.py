@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from agent.core.egress_rules import parse_rules
 from agent.egress.proxy import EgressProxy, Who
 from agent.models import User
+from testkit.http_origin import serving
 
 BODY = b"hello from the origin\n"
 
@@ -33,12 +33,8 @@ class _Origin(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(_Origin) as port:
+        yield port
 
 
 @pytest.fixture

@@ -175,6 +175,7 @@ def api_endpoints(cid: str) -> list[tuple[str, str, object, set[str]]]:
         ("POST", f"{base}/commit", {"message": "m"}, DRIVES),
         ("GET", f"{base}/archive", None, DRIVES),
         ("POST", f"{base}/push", None, DRIVES),  # here 409 no_project once access is granted
+        ("GET", f"{base}/ports", None, READS),  # what listens in its terminal's sandbox
     ]
 
 
@@ -237,6 +238,8 @@ def test_every_url_of_the_site_is_in_the_matrix():
         "api_checkpoints": "/checkpoints" in api_paths, "api_restore": "/restore" in api_paths,
         "api_changes": "/changes" in api_paths, "api_commit": "/commit" in api_paths,
         "api_archive": "/archive" in api_paths, "api_push": "/push" in api_paths,
+        "api_ports": "/ports" in api_paths,
+        "preview": True,  # its own matrix, by role and by signed address: test_previews
     }  # fmt: skip
     covered.update(dict.fromkeys(PAGE_MATRIX, True))
     covered.update(dict.fromkeys(USER_SCOPED, True))

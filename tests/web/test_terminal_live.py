@@ -7,6 +7,7 @@ refused and an anonymous or other user's socket never opens."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,9 @@ from tests.web.test_revocation_live import home_conversation, sign_in
 pytestmark = pytest.mark.slow
 
 WAIT = 30.0
+# A foreground program that says when it runs (the typed line shows "sle""eping", never
+# the word it prints).
+RUNNING = "sh -c 'echo sle\"\"eping; exec sleep 600'\r"
 
 
 def prompted(screen: str) -> bool:
@@ -104,13 +108,21 @@ def _share(live: LiveServer, conversation: str, username: str, role: str) -> Non
                 f"'{role}')")  # fmt: skip
 
 
-async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live):
-    session = sign_in(live, "tess", "pw-tess-1234")
+@contextlib.asynccontextmanager
+async def ready_shell(live: LiveServer, username: str):
+    """A page of ``username``'s conversation, its shell (100×30) at its prompt: (the page,
+    the session, the conversation)."""
+    session = sign_in(live, username, f"pw-{username}-1234")
     conversation = home_conversation(live, session)
     async with _socket(live, session, conversation) as ws:
         page = Page(ws)
         await page.send({"action": "terminal_resize", "cols": 100, "rows": 30})
         await page.until(prompted)
+        yield page, session, conversation
+
+
+async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live):
+    async with ready_shell(live, "tess") as (page, _, _):
         await page.typed("echo made-$((6*7)) > made.txt; cat made.txt; id -u; hostname\r")
         screen = await page.until(lambda s: "sandbox" in s.split("hostname")[-1])  # bwrap's
         uid = re.search(r"made-42\r\n(\d+)\r\nsandbox", screen)
@@ -124,10 +136,10 @@ async def test_a_command_runs_in_the_owners_sandbox_and_its_output_arrives(live)
         await page.typed("stty size\r")
         await page.until(lambda s: "27 91" in s)
         # Ctrl-C reaches the foreground program (the shell has job control). Sent once the
-        # program runs: a subshell prints once the terminal is its group's, not before (a
-        # Ctrl-C while the shell still holds the terminal is the shell's, and lost).
-        await page.typed("(echo sleeping-$((2*3)); exec sleep 600)\r")
-        await page.until(lambda s: "sleeping-6" in s)
+        # program runs: a Ctrl-C that comes first flushes the terminal's unread input (keys
+        # typed ahead, the command itself) and the shell drops the line it was reading.
+        await page.typed(RUNNING)
+        await page.until(lambda s: "sleeping" in s)
         await page.typed("\x03")
         await page.typed("echo after-$((1+1))\r")
         await page.until(lambda s: "after-2" in s.split("echo after-")[-1])
@@ -142,8 +154,8 @@ async def test_a_full_screen_programs_escape_sequences_arrive_and_a_reconnect_ge
         page = Page(ws)
         await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
         await page.until(prompted)
-        await page.typed("(printf '\\033[?1049h\\033[2J\\033[5;10H\\033[1;31mFULL-SCREEN\\033[0m'; "
-                         "exec sleep 600)\r")  # fmt: skip
+        await page.typed("printf '\\033[?1049h\\033[2J\\033[5;10H\\033[1;31mFULL-SCREEN\\033[0m'; "
+                         "sleep 600\r")  # fmt: skip
         # The alternate screen, the cursor move and the colour arrive as they are.
         await page.until(lambda s: "\x1b[?1049h" in s and "\x1b[5;10H" in s and "FULL-SCREEN" in s)
     # The shell outlived the socket: a new page gets the screen as tmux holds it.

@@ -1,0 +1,158 @@
+"""Previews: connections to a port inside a conversation's terminal sandbox, through the
+forwarder that the terminal's sandbox runs (agent/sandbox/preview_forwarder.py) on a Unix
+socket in a directory made here, in the server's state directory, and bound into that
+sandbox. The sandbox's network namespace stays closed: the server reaches it only there.
+
+The directory is writable by the sandbox's user (another uid under a broker), so what is
+in it is theirs: the socket is opened without following a link and must be a socket, and
+the connection goes through that opened file (a planted link cannot send the server's
+connection anywhere else). Each user has at most ``HARNESS_PREVIEW_CONNECTIONS_PER_USER``
+connections open at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+from collections import Counter
+from pathlib import Path
+
+from django.conf import settings
+
+from agent.sandbox.preview_mounts import SOCKET_NAME
+
+MIN_PORT, MAX_PORT = 1, 65535
+CONNECT_TIMEOUT = 10.0
+ANSWER_LIMIT = 65536
+
+
+class PreviewUnavailable(Exception):
+    """Said to the one who asked (the 502 page): nothing to reach at that port."""
+
+
+def directory(conversation_id) -> Path:
+    """The socket's directory for ``conversation_id``, made when missing: closed to all
+    but the server above it, writable (not listable) by the sandbox's user in it."""
+    root = Path(settings.HARNESS_AGENT_STATE) / "previews"
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = root / str(conversation_id)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    os.chmod(path, 0o733)  # past the umask: the sandbox's uid makes its socket here
+    return path
+
+
+def remove(conversation_id) -> None:
+    """The socket's directory goes with the conversation's terminal."""
+    shutil.rmtree(Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id),
+                  ignore_errors=True)  # fmt: skip
+
+
+def _socket_fd(conversation_id) -> int:
+    root = Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id)
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        parent = os.open(root, flags | os.O_DIRECTORY)
+    except OSError:
+        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+    try:
+        fd = os.open(SOCKET_NAME, flags, dir_fd=parent)
+    except OSError:
+        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+    finally:
+        os.close(parent)
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PreviewUnavailable("The conversation's terminal is not running.")
+    return fd
+
+
+async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
+    """A connection to the forwarder that was sent ``line``, and its answer's line (read a
+    byte at a time: what follows it is the previewed server's)."""
+    fd = _socket_fd(conversation_id)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, f"/proc/self/fd/{fd}"), CONNECT_TIMEOUT)
+    except (OSError, TimeoutError):
+        sock.close()
+        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+    finally:
+        os.close(fd)
+    try:
+        await loop.sock_sendall(sock, line)
+        answer = await asyncio.wait_for(_line(loop, sock), CONNECT_TIMEOUT)
+    except (OSError, TimeoutError):
+        sock.close()
+        raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
+    return sock, answer
+
+
+async def _line(loop, sock: socket.socket) -> bytes:
+    answer = b""
+    while not answer.endswith(b"\n") and len(answer) < ANSWER_LIMIT:
+        byte = await loop.sock_recv(sock, 1)
+        if not byte:
+            break
+        answer += byte
+    return answer
+
+
+async def connect_socket(conversation_id, port: int) -> socket.socket:
+    """A connected socket to ``port`` inside the sandbox (non-blocking)."""
+    if not MIN_PORT <= port <= MAX_PORT:
+        raise PreviewUnavailable(f"Ports are {MIN_PORT} to {MAX_PORT}.")
+    sock, answer = await _ask(conversation_id, f"{port}\n".encode())
+    if answer != b"OK\n":
+        sock.close()
+        raise PreviewUnavailable(f"Nothing listens on port {port} in the sandbox.")
+    return sock
+
+
+async def connect(conversation_id, port: int):
+    """A stream to ``port`` inside the sandbox: (reader, writer)."""
+    sock = await connect_socket(conversation_id, port)
+    return await asyncio.open_unix_connection(sock=sock, limit=ANSWER_LIMIT)
+
+
+async def ports(conversation_id) -> list[int]:
+    """The ports listening in the sandbox (none when its terminal is not running)."""
+    try:
+        sock, answer = await _ask(conversation_id, b"PORTS\n")
+    except PreviewUnavailable:
+        return []
+    sock.close()
+    try:
+        found = json.loads(answer)
+    except ValueError:
+        return []
+    if not isinstance(found, list):
+        return []
+    return sorted({p for p in found if isinstance(p, int) and MIN_PORT <= p <= MAX_PORT})
+
+
+class Slots:
+    """Each user's open preview connections, bounded."""
+
+    def __init__(self) -> None:
+        self._open: Counter[int] = Counter()
+
+    def acquire(self, user_id: int) -> None:
+        if self._open[user_id] >= settings.HARNESS_PREVIEW_CONNECTIONS_PER_USER:
+            raise PreviewUnavailable("Too many preview connections are open; close some.")
+        self._open[user_id] += 1
+
+    def release(self, user_id: int) -> None:
+        self._open[user_id] -= 1
+        if self._open[user_id] <= 0:
+            del self._open[user_id]
+
+
+slots = Slots()

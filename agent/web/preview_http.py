@@ -1,0 +1,84 @@
+"""One HTTP/1.1 exchange with a previewed server over a stream (agent/runs/previews.py):
+the request written with the app's credentials and hop-by-hop headers left out, the
+answer's head parsed and its body read (by length, chunks, or to the end)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import io
+
+HEAD_LIMIT = 65536
+READ_TIMEOUT = 300.0
+# Never passed on: the app's credentials in, cookies out, and what is the connection's own.
+HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+       "trailer", "transfer-encoding", "upgrade", "host", "content-length"}  # fmt: skip
+REQUEST_DROPPED = HOP | {"cookie", "authorization", "x-csrftoken"}
+ANSWER_DROPPED = HOP | {"set-cookie", "set-cookie2", "content-security-policy",
+                        "content-security-policy-report-only", "x-frame-options",
+                        "referrer-policy"}  # fmt: skip
+
+
+class BadAnswer(Exception):
+    pass
+
+
+def request_head(method: str, target: str, port: int, headers, body_length: int) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    for name, value in headers.items():
+        if name.lower() not in REQUEST_DROPPED and "\n" not in value and "\r" not in value:
+            lines.append(f"{name}: {value}")
+    if body_length or method not in ("GET", "HEAD"):
+        lines.append(f"Content-Length: {body_length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, list[tuple[str, str]], dict]:
+    """(status, headers to pass on, all headers by lower-case name)."""
+    try:
+        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as exc:
+        raise BadAnswer("the previewed server sent no complete answer") from exc
+    status_line, _, rest = raw.partition(b"\r\n")
+    parts = status_line.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise BadAnswer("the previewed server did not answer in HTTP/1")
+    status = int(parts[1])
+    if not 100 <= status <= 599:
+        raise BadAnswer("the previewed server's status is out of range")
+    message = http.client.parse_headers(io.BytesIO(rest))
+    passed = [(k, v) for k, v in message.items() if k.lower() not in ANSWER_DROPPED]
+    every = {k.lower(): v for k, v in message.items()}
+    return status, passed, every
+
+
+async def body(reader: asyncio.StreamReader, every: dict, head_only: bool):
+    """The answer's body, as it comes."""
+    if head_only:
+        return
+    if "chunked" in every.get("transfer-encoding", "").lower():
+        async for piece in _chunks(reader):
+            yield piece
+        return
+    left = int(every["content-length"]) if every.get("content-length", "").isdigit() else None
+    while left is None or left > 0:
+        data = await asyncio.wait_for(reader.read(65536 if left is None else min(65536, left)),
+                                      READ_TIMEOUT)  # fmt: skip
+        if not data:
+            return
+        if left is not None:
+            left -= len(data)
+        yield data
+
+
+async def _chunks(reader: asyncio.StreamReader):
+    while True:
+        size_line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+        try:
+            size = int(size_line.split(b";")[0].strip(), 16)
+        except ValueError:
+            return
+        if size == 0:
+            return
+        yield await asyncio.wait_for(reader.readexactly(size), READ_TIMEOUT)
+        await reader.readline()
