@@ -22,6 +22,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -96,10 +97,11 @@ class Broker:
             if message.get("op") == "cli":
                 result, out_fds = self.cli(message, fds)
                 fds = []  # the gateway's socket is kept with the ticket
-            elif message.get("op") == "git":
-                result, out_fds = self.git(message, fds)
+            elif message.get("op") in ("git", "bash"):
+                handler = self.git if message["op"] == "git" else self.bash
+                result, out_fds = handler(message, fds)
             else:
-                handler = {"workspace": self.workspace, "host": self.host, "bash": self.bash,
+                handler = {"workspace": self.workspace, "host": self.host,
                            "selftest": self.selftest}.get(message.get("op"))  # fmt: skip
                 if handler is None:
                     raise Refused("unknown request")
@@ -177,12 +179,16 @@ class Broker:
         threading.Thread(target=self.supervise, args=(child, cgroup), daemon=True).start()
         return {}, [mine.detach()]
 
-    def bash(self, message: dict):
+    def bash(self, message: dict, fds: list[int]):
+        """One command; ``fds``: none, or the egress proxy's socket (its only route out)."""
         user = _user(message)
         command = message.get("command")
         if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
             raise Refused("command must be a string of at most 128 KB")
         unsafe = message.get("unsafe") is True
+        egress = egress_socket(fds, self.config.service_uid)
+        if unsafe and egress is not None:
+            raise Refused("an unsandboxed command has the host's network, not the proxy")
         bwrap = None if unsafe else self._need_bwrap()
         workspace = self._workspace_fd(user)
         worktree = None
@@ -201,12 +207,14 @@ class Broker:
                 home = f"{self.workspaces}/{user}"
                 cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
             else:
-                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
+                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user),
+                                    egress_fd=egress)  # fmt: skip
                 at = argv.index("--")
                 argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
             passed = [workspace] + (worktree.fds if worktree is not None else [])
+            passed += [egress] if egress is not None else []
             try:
                 child, cgroup = self.spawn(user, argv, passed, stdout=write, cwd=cwd,
                                            env=env)  # fmt: skip
@@ -376,6 +384,20 @@ class Broker:
             children = list(self.children)
         for child in children:
             _kill(child)
+
+
+def egress_socket(fds: list[int], service_uid: int) -> int | None:
+    """The egress proxy's socket a request brought (None: it brought none): one Unix socket
+    the server made (its owner), opened by it. Nothing else may be bound into a sandbox
+    this way: not a directory, not a file, not another user's socket."""
+    if not fds:
+        return None
+    if len(fds) != 1:
+        raise Refused("at most one descriptor: the egress proxy's socket")
+    st = os.fstat(fds[0])
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != service_uid:
+        raise Refused("the descriptor is not the server's egress socket")
+    return fds[0]
 
 
 def _kill(child: subprocess.Popen) -> None:

@@ -205,12 +205,23 @@ class UserSandbox:
         except TimeoutError:
             raise PathError(f"the file operation did not finish within {timeout:g} s") from None
 
-    async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
+    async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False,
+                   egress: str | None = None):  # fmt: skip
         """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
-        (ProcessResult, RunStats, the workspace's disk usage after it or None)."""
+        (ProcessResult, RunStats, the workspace's disk usage after it or None).
+        ``egress``: the egress proxy's socket, its only route out, handed over as a
+        descriptor opened here."""
         where = {"project": self.scope[0], "conversation": self.scope[1]} if self.scope else {}
-        request = functools.partial(self.broker.request, "bash", user=self.user_id,
-                                    command=command, unsafe=unsafe, **where)  # fmt: skip
+        sent = [os.open(egress, os.O_PATH | os.O_CLOEXEC)] if egress else []
+
+        def request():  # the descriptor closed by the thread that sent it, cancelled or not
+            try:
+                return self.broker.request("bash", sent, user=self.user_id, command=command,
+                                           unsafe=unsafe, **where)  # fmt: skip
+            finally:
+                for fd in sent:
+                    os.close(fd)
+
         _, fds = await _thread(request)
         result, message = await _supervised(fds, timeout, output_cap)
         stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))
