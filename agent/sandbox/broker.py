@@ -22,7 +22,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn, git_spawn, project_mounts
+from agent.sandbox import cli_spawn, egress_socket, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -107,7 +106,8 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused) as exc:
+        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused,
+                egress_socket.Refused) as exc:  # fmt: skip
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -186,7 +186,7 @@ class Broker:
         if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
             raise Refused("command must be a string of at most 128 KB")
         unsafe = message.get("unsafe") is True
-        egress = egress_socket(fds, self.config.service_uid)
+        egress = egress_socket.checked(fds, self.config.service_uid)
         if unsafe and egress is not None:
             raise Refused("an unsandboxed command has the host's network, not the proxy")
         bwrap = None if unsafe else self._need_bwrap()
@@ -208,7 +208,7 @@ class Broker:
                 cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
             else:
                 argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user),
-                                    egress_fd=egress)  # fmt: skip
+                                    egress=egress)  # fmt: skip
                 at = argv.index("--")
                 argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
@@ -283,15 +283,14 @@ class Broker:
         """A CLI agent's sandbox, to be started by the pane that presents the ticket."""
         user = _user(message)
         spec = cli_spawn.validate(message, fds, self.config)  # refused: the caller closes the fds
-        spec.update(user=user, gateway_fd=fds[0] if fds else None)
+        spec["user"] = user
         ticket = secrets.token_urlsafe(24)
         with self.lock:
             now = time.monotonic()
             for key, (expires, old) in list(self.tickets.items()):
                 if expires < now:
                     del self.tickets[key]
-                    if old.get("gateway_fd") is not None:
-                        os.close(old["gateway_fd"])
+                    cli_spawn.close_fds(old)
             self.tickets[ticket] = (now + TICKET_SECONDS, spec)
         return {"ticket": ticket}, []
 
@@ -384,20 +383,6 @@ class Broker:
             children = list(self.children)
         for child in children:
             _kill(child)
-
-
-def egress_socket(fds: list[int], service_uid: int) -> int | None:
-    """The egress proxy's socket a request brought (None: it brought none): one Unix socket
-    the server made (its owner), opened by it. Nothing else may be bound into a sandbox
-    this way: not a directory, not a file, not another user's socket."""
-    if not fds:
-        return None
-    if len(fds) != 1:
-        raise Refused("at most one descriptor: the egress proxy's socket")
-    st = os.fstat(fds[0])
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != service_uid:
-        raise Refused("the descriptor is not the server's egress socket")
-    return fds[0]
 
 
 def _kill(child: subprocess.Popen) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
 from agent.core.tools.bash import sandbox_argv
-from agent.sandbox import project_mounts
+from agent.sandbox import egress_socket, project_mounts
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -57,15 +57,32 @@ def validate(message: dict, fds: list[int], config) -> dict:
         if root not in config.cli_roots:
             raise Refused("the CLI's directory is not one this deployment configured")
         root = closed_to_others(root)
-    if len(fds) > 1:
+    # The gateway's socket, then the egress proxy's when ``egress`` says one came.
+    egress = message.get("egress") is True
+    if egress and not fds:
+        raise Refused("the egress proxy's socket is missing")
+    gateway, rest = (fds[:-1], fds[-1:]) if egress else (fds, [])
+    if len(gateway) > 1:
         raise Refused("at most one descriptor: the gateway's socket")
-    if fds and not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+    if gateway and not stat.S_ISSOCK(os.fstat(gateway[0]).st_mode):
         raise Refused("the descriptor is not a socket")
+    try:
+        egress_fd = egress_socket.checked(rest, config.service_uid)
+    except egress_socket.Refused as exc:
+        raise Refused(str(exc)) from None
     project = message.get("project")
     if project is not None and not (isinstance(project, str) and CONVERSATION.match(project)):
         raise Refused("project must be a UUID")
     return {"conversation": conversation.replace("-", ""), "program": program, "env": env,
-            "cli_root": root, "project": project}  # fmt: skip
+            "cli_root": root, "project": project, "gateway_fd": gateway[0] if gateway else None,
+            "egress_fd": egress_fd}  # fmt: skip
+
+
+def close_fds(spec: dict) -> None:
+    """The descriptors a ticket kept (the gateway's and the egress proxy's sockets)."""
+    for name in ("gateway_fd", "egress_fd"):
+        if spec.get(name) is not None:
+            os.close(spec[name])
 
 
 def closed_to_others(path: str) -> str:
@@ -108,7 +125,8 @@ def open_home(workspace_fd: int, conversation: str) -> int:
 
 
 def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
-         ids: tuple[int, int], forwarder: str, worktree=None) -> list[str]:  # fmt: skip
+         ids: tuple[int, int], forwarder: str, worktree=None,
+         egress_fd: int | None = None) -> list[str]:  # fmt: skip
     # In a project conversation the workspace is its worktree (no homes in it to hide).
     binds = (worktree.binds if worktree is not None else hidden_for(workspace_fd)) + [
         "--perms", "0755", "--dir", "/home",
@@ -120,7 +138,7 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: in
                   "--perms", "0755", "--dir", f"{GATEWAY_IN_SANDBOX}/socket",
                   "--ro-bind-fd", str(gateway_fd), f"{GATEWAY_IN_SANDBOX}/socket/s",
                   "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
-    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
+    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids, egress=egress_fd)
     return cli_sandbox(base, binds, spec["env"])
 
 
@@ -189,8 +207,8 @@ def attach(broker, conn: socket.socket) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-        if spec is not None and spec.get("gateway_fd") is not None:
-            os.close(spec["gateway_fd"])
+        if spec is not None:
+            close_fds(spec)
     send_packet(conn, {"ok": True})
     code, _ = broker.supervise(child, cgroup, conn)  # the pane gone: the CLI goes too
     with contextlib.suppress(OSError):
@@ -210,8 +228,10 @@ def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, objec
             root = worktree.tree
         forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
         command = argv(broker._need_bwrap(), spec, root, home, spec.get("gateway_fd"),
-                       broker.config.ids(user), forwarder, worktree)  # fmt: skip
-        passed = [workspace, home] + ([spec["gateway_fd"]] if spec.get("gateway_fd") else [])
+                       broker.config.ids(user), forwarder, worktree,
+                       spec.get("egress_fd"))  # fmt: skip
+        passed = [workspace, home] + [spec[name] for name in ("gateway_fd", "egress_fd")
+                                      if spec.get(name) is not None]  # fmt: skip
         passed += worktree.fds if worktree is not None else []
         return broker.spawn(user, command, passed, address_space=CLI_ADDRESS_SPACE,
                             stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])  # fmt: skip

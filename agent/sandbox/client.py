@@ -165,15 +165,20 @@ class UserSandbox:
         self._connection()
 
     def cli_ticket(self, conversation: str, program: str, env: dict[str, str],
-                   cli_root: str | None, gateway_socket: str | None) -> str:  # fmt: skip
-        """Blocking: a ticket for a pane to start this CLI's sandbox with."""
+                   cli_root: str | None, gateway_socket: str | None,
+                   egress_socket: str | None = None) -> str:  # fmt: skip
+        """Blocking: a ticket for a pane to start this CLI's sandbox with (a CLI agent's, or
+        the Terminal panel's shell): its model gateway's socket, and the egress proxy's
+        (its only route out), handed over as descriptors opened here."""
         fds = []
         try:
-            if gateway_socket:
-                fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
+            for path in (gateway_socket, egress_socket):
+                if path:
+                    fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
             reply, _ = self.broker.request(
                 "cli", fds, user=self.user_id, conversation=conversation, program=program,
                 env=env, cli_root=cli_root, project=self.scope[0] if self.scope else None,
+                egress=bool(egress_socket),
             )  # fmt: skip
         finally:
             for fd in fds:

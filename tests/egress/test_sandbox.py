@@ -77,7 +77,7 @@ async def test_without_the_proxy_nothing_is_reachable(ada, allow, origin, proxie
 async def test_the_bash_sandbox_line_reaches_the_proxy_and_nothing_else(
     ada, allow, origin, proxied, tmp_path, run_as
 ):
-    """The product's bwrap line (``sandbox_argv`` with ``egress_fd``), unprivileged
+    """The product's bwrap line (``sandbox_argv`` with ``egress``), unprivileged
     and privileged-dropping: curl through the proxy works, around it nothing does."""
     allow(f"127.0.0.1:{origin}")
     proxy = await proxied(ada)
@@ -89,7 +89,7 @@ async def test_the_bash_sandbox_line_reaches_the_proxy_and_nothing_else(
     try:
         url = f"http://127.0.0.1:{origin}/"
         command = f"curl -sS --max-time 20 {url}; echo; curl -sS --max-time 5 --noproxy '*' {url}"
-        argv = bash.sandbox_argv(require_bwrap(), fd, command, run_as, egress_fd=egress)
+        argv = bash.sandbox_argv(require_bwrap(), fd, command, run_as, egress=egress)
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             pass_fds=(fd, egress),

@@ -76,7 +76,7 @@ def sandbox_argv(
     run_as: tuple[int, int] | None = None,
     program: list[str] | None = None,
     proc: bool = True,
-    egress_fd: int | None = None,
+    egress: int | str | None = None,
 ) -> list[str]:
     """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
     (no user namespace, so it can mount what root can reach) and the command drops to this
@@ -84,18 +84,20 @@ def sandbox_argv(
     makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user.
     ``program``: what runs instead of ``bash -c command``. ``proc``: a /proc of its own
     (a sandbox started inside another, unprivileged, may not mount one: the outer's has
-    parts mounted over). ``egress_fd``: the egress proxy's Unix socket for this sandbox,
-    opened ``O_PATH`` by its starter and passed to bwrap, bound in with the forwarder that
-    makes it the only route out (none: no network at all)."""
+    parts mounted over). ``egress``: the egress proxy's Unix socket for this sandbox, bound
+    in with the forwarder that makes it the only route out (None: no network at all): a
+    descriptor (opened ``O_PATH`` by the starter, passed to bwrap), or its path where no
+    descriptor can pass (tmux starting the sandbox of a server that is not root)."""
     program = program or ["/bin/bash", "-c", command]
-    egress: list[str] = []
-    if egress_fd is not None:
+    binds: list[str] = []
+    if egress is not None:
         # open to the command's uid (bwrap, privileged, would make them root's alone)
-        egress += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", EGRESS_DIR]
+        binds += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", EGRESS_DIR]
         for name in ("egress_forwarder.py", "git_forwarder.py"):
             source = os.path.realpath(os.path.join(_FORWARDERS, name))
-            egress += ["--ro-bind", source, f"{EGRESS_DIR}/{name}"]
-        egress += ["--ro-bind-fd", str(egress_fd), f"{EGRESS_DIR}/proxy.sock"]
+            binds += ["--ro-bind", source, f"{EGRESS_DIR}/{name}"]
+        how = "--ro-bind-fd" if isinstance(egress, int) else "--ro-bind"
+        binds += [how, str(egress), f"{EGRESS_DIR}/proxy.sock"]
         program = ["/usr/bin/python3", "-I", "-S", f"{EGRESS_DIR}/egress_forwarder.py",
                    f"{EGRESS_DIR}/proxy.sock", str(EGRESS_PORT), *program]  # fmt: skip
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
@@ -119,7 +121,7 @@ def sandbox_argv(
         "--perms", "1777", "--tmpfs", "/tmp",
         *(["--proc", "/proc"] if proc else []),
         "--dev", "/dev",
-        *egress,
+        *binds,
     ]  # fmt: skip
     if run_as is None:
         argv += ["--unshare-all"]  # user, ipc, pid, net, uts, cgroup: no network
@@ -313,7 +315,7 @@ class BashTool:
                     await _release(self.cgroups, cgroup)
                 raise
             workspace_fd, egress_fd = pass_fds[0], (pass_fds[1:] or [None])[0]
-            argv = sandbox_argv(bwrap, workspace_fd, command, run_as, egress_fd=egress_fd)
+            argv = sandbox_argv(bwrap, workspace_fd, command, run_as, egress=egress_fd)
             at = argv.index("--")
             argv[at:at] = self.workspace.sandbox_binds
             # A pids cgroup counts the sandbox's processes whatever their uid, per
