@@ -19,6 +19,7 @@ may overshoot it by what the others have in flight at that moment.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import os
 import shutil
@@ -81,6 +82,7 @@ class Sockets:
 
     async def _listen(self, user_id: int, conversation_id) -> str:
         directory = tempfile.mkdtemp(prefix="harness-egress-")
+        _directories.add(directory)
         path = os.path.join(directory, "s")
         try:
             await self.proxy.listen(path, Who(int(user_id), conversation_id))
@@ -96,7 +98,7 @@ class Sockets:
                 os.chmod(path, 0o600)
         except BaseException:
             await self.proxy.close(path)
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove(directory)
             raise
         return path
 
@@ -109,9 +111,24 @@ class Sockets:
         paths = [path] if path else list(self._paths.values())
         for one in paths:
             await self.proxy.close(one)
-            shutil.rmtree(os.path.dirname(one), ignore_errors=True)
+            _remove(os.path.dirname(one))
         if path is None:
             self._paths.clear()
+
+
+# The sockets' directories this process made; what is left goes when it exits.
+_directories: set[str] = set()
+
+
+def _remove(directory: str) -> None:
+    _directories.discard(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@atexit.register
+def _remove_all() -> None:
+    for directory in list(_directories):
+        _remove(directory)
 
 
 # One per event loop: the server has one; each test its own.
