@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import tarfile
 import threading
 import zipfile
 from functools import partial
@@ -191,3 +192,62 @@ async def test_a_conversations_workspace_gets_the_hook_only_with_the_proxy(
     without = await asyncio.to_thread(conversation_workspace, conversation)
     assert without.egress is None
     assert "there is no network" in BashTool(without, "sandbox").description
+
+
+def _npm_tarball(name: str, version: str) -> bytes:
+    package = json.dumps({"name": name, "version": version, "main": "index.js"}).encode()
+    code = b"module.exports = 'installed by npm through the proxy';\n"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path, data in (("package/package.json", package), ("package/index.js", code)):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """An npm registry on loopback with one package: its packument and its tarball."""
+    tarball = _npm_tarball("tinynpm", "1.0.0")
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+
+    class Registry(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            port = self.server.server_address[1]
+            if self.path == "/tinynpm":
+                dist = {"tarball": f"http://127.0.0.1:{port}/tinynpm/-/tinynpm-1.0.0.tgz",
+                        "integrity": integrity}  # fmt: skip
+                body = json.dumps({"name": "tinynpm", "dist-tags": {"latest": "1.0.0"},
+                                   "versions": {"1.0.0": {"name": "tinynpm", "version": "1.0.0",
+                                                          "dist": dist}}}).encode()  # fmt: skip
+            elif self.path == "/tinynpm/-/tinynpm-1.0.0.tgz":
+                body = tarball
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+async def test_npm_installs_from_a_named_registry(bash, allow, registry):
+    allow(f"127.0.0.1:{registry}")
+    command = (
+        "mkdir /tmp/app && cd /tmp/app && npm install --no-audit --no-fund --cache /tmp/npm "
+        f"--registry http://127.0.0.1:{registry}/ tinynpm >/dev/null && "
+        "node -e 'console.log(require(\"tinynpm\"))'"
+    )
+    output = await run(bash, command)
+    assert "installed by npm through the proxy" in output, output
+    assert await EgressLog.objects.filter(allowed=True, port=registry).acount() >= 2

@@ -110,7 +110,8 @@ def sandbox_argv(
     argv += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         if os.path.exists(path):
-            argv += ["--ro-bind", path, path]
+            # (and its parents below /etc: node reads /etc/ssl/openssl.cnf, absent, at start)
+            argv += parent_dirs_in_etc(path) + ["--ro-bind", path, path]
     argv += [
         # The workspace goes in as a descriptor opened by the server, so no path swap can
         # change what is mounted.
@@ -154,6 +155,12 @@ def sandbox_argv(
         "--", *inner,
     ]  # fmt: skip
     return argv
+
+
+def parent_dirs_in_etc(path: str) -> list[str]:
+    parents = os.path.dirname(path).split("/")[2:]
+    return [arg for i in range(len(parents))
+            for arg in ("--perms", "0755", "--dir", "/etc/" + "/".join(parents[: i + 1]))]  # fmt: skip
 
 
 def disk_usage(st: os.statvfs_result) -> tuple[int, int, int, int]:
