@@ -159,8 +159,10 @@ def sandbox_argv(
 
 def parent_dirs_in_etc(path: str) -> list[str]:
     parents = os.path.dirname(path).split("/")[2:]
-    return [arg for i in range(len(parents))
-            for arg in ("--perms", "0755", "--dir", "/etc/" + "/".join(parents[: i + 1]))]  # fmt: skip
+    found = []
+    for i in range(len(parents)):
+        found += ["--perms", "0755", "--dir", "/etc/" + "/".join(parents[: i + 1])]
+    return found
 
 
 def disk_usage(st: os.statvfs_result) -> tuple[int, int, int, int]:
