@@ -142,10 +142,19 @@ def index(tmp_path):
     (root / "simple" / "tinypkg" / "index.html").write_text(
         f'<html><body><a href="../../{wheel}">{wheel}</a></body></html>'
     )
-    handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    yield from _served(root)
+
+
+class _Files(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _served(root, ready=lambda port: None):
+    """``root``'s files over http on loopback: its port (``ready`` first told it)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Files, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    ready(server.server_address[1])
     yield server.server_address[1]
     server.shutdown()
     server.server_close()
@@ -209,36 +218,20 @@ def _npm_tarball(name: str, version: str) -> bytes:
 @pytest.fixture
 def registry(tmp_path):
     """An npm registry on loopback with one package: its packument and its tarball."""
+    root = tmp_path / "registry"
+    (root / "tarballs").mkdir(parents=True)
     tarball = _npm_tarball("tinynpm", "1.0.0")
+    (root / "tarballs" / "tinynpm-1.0.0.tgz").write_bytes(tarball)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
 
-    class Registry(SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
+    def packument(port: int) -> None:
+        dist = {"tarball": f"http://127.0.0.1:{port}/tarballs/tinynpm-1.0.0.tgz",
+                "integrity": integrity}  # fmt: skip
+        version = {"name": "tinynpm", "version": "1.0.0", "dist": dist}
+        (root / "tinynpm").write_text(json.dumps({"name": "tinynpm", "versions": {
+            "1.0.0": version}, "dist-tags": {"latest": "1.0.0"}}))  # fmt: skip
 
-        def do_GET(self) -> None:
-            port = self.server.server_address[1]
-            if self.path == "/tinynpm":
-                dist = {"tarball": f"http://127.0.0.1:{port}/tinynpm/-/tinynpm-1.0.0.tgz",
-                        "integrity": integrity}  # fmt: skip
-                body = json.dumps({"name": "tinynpm", "dist-tags": {"latest": "1.0.0"},
-                                   "versions": {"1.0.0": {"name": "tinynpm", "version": "1.0.0",
-                                                          "dist": dist}}}).encode()  # fmt: skip
-            elif self.path == "/tinynpm/-/tinynpm-1.0.0.tgz":
-                body = tarball
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    yield from _served(root, packument)
 
 
 async def test_npm_installs_from_a_named_registry(bash, allow, registry):
