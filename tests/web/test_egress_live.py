@@ -1,5 +1,5 @@
 """``HARNESS_EGRESS=proxy`` on a live root server (its broker starts every sandbox as the
-user's uid): the built-in agent's bash, a real CLI agent (Claude Code) and the Terminal
+user's uid): the built-in agent's bash, the real CLI agents and the Terminal
 panel's shell reach an origin a rule names through the proxy, each connection logged with
 its user and conversation; the CLI's model traffic still goes through the gateway."""
 
@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from testkit.api_client import Api
 from testkit.model_server import text_reply, tool_reply
 from tests.cli_agents import cli_live_server
-from tests.web.test_cli_agents_live import prompt_and_read, script
+from tests.web.test_cli_agents_live import TOOL_NAMES, prompt_and_read, script
 from tests.web.test_revocation_live import home_conversation, sign_in
 from tests.web.test_terminal_live import Page, prompted
 
@@ -102,19 +102,24 @@ def test_bash_through_the_broker_reaches_the_named_origin_and_nothing_else(
     ]
 
 
+@pytest.mark.parametrize("agent", ["claude-code", "pi", "opencode"])
 def test_a_cli_agents_commands_go_through_the_proxy_and_its_model_through_the_gateway(
-    live, alice, model, elsewhere
+    live, alice, model, elsewhere, agent
 ):
-    status, body = alice.call("POST", "/api/conversations", {"agent": "claude-code"})
+    status, body = alice.call("POST", "/api/conversations", {"agent": agent})
     assert status == 201
     command = f"{curl(elsewhere, '127.0.0.2')}; echo no_proxy=$NO_PROXY"
-    script(model, tool_reply(("Bash", {"command": command}), text="Fetching."),
+    script(model, tool_reply((TOOL_NAMES[agent], {"command": command}), text="Fetching."),
            text_reply("Fetched."))  # fmt: skip
     events = prompt_and_read(alice, body["id"], "fetch it")
     result = next(e for e in events if e["type"] == "tool_result")
     assert BODY in result["result"] and "no_proxy=127.0.0.1,localhost" in result["result"]
     assert [e["content"] for e in events if e["type"] == "text"] == ["Fetching.", "Fetched."]
-    assert logged(live, body["id"]) == [["alice", elsewhere, True]]
+    # Some CLIs reach for their own hosts as well (OpenCode and Pi look for models and
+    # updates on 443): refused, as no rule names them, and logged as the user's.
+    rows = logged(live, body["id"])
+    assert ["alice", elsewhere, True] in rows
+    assert all(user == "alice" and (port == elsewhere or not ok) for user, port, ok in rows)
 
 
 async def test_the_terminals_shell_reaches_the_named_origin_through_the_proxy(live, origin):
