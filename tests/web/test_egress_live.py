@@ -102,14 +102,20 @@ def test_bash_through_the_broker_reaches_the_named_origin_and_nothing_else(
     ]
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "pi", "opencode"])
+# Each CLI's shell tool and the name of its command argument.
+SHELLS = {**{agent: (tool, "command") for agent, tool in TOOL_NAMES.items()},
+          "codex": ("exec_command", "cmd")}  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", sorted(SHELLS))
 def test_a_cli_agents_commands_go_through_the_proxy_and_its_model_through_the_gateway(
     live, alice, model, elsewhere, agent
 ):
     status, body = alice.call("POST", "/api/conversations", {"agent": agent})
     assert status == 201
     command = f"{curl(elsewhere, '127.0.0.2')}; echo no_proxy=$NO_PROXY"
-    script(model, tool_reply((TOOL_NAMES[agent], {"command": command}), text="Fetching."),
+    tool, argument = SHELLS[agent]
+    script(model, tool_reply((tool, {argument: command}), text="Fetching."),
            text_reply("Fetched."))  # fmt: skip
     events = prompt_and_read(alice, body["id"], "fetch it")
     result = next(e for e in events if e["type"] == "tool_result")
