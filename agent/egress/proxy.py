@@ -49,7 +49,7 @@ class EgressProxy:
         self.credential = credential
         self.connections = connections
         self.bound_bytes = bound_bytes
-        self._open: Counter = Counter()  # open connections per sandbox
+        self._open: Counter = Counter()  # open connections per socket (a conversation's sandboxes)
         self._live: Counter = Counter()  # bytes per user moved and not yet in the ledger
         self._servers: dict[str, asyncio.Server] = {}
 
