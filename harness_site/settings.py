@@ -356,13 +356,8 @@ except BadRule as exc:
 # The network policy for sandboxes (agent/egress/): `off`, no network; `proxy`, only through
 # the egress proxy, which admits what the rules allow and bounds each user's bytes a day.
 HARNESS_EGRESS = env_choice("HARNESS_EGRESS", ("off", "proxy"), "off")
-if HARNESS_EGRESS == "proxy":  # rather than a setting that silently changes nothing
-    raise ImproperlyConfigured(
-        "HARNESS_EGRESS=proxy: the egress proxy is built but not yet started for bash, the CLI "
-        "agents and the terminal; only `off` (no network in sandboxes) works in this version"
-    )
 HARNESS_EGRESS_MB_PER_DAY = env_int("HARNESS_EGRESS_MB_PER_DAY", 1024, minimum=1)
-# Open connections one sandbox may hold through the proxy at once.
+# Open connections one conversation's sandboxes may hold through the proxy at once.
 HARNESS_EGRESS_CONNECTIONS = env_int("HARNESS_EGRESS_CONNECTIONS", 32, minimum=1)
 # Rows of the Egress log kept; the oldest are deleted past it.
 HARNESS_EGRESS_LOG_ROWS = env_int("HARNESS_EGRESS_LOG_ROWS", 100_000, minimum=100)

@@ -37,9 +37,11 @@ ALLOWED = {
         "agent.ui",
         "agent.models",
         "agent.access",
+        "agent.egress",
     ),
-    # the egress proxy: rules, ledger and log through the models; credentials from runs
-    "egress": ("agent.core", "agent.server", "agent.models", "agent.runs"),
+    # the egress proxy: rules, ledger and log through the models; the runs start it (and
+    # give it the credential lookup)
+    "egress": ("agent.core", "agent.server", "agent.models"),
 }
 
 

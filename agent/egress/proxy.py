@@ -7,15 +7,19 @@ A connection is admitted when a rule for its user admits the host and port, the 
 bytes today are under ``HARNESS_EGRESS_MB_PER_DAY`` and the sandbox holds fewer than
 ``HARNESS_EGRESS_CONNECTIONS``; the name is resolved here (``resolve_checked``) and only
 the checked addresses are connected to (no second lookup: no DNS rebinding). A refusal
-is ``403`` with a short text body naming the host and why; every connection is logged."""
+is ``403`` with a short text body naming the host and why; every connection is logged.
+
+The credential added to a plain-http request comes from ``credential(user_id, host,
+port)`` (``Basic …`` or None), given by whoever starts the proxy: this layer knows
+nothing of where credentials are kept."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import socket
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -38,11 +42,14 @@ class Who:
 
 class EgressProxy:
     def __init__(self, *, resolve=socket.getaddrinfo, connections: int | None = None,
-                 bound_bytes: int | None = None) -> None:  # fmt: skip
+                 bound_bytes: int | None = None,
+                 credential: Callable[[int, str, int], str | None] | None = None,
+                 ) -> None:  # fmt: skip
         self.resolve = resolve
+        self.credential = credential
         self.connections = connections
         self.bound_bytes = bound_bytes
-        self._open: Counter = Counter()  # open connections per sandbox
+        self._open: Counter = Counter()  # open connections per socket (a conversation's sandboxes)
         self._live: Counter = Counter()  # bytes per user moved and not yet in the ledger
         self._servers: dict[str, asyncio.Server] = {}
 
@@ -120,7 +127,7 @@ class EgressProxy:
         if head.connect:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
-            authorization = await sync_to_async(_credential)(who.user_id, head)
+            authorization = await self._authorization(who, head)
             up_writer.write(http_head.forwarded(head, authorization))
 
         async def pump(source, sink, key):
@@ -148,6 +155,13 @@ class EgressProxy:
             reason = "stopped: the daily egress bound was reached" if moved["over"] else ""
             await self._log(who, head, True, reason, moved["up"], moved["down"])
             self._live[who.user_id] -= moved["up"] + moved["down"]
+
+    async def _authorization(self, who: Who, head) -> str | None:
+        """Only over plain http: inside CONNECT the proxy sees only ciphertext and adds
+        nothing."""
+        if self.credential is None or who.user_id is None:
+            return None
+        return await sync_to_async(self.credential)(who.user_id, head.host, head.port)
 
     def _bound(self) -> int:
         return self.bound_bytes if self.bound_bytes is not None else ledger.bound_bytes()
@@ -185,20 +199,3 @@ async def _answer(writer, status: int, text: str) -> None:
                  .encode() + body)  # fmt: skip
     with contextlib.suppress(OSError):
         await writer.drain()
-
-
-def _credential(user_id: int | None, head: http_head.Head) -> str | None:
-    """The user's stored credential for this host (agent/runs/git_credentials.py), as
-    Basic authorization: only to that host, only over plain http (inside CONNECT the
-    proxy sees only ciphertext and adds nothing)."""
-    from agent.models import GitCredential
-    from agent.runs.git_credentials import unseal
-
-    if user_id is None:
-        return None
-    names = [head.host, f"{head.host}:{head.port}"]
-    row = GitCredential.objects.filter(user_id=user_id, host__in=names).first()
-    token = row and unseal(user_id, row.host, bytes(row.secret))
-    if not token:
-        return None
-    return "Basic " + base64.b64encode(f"{row.username}:{token}".encode()).decode()

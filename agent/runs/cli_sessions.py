@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 PREFIX = "ah"  # the sessions' prefix (agent-harness)
 REAP_INTERVAL = 30.0
+# A CLI's NO_PROXY behind the egress proxy: the sandbox's own loopback (its gateway's port)
+LOOPBACK = "127.0.0.1,localhost"
 
 
 def agent_environ() -> dict[str, str]:
@@ -122,7 +124,13 @@ class CliSessions:
             # Root without a broker (print mode, an in-process test): nothing may start a
             # CLI as root, and only the broker starts one as the user.
             raise RuntimeError("CLI agents need a server that has started its broker")
+        egress = await workspace.egress() if workspace.egress else None
         gateway = await open_gateway(key, owner_id)
+        env = dict(gateway.env)
+        if egress is not None:
+            # Its model traffic goes to the gateway's port on the sandbox's own loopback,
+            # past the proxy; everything else through it.
+            env["NO_PROXY"] = LOOPBACK
         state_dir = self._state_dir(key)
         marker = Path(state_dir) / "cli-session"
         resume = await asyncio.to_thread(lambda: marker.read_text().strip() if marker.exists()
@@ -133,12 +141,13 @@ class CliSessions:
             # The CLI's HOME: one per conversation (never shared across conversations);
             # under a broker, inside the user's own workspace storage, made by the user.
             home=str(Path(settings.HARNESS_AGENT_STATE) / "homes" / key),
-            state_dir=state_dir, env=dict(gateway.env), extra_bwrap=gateway.bwrap_args(),
+            state_dir=state_dir, env=env, extra_bwrap=gateway.bwrap_args(),
             wrap=gateway.wrap_command,
             resume=resume or None, prefix=PREFIX,
             approval=approval, model=model, sandbox=workspace.sandbox,
             attach=[sys.executable, "-m", "agent.sandbox.attach", str(drop.attach_socket())],
-            gateway_socket=gateway.socket_path, app_dir=str(settings.BASE_DIR),
+            gateway_socket=gateway.socket_path, egress_socket=egress,
+            app_dir=str(settings.BASE_DIR),
         )  # fmt: skip
         session = CliSession(self.tmux(), spec)
         try:

@@ -35,7 +35,7 @@ from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, TmuxError, tmux_path
 from agent.core.terminal import stream
 from agent.core.tools.bash import bwrap_path, sandbox_argv
 from agent.models import Conversation
-from agent.runs import previews
+from agent.runs import egress, previews
 from agent.runs.cli_sessions import PREFIX as AGENT_PREFIX
 from agent.runs.cli_sessions import sessions
 from agent.runs.workspaces import conversation_workspace, sandbox_ids
@@ -154,7 +154,9 @@ class Terminals:
         name = session_name(key)
         await t.kill_session(name)  # an exited shell's pane
         await self._make_room(owner_id)
-        command = await asyncio.to_thread(_command, key, owner_id)
+        # The conversation's own socket of the egress proxy (None: no network at all).
+        route = await egress.socket_for(owner_id, key)
+        command = await asyncio.to_thread(_command, key, owner_id, route)
         instance = await asyncio.to_thread(stream.new_instance, pane.directory)
         self._ready[key] = instance
         await asyncio.to_thread(_write_size, pane, cols, rows)
@@ -242,8 +244,9 @@ class Terminals:
 terminals = Terminals()
 
 
-def _command(key: str, owner_id: int) -> list[str]:
-    """The pane's command: the sandbox's shell (blocking: the workspace, the ticket)."""
+def _command(key: str, owner_id: int, route: str | None = None) -> list[str]:
+    """The pane's command: the sandbox's shell (blocking: the workspace, the ticket);
+    ``route``: the egress proxy's socket, the shell's only way out."""
     conversation = (Conversation.objects.filter(pk=key, owner_id=owner_id)
                     .only("id", "owner_id", "project_id", "branch").first())  # fmt: skip
     if conversation is None:
@@ -256,7 +259,7 @@ def _command(key: str, owner_id: int) -> list[str]:
     if workspace.sandbox is not None:
         home = key.replace("-", "")
         workspace.sandbox.cli_home(home, {})  # the shell's HOME, the conversation's own
-        ticket = workspace.sandbox.cli_ticket(key, program, {}, None, None, preview_dir)
+        ticket = workspace.sandbox.cli_ticket(key, program, {}, None, None, route, preview_dir)
         return [*attach, str(drop.attach_socket()), ticket]
     if sandbox_ids(owner_id) is not None:
         # Root without a broker (print mode, an in-process test): nothing may start a
@@ -265,7 +268,7 @@ def _command(key: str, owner_id: int) -> list[str]:
     bwrap = bwrap_path()
     if bwrap is None:
         raise TerminalRefused("bubblewrap (bwrap) is not installed: the terminal needs it.")
-    argv = sandbox_argv(bwrap, 0, program)
+    argv = sandbox_argv(bwrap, 0, program, egress=route)
     at = argv.index("--bind-fd")
     argv[at : at + 3] = ["--bind", str(workspace.root), "/workspace"]
     at = argv.index("--")

@@ -14,6 +14,7 @@ act with it (``setfsuid``), so the kernel keeps one user's processes, process li
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def conversation_workspace(conversation, base: Workspace | None = None) -> Works
     the caller has it already). Blocking."""
     base = base or workspace_for(conversation.owner_id)
     if not conversation.project_id or not conversation.branch:
-        return base
+        return with_egress(base, conversation)
     project, mine = conversation.project_id.hex, conversation.id.hex
     if base.sandbox is not None:
         # The server cannot enter the workspace: every call names the worktree to the
@@ -86,6 +87,17 @@ def conversation_workspace(conversation, base: Workspace | None = None) -> Works
         workspace = Workspace(projects / project / "trees" / mine)
         workspace.sandbox_binds = tuple(project_mounts.path_binds(str(projects), project, mine))
     workspace.quota_mb = base.quota_mb
+    return with_egress(workspace, conversation)
+
+
+def with_egress(workspace: Workspace, conversation) -> Workspace:
+    """With ``HARNESS_EGRESS=proxy``, the conversation's sandboxes reach the network through
+    its own socket of the egress proxy (agent/runs/egress.py)."""
+    from agent.runs import egress
+
+    if egress.enabled():
+        workspace.egress = functools.partial(egress.socket_for, conversation.owner_id,
+                                             conversation.id)  # fmt: skip
     return workspace
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn, git_spawn, project_mounts
+from agent.sandbox import cli_spawn, egress_socket, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -96,16 +96,18 @@ class Broker:
             if message.get("op") == "cli":
                 result, out_fds = self.cli(message, fds)
                 fds = []  # the gateway's socket is kept with the ticket
-            elif message.get("op") == "git":
-                result, out_fds = self.git(message, fds)
+            elif message.get("op") in ("git", "bash"):
+                handler = self.git if message["op"] == "git" else self.bash
+                result, out_fds = handler(message, fds)
             else:
-                handler = {"workspace": self.workspace, "host": self.host, "bash": self.bash,
+                handler = {"workspace": self.workspace, "host": self.host,
                            "selftest": self.selftest}.get(message.get("op"))  # fmt: skip
                 if handler is None:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused) as exc:
+        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused,
+                egress_socket.Refused) as exc:  # fmt: skip
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -177,12 +179,16 @@ class Broker:
         threading.Thread(target=self.supervise, args=(child, cgroup), daemon=True).start()
         return {}, [mine.detach()]
 
-    def bash(self, message: dict):
+    def bash(self, message: dict, fds: list[int]):
+        """One command; ``fds``: none, or the egress proxy's socket (its only route out)."""
         user = _user(message)
         command = message.get("command")
         if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
             raise Refused("command must be a string of at most 128 KB")
         unsafe = message.get("unsafe") is True
+        egress = egress_socket.checked(fds, self.config.service_uid)
+        if unsafe and egress is not None:
+            raise Refused("an unsandboxed command has the host's network, not the proxy")
         bwrap = None if unsafe else self._need_bwrap()
         workspace = self._workspace_fd(user)
         worktree = None
@@ -201,12 +207,14 @@ class Broker:
                 home = f"{self.workspaces}/{user}"
                 cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
             else:
-                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user))
+                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user),
+                                    egress=egress)  # fmt: skip
                 at = argv.index("--")
                 argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
                 cwd, env = "/", None
             read, write = os.pipe2(os.O_CLOEXEC)
             passed = [workspace] + (worktree.fds if worktree is not None else [])
+            passed += [egress] if egress is not None else []
             try:
                 child, cgroup = self.spawn(user, argv, passed, stdout=write, cwd=cwd,
                                            env=env)  # fmt: skip
@@ -275,8 +283,7 @@ class Broker:
         """A CLI agent's sandbox, to be started by the pane that presents the ticket."""
         user = _user(message)
         spec = cli_spawn.validate(message, fds, self.config)  # refused: the caller closes the fds
-        preview = fds.pop() if spec["preview"] else None
-        spec.update(user=user, gateway_fd=fds[0] if fds else None, preview_fd=preview)
+        spec["user"] = user
         ticket = secrets.token_urlsafe(24)
         with self.lock:
             now = time.monotonic()

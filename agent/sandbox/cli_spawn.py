@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
 from agent.core.tools.bash import sandbox_argv
-from agent.sandbox import preview_mounts, project_mounts
+from agent.sandbox import egress_socket, preview_mounts, project_mounts
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
@@ -57,24 +57,40 @@ def validate(message: dict, fds: list[int], config) -> dict:
         if root not in config.cli_roots:
             raise Refused("the CLI's directory is not one this deployment configured")
         root = closed_to_others(root)
+    # The gateway's socket, then the egress proxy's when ``egress`` says one came, then
+    # the previews' directory when ``preview`` says so.
+    egress = message.get("egress") is True
     preview = message.get("preview", False)
-    if not isinstance(preview, bool) or len(fds) > 1 + preview or len(fds) < preview:
-        raise Refused("at most one descriptor, the gateway's socket, and the preview directory")
-    if preview:
-        preview_directory(fds[-1], config)
-    if len(fds) > preview and not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+    if not isinstance(preview, bool):
+        raise Refused("preview must be true or false")
+    if (egress and len(fds) < 1 + preview) or len(fds) < preview:
+        raise Refused("a descriptor the request names is missing")
+    rest = list(fds)
+    preview_fd = rest.pop() if preview else None
+    if preview_fd is not None:
+        preview_directory(preview_fd, config)
+    gateway, sockets = (rest[:-1], rest[-1:]) if egress else (rest, [])
+    if len(gateway) > 1:
+        raise Refused("at most one descriptor: the gateway's socket")
+    if gateway and not stat.S_ISSOCK(os.fstat(gateway[0]).st_mode):
         raise Refused("the descriptor is not a socket")
+    try:
+        egress_fd = egress_socket.checked(sockets, config.service_uid)
+    except egress_socket.Refused as exc:
+        raise Refused(str(exc)) from None
     project = message.get("project")
     if project is not None and not (isinstance(project, str) and CONVERSATION.match(project)):
         raise Refused("project must be a UUID")
     return {"conversation": conversation.replace("-", ""), "program": program, "env": env,
-            "cli_root": root, "project": project, "preview": preview}  # fmt: skip
+            "cli_root": root, "project": project, "gateway_fd": gateway[0] if gateway else None,
+            "egress_fd": egress_fd, "preview_fd": preview_fd}  # fmt: skip
 
 
-def close_fds(spec: dict | None) -> None:
-    """The descriptors a ticket kept (the gateway's socket, the preview directory)."""
-    for name in ("gateway_fd", "preview_fd"):
-        if spec is not None and spec.get(name) is not None:
+def close_fds(spec: dict) -> None:
+    """The descriptors a ticket kept (the gateway's and the egress proxy's sockets, the
+    previews' directory)."""
+    for name in ("gateway_fd", "egress_fd", "preview_fd"):
+        if spec.get(name) is not None:
             os.close(spec[name])
 
 
@@ -127,7 +143,7 @@ def open_home(workspace_fd: int, conversation: str) -> int:
 
 def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: int | None,
          ids: tuple[int, int], forwarder: str, worktree=None,
-         preview_fd: int | None = None) -> list[str]:  # fmt: skip
+         egress_fd: int | None = None, preview_fd: int | None = None) -> list[str]:  # fmt: skip
     # In a project conversation the workspace is its worktree (no homes in it to hide).
     binds = (worktree.binds if worktree is not None else hidden_for(workspace_fd)) + [
         "--perms", "0755", "--dir", "/home",
@@ -141,7 +157,7 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, home_fd: int, gateway_fd: in
                   "--ro-bind", forwarder, f"{GATEWAY_IN_SANDBOX}/forwarder.js"]  # fmt: skip
     if preview_fd is not None:
         binds += preview_mounts.binds(["--bind-fd", str(preview_fd)])
-    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids)
+    base = sandbox_argv(bwrap, workspace_fd, spec["program"], ids, egress=egress_fd)
     return cli_sandbox(base, binds, spec["env"])
 
 
@@ -210,7 +226,8 @@ def attach(broker, conn: socket.socket) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-        close_fds(spec)
+        if spec is not None:
+            close_fds(spec)
     send_packet(conn, {"ok": True})
     code, _ = broker.supervise(child, cgroup, conn)  # the pane gone: the CLI goes too
     with contextlib.suppress(OSError):
@@ -231,8 +248,9 @@ def start(broker, spec: dict, stdio: list[int]) -> tuple[subprocess.Popen, objec
         forwarder = os.path.join(broker.config.app, "agent", "runs", "llm_forwarder.js")
         command = argv(broker._need_bwrap(), spec, root, home, spec.get("gateway_fd"),
                        broker.config.ids(user), forwarder, worktree,
-                       spec.get("preview_fd"))  # fmt: skip
-        passed = [workspace, home] + [spec[name] for name in ("gateway_fd", "preview_fd")
+                       spec.get("egress_fd"), spec.get("preview_fd"))  # fmt: skip
+        passed = [workspace, home] + [spec[name]
+                                      for name in ("gateway_fd", "egress_fd", "preview_fd")
                                       if spec.get(name) is not None]  # fmt: skip
         passed += worktree.fds if worktree is not None else []
         return broker.spawn(user, command, passed, address_space=CLI_ADDRESS_SPACE,

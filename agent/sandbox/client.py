@@ -166,20 +166,24 @@ class UserSandbox:
 
     def cli_ticket(self, conversation: str, program: str, env: dict[str, str],
                    cli_root: str | None, gateway_socket: str | None,
+                   egress_socket: str | None = None,
                    preview_dir: str | None = None) -> str:  # fmt: skip
-        """Blocking: a ticket for a pane to start this CLI's sandbox with (``preview_dir``:
-        the directory of the terminal's preview socket, bound in writable)."""
+        """Blocking: a ticket for a pane to start this CLI's sandbox with (a CLI agent's, or
+        the Terminal panel's shell): its model gateway's socket, and the egress proxy's
+        (its only route out), handed over as descriptors opened here; ``preview_dir``: the
+        directory of the terminal's preview socket, bound in writable."""
         fds = []
         try:
-            if gateway_socket:
-                fds.append(os.open(gateway_socket, os.O_PATH | os.O_CLOEXEC))
+            for path in (gateway_socket, egress_socket):
+                if path:
+                    fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
             if preview_dir:
                 flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
                 fds.append(os.open(preview_dir, flags))
             reply, _ = self.broker.request(
                 "cli", fds, user=self.user_id, conversation=conversation, program=program,
                 env=env, cli_root=cli_root, project=self.scope[0] if self.scope else None,
-                preview=bool(preview_dir),
+                egress=bool(egress_socket), preview=bool(preview_dir),
             )  # fmt: skip
         finally:
             for fd in fds:
@@ -211,12 +215,23 @@ class UserSandbox:
         except TimeoutError:
             raise PathError(f"the file operation did not finish within {timeout:g} s") from None
 
-    async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False):
+    async def bash(self, command: str, timeout: float, output_cap: int, unsafe: bool = False,
+                   egress: str | None = None):  # fmt: skip
         """The command in the user's sandbox (``unsafe``: as the user, unsandboxed):
-        (ProcessResult, RunStats, the workspace's disk usage after it or None)."""
+        (ProcessResult, RunStats, the workspace's disk usage after it or None).
+        ``egress``: the egress proxy's socket, its only route out, handed over as a
+        descriptor opened here."""
         where = {"project": self.scope[0], "conversation": self.scope[1]} if self.scope else {}
-        request = functools.partial(self.broker.request, "bash", user=self.user_id,
-                                    command=command, unsafe=unsafe, **where)  # fmt: skip
+        sent = [os.open(egress, os.O_PATH | os.O_CLOEXEC)] if egress else []
+
+        def request():  # the descriptor closed by the thread that sent it, cancelled or not
+            try:
+                return self.broker.request("bash", sent, user=self.user_id, command=command,
+                                           unsafe=unsafe, **where)  # fmt: skip
+            finally:
+                for fd in sent:
+                    os.close(fd)
+
         _, fds = await _thread(request)
         result, message = await _supervised(fds, timeout, output_cap)
         stats = RunStats(int(message.get("oom_kills", 0)), int(message.get("pids_hits", 0)))

@@ -78,6 +78,7 @@ def _load_settings(**extra):
         ("HARNESS_MAX_TOKENS", "0"),
         ("HARNESS_THINKING", "500"),
         ("HARNESS_BASH", "docker"),
+        ("HARNESS_EGRESS", "open"),
         ("HARNESS_SSE_HEARTBEAT", "soon"),
         ("HARNESS_SOCKETS_PER_USER", "0"),
         ("DJANGO_DEBUG", "maybe"),

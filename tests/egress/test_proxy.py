@@ -10,6 +10,7 @@ import pytest
 
 from agent.models import EgressDay, EgressLog, EgressRule, User
 from agent.runs import git_credentials
+from agent.runs.egress import credential
 from agent.server import metrics
 from tests.egress.conftest import BODY, fixed
 
@@ -108,7 +109,7 @@ async def test_one_sandbox_holds_at_most_its_connections(ada, allow, origin, pro
 async def test_the_credential_goes_to_its_host_over_plain_http_only(ada, allow, origin, proxied):
     allow(f"127.0.0.1:{origin}, localhost:{origin}")
     await asyncio.to_thread(git_credentials.store, ada, f"127.0.0.1:{origin}", "ada", "s3cret")
-    proxy = await proxied(ada)
+    proxy = await proxied(ada, credential=credential)
     answer = await proxy.ask(get(f"127.0.0.1:{origin}"))
     assert b"auth=Basic YWRhOnMzY3JldA==" in answer
     elsewhere = await proxy.ask(get(f"localhost:{origin}"))

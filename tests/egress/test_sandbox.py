@@ -73,29 +73,35 @@ async def test_without_the_proxy_nothing_is_reachable(ada, allow, origin, proxie
     assert not await EgressLog.objects.aexists()
 
 
-@pytest.mark.parametrize("run_as", [None, (65534, 65534)])
+@pytest.mark.parametrize("run_as, by", [(None, "descriptor"), ((65534, 65534), "descriptor"),
+                                        (None, "path")])  # fmt: skip
 async def test_the_bash_sandbox_line_reaches_the_proxy_and_nothing_else(
-    ada, allow, origin, proxied, tmp_path, run_as
+    ada, allow, origin, proxied, tmp_path, run_as, by
 ):
-    """The product's bwrap line (``sandbox_argv`` with ``egress_socket``), unprivileged
-    and privileged-dropping: curl through the proxy works, around it nothing does."""
+    """The product's bwrap line (``sandbox_argv`` with ``egress``), unprivileged
+    and privileged-dropping, the socket given as a descriptor or (tmux starting a server's
+    sandbox, where none can pass) by its path: curl through the proxy works, around it
+    nothing does."""
     allow(f"127.0.0.1:{origin}")
     proxy = await proxied(ada)
     os.chmod(proxy.path, 0o666)
     workspace = tmp_path / "ws"
     workspace.mkdir(mode=0o777)
     fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    egress = os.open(proxy.path, os.O_PATH)
     try:
         url = f"http://127.0.0.1:{origin}/"
         command = f"curl -sS --max-time 20 {url}; echo; curl -sS --max-time 5 --noproxy '*' {url}"
-        argv = bash.sandbox_argv(require_bwrap(), fd, command, run_as, egress_socket=proxy.path)
+        given = egress if by == "descriptor" else proxy.path
+        argv = bash.sandbox_argv(require_bwrap(), fd, command, run_as, egress=given)
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            pass_fds=(fd,),
+            pass_fds=(fd, egress),
         )  # fmt: skip
         output = (await process.communicate())[0].decode(errors="replace")
     finally:
         os.close(fd)
+        os.close(egress)
     assert output.count(BODY.decode()) == 1, output  # the first, not the second
     assert "Failed to connect" in output or "Couldn't connect" in output, output
     assert (await EgressLog.objects.aget()).allowed

@@ -71,6 +71,7 @@ class SessionSpec:
     sandbox: object | None = None
     attach: list[str] = field(default_factory=list)
     gateway_socket: str | None = None
+    egress_socket: str | None = None  # the egress proxy's (HARNESS_EGRESS=proxy)
     app_dir: str = "/"
     resume: str | None = None  # the CLI's earlier session to continue
     prefix: str = "ah"
@@ -140,7 +141,7 @@ def cli_sandbox_argv(spec: SessionSpec) -> list[str]:
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: CLI agents need the sandbox")
     program, root = cli_program(spec)
-    argv = sandbox_argv(bwrap, 0, program)
+    argv = sandbox_argv(bwrap, 0, program, egress=spec.egress_socket)
     at = argv.index("--bind-fd")
     argv[at : at + 3] = ["--bind", spec.workspace, "/workspace"]
     binds = ["--perms", "0755", "--dir", "/home", "--bind", spec.home, HOME_IN_SANDBOX,
@@ -200,7 +201,8 @@ class CliSession:
         program, root = cli_program(self.spec)
         return self.spec.sandbox.cli_ticket(self.spec.conversation_id, program,
                                             cli_env(self.spec), root,
-                                            self.spec.gateway_socket)  # fmt: skip
+                                            self.spec.gateway_socket,
+                                            self.spec.egress_socket)  # fmt: skip
 
     def _prepare_files(self) -> None:
         os.makedirs(self.spec.state_dir, mode=0o700, exist_ok=True)

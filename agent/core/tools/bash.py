@@ -76,7 +76,7 @@ def sandbox_argv(
     run_as: tuple[int, int] | None = None,
     program: list[str] | None = None,
     proc: bool = True,
-    egress_socket: str | None = None,
+    egress: int | str | None = None,
 ) -> list[str]:
     """The bwrap command line. ``run_as``: a root server's sandbox runs bwrap privileged
     (no user namespace, so it can mount what root can reach) and the command drops to this
@@ -84,18 +84,20 @@ def sandbox_argv(
     makes RLIMIT_NPROC bind. Otherwise bwrap makes a user namespace as the calling user.
     ``program``: what runs instead of ``bash -c command``. ``proc``: a /proc of its own
     (a sandbox started inside another, unprivileged, may not mount one: the outer's has
-    parts mounted over). ``egress_socket``: the egress proxy's Unix socket for this
-    sandbox, bound in with the forwarder that makes it the only route out (none: no
-    network at all)."""
+    parts mounted over). ``egress``: the egress proxy's Unix socket for this sandbox, bound
+    in with the forwarder that makes it the only route out (None: no network at all): a
+    descriptor (opened ``O_PATH`` by the starter, passed to bwrap), or its path where no
+    descriptor can pass (tmux starting the sandbox of a server that is not root)."""
     program = program or ["/bin/bash", "-c", command]
-    egress: list[str] = []
-    if egress_socket is not None:
+    binds: list[str] = []
+    if egress is not None:
         # open to the command's uid (bwrap, privileged, would make them root's alone)
-        egress += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", EGRESS_DIR]
+        binds += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", EGRESS_DIR]
         for name in ("egress_forwarder.py", "git_forwarder.py"):
             source = os.path.realpath(os.path.join(_FORWARDERS, name))
-            egress += ["--ro-bind", source, f"{EGRESS_DIR}/{name}"]
-        egress += ["--bind", egress_socket, f"{EGRESS_DIR}/proxy.sock"]
+            binds += ["--ro-bind", source, f"{EGRESS_DIR}/{name}"]
+        how = "--ro-bind-fd" if isinstance(egress, int) else "--ro-bind"
+        binds += [how, str(egress), f"{EGRESS_DIR}/proxy.sock"]
         program = ["/usr/bin/python3", "-I", "-S", f"{EGRESS_DIR}/egress_forwarder.py",
                    f"{EGRESS_DIR}/proxy.sock", str(EGRESS_PORT), *program]  # fmt: skip
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
@@ -108,7 +110,8 @@ def sandbox_argv(
     argv += ["--perms", "0755", "--dir", "/etc"]
     for path in ETC_FILES:
         if os.path.exists(path):
-            argv += ["--ro-bind", path, path]
+            # (and its parents below /etc: node reads /etc/ssl/openssl.cnf, absent, at start)
+            argv += parent_dirs_in_etc(path) + ["--ro-bind", path, path]
     argv += [
         # The workspace goes in as a descriptor opened by the server, so no path swap can
         # change what is mounted.
@@ -119,7 +122,7 @@ def sandbox_argv(
         "--perms", "1777", "--tmpfs", "/tmp",
         *(["--proc", "/proc"] if proc else []),
         "--dev", "/dev",
-        *egress,
+        *binds,
     ]  # fmt: skip
     if run_as is None:
         argv += ["--unshare-all"]  # user, ipc, pid, net, uts, cgroup: no network
@@ -152,6 +155,14 @@ def sandbox_argv(
         "--", *inner,
     ]  # fmt: skip
     return argv
+
+
+def parent_dirs_in_etc(path: str) -> list[str]:
+    parents = os.path.dirname(path).split("/")[2:]
+    found = []
+    for i in range(len(parents)):
+        found += ["--perms", "0755", "--dir", "/etc/" + "/".join(parents[: i + 1])]
+    return found
 
 
 def disk_usage(st: os.statvfs_result) -> tuple[int, int, int, int]:
@@ -237,9 +248,15 @@ class BashTool:
         # where the host allows (shared set-up per server process), else rlimits.
         self.limits = limits or SandboxLimits()
         self.cgroups = sandbox_cgroups(self.limits) if mode == "sandbox" else None
+        network = (
+            "the network only through an allow-listing proxy (HTTP_PROXY and HTTPS_PROXY are "
+            "set; a host it refuses answers 403 saying why)"
+            if workspace.egress
+            else "no network"
+        )
         where = (
             "in a sandbox: the workspace (at /workspace) is the only writable place, there is "
-            "no network and no background process outlives the call"
+            f"{network} and no background process outlives the call"
             if mode == "sandbox"
             else "directly on the host (unsandboxed)"
         )
@@ -261,11 +278,16 @@ class BashTool:
             return fail(str(exc))
         root = str(self.workspace.root)
         stats = None
+        sandboxed = self.mode == "sandbox"
+        try:
+            egress = await self.workspace.egress() if sandboxed and self.workspace.egress else None
+        except OSError as exc:
+            return fail(f"bash is unavailable: the egress proxy could not listen ({exc})")
         if self.workspace.sandbox is not None:
             # The server dropped root: its broker runs the command as the user.
             try:
                 result, stats, usage = await self.workspace.sandbox.bash(
-                    command, self.timeout, OUTPUT_CAP, unsafe=self.mode == "unsafe"
+                    command, self.timeout, OUTPUT_CAP, unsafe=not sandboxed, egress=egress
                 )
             except RuntimeError as exc:
                 return fail(f"bash is unavailable: {exc}")
@@ -290,13 +312,19 @@ class BashTool:
                 cgroup = await self._open_cgroup(root)
             except _Unavailable as exc:
                 return fail(str(exc))
+            pass_fds = []
             try:
-                workspace_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                pass_fds.append(os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                if egress is not None:
+                    pass_fds.append(os.open(egress, os.O_PATH | os.O_CLOEXEC))
             except BaseException:
+                for fd in pass_fds:
+                    os.close(fd)
                 if cgroup is not None:
                     await _release(self.cgroups, cgroup)
                 raise
-            argv = sandbox_argv(bwrap, workspace_fd, command, run_as)
+            workspace_fd, egress_fd = pass_fds[0], (pass_fds[1:] or [None])[0]
+            argv = sandbox_argv(bwrap, workspace_fd, command, run_as, egress=egress_fd)
             at = argv.index("--")
             argv[at:at] = self.workspace.sandbox_binds
             # A pids cgroup counts the sandbox's processes whatever their uid, per
@@ -304,7 +332,6 @@ class BashTool:
             pids_by_cgroup = cgroup is not None and "pids" in cgroup.controllers
             preexec = _limits(None if pids_by_cgroup else nproc, cgroup)
             env = {"PATH": SANDBOX_PATH}
-            pass_fds = [workspace_fd]
         else:
             argv, preexec, pass_fds, cgroup = ["/bin/bash", "-c", command], None, [], None
             env = {"PATH": SANDBOX_PATH, "HOME": root, "LANG": "C.UTF-8", "TERM": "dumb"}

@@ -107,6 +107,9 @@ class Workspace:
     # bwrap arguments the local bash sandbox adds (a server without a broker): what it
     # hides, or a project worktree's repository (agent/sandbox/project_mounts.py).
     sandbox_binds: tuple[str, ...] = ()
+    # With a network policy of ``proxy``: an async callable giving the path of the egress
+    # proxy's Unix socket for this workspace's sandboxes (None: no network at all).
+    egress = None
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))
