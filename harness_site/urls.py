@@ -4,6 +4,7 @@ from django.urls import path, re_path
 
 from agent.web import (
     api,
+    choices,
     file_views,
     files_api,
     health,
@@ -29,9 +30,9 @@ urlpatterns = [
     ),
     path("c/<uuid:conversation_id>/rename", views.rename_conversation, name="rename"),
     path("c/<uuid:conversation_id>/delete", views.delete_conversation, name="delete"),
-    path("c/<uuid:conversation_id>/model", views.set_model, name="set_model"),
-    path("c/<uuid:conversation_id>/thinking", views.set_thinking, name="set_thinking"),
-    path("c/<uuid:conversation_id>/approval", views.set_approval, name="set_approval"),
+    path("c/<uuid:conversation_id>/model", choices.set_model, name="set_model"),
+    path("c/<uuid:conversation_id>/thinking", choices.set_thinking, name="set_thinking"),
+    path("c/<uuid:conversation_id>/approval", choices.set_approval, name="set_approval"),
     path("c/<uuid:conversation_id>/share", views.share, name="share"),
     path(
         "c/<uuid:conversation_id>/export.md",

@@ -28,7 +28,7 @@ from agent.access import (
     projects_of,
     shared_with,
 )
-from agent.core.config import APPROVAL_MODES, MODELS, THINKING_LEVELS
+from agent.core.config import MODELS, THINKING_LEVELS
 from agent.models import Conversation, Membership, User
 from agent.runs import projects, search, terminals, usage
 from agent.runs.branches import fork_copy, switches
@@ -310,32 +310,6 @@ def _default_thinking() -> str:
     return min(THINKING_LEVELS, key=lambda level: abs(THINKING_LEVELS[level] - budget))
 
 
-def _set_choice(request: HttpRequest, conversation_id, field: str, choices) -> HttpResponse:
-    """A conversation's setting from the page's select (``data-autosubmit``: 204 or 400, the
-    page stays where it is) or, without script, its form (back to the conversation)."""
-    conversation = _owned_or_404(request, conversation_id)
-    value = request.POST.get(field, "")
-    known = value in choices
-    if known:
-        setattr(conversation, field, value)
-        conversation.save(update_fields=[field, "updated"])
-    if request.headers.get("HX-Request"):
-        return HttpResponse(status=204 if known else 400)
-    return redirect("conversation", conversation_id=conversation.id)
-
-
-@login_required
-@require_POST
-def set_model(request: HttpRequest, conversation_id) -> HttpResponse:
-    return _set_choice(request, conversation_id, "model", dict(model_choices()))
-
-
-@login_required
-@require_POST
-def set_thinking(request: HttpRequest, conversation_id) -> HttpResponse:
-    return _set_choice(request, conversation_id, "thinking", THINKING_LEVELS)
-
-
 @login_required
 @require_GET
 def search_view(request: HttpRequest) -> HttpResponse:
@@ -346,12 +320,6 @@ def search_view(request: HttpRequest) -> HttpResponse:
     if request.headers.get("HX-Request"):
         return render(request, "agent/_search_results.html", context)
     return render(request, "agent/search.html", context)
-
-
-@login_required
-@require_POST
-def set_approval(request: HttpRequest, conversation_id) -> HttpResponse:
-    return _set_choice(request, conversation_id, "approval", APPROVAL_MODES)
 
 
 @login_required
