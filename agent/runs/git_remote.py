@@ -26,7 +26,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from agent.core.egress_rules import EgressRefused, valid_host
-from agent.core.tools.bash import bwrap_path
+from agent.core.tools.bwrap import bwrap_path
 from agent.core.tools.process import ProcessResult, run_process
 from agent.models import Project
 from agent.runs import git_credentials

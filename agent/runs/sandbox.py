@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from agent.core.tools import SandboxLimits
-from agent.core.tools.bash import bwrap_path
+from agent.core.tools.bwrap import bwrap_path
 from agent.core.tools.cgroups import sandbox_cgroups
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import time
 
 from django.conf import settings
 
-from agent.core.tools.bash import SANDBOX_PATH, SETPRIV, bwrap_path, sandbox_argv
+from agent.core.tools.bwrap import SANDBOX_PATH, SETPRIV, bwrap_path, sandbox_argv
 from agent.sandbox import drop
 
 log = logging.getLogger(__name__)

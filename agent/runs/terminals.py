@@ -33,7 +33,7 @@ from django.conf import settings
 
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, TmuxError, tmux_path
 from agent.core.terminal import stream
-from agent.core.tools.bash import bwrap_path, sandbox_argv
+from agent.core.tools.bwrap import bwrap_path, sandbox_argv
 from agent.models import Conversation
 from agent.runs import egress, previews
 from agent.runs.cli_sessions import PREFIX as AGENT_PREFIX

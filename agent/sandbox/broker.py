@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from agent.core.tools.bash import MEMORY_LIMIT, SETPRIV, bwrap_path, disk_usage, sandbox_argv
+from agent.core.tools.bash import MEMORY_LIMIT, disk_usage
+from agent.core.tools.bwrap import SETPRIV, bwrap_path, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
 from agent.sandbox import cli_spawn, egress_socket, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits

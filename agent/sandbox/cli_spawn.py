@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
-from agent.core.tools.bash import sandbox_argv
+from agent.core.tools.bwrap import sandbox_argv
 from agent.sandbox import egress_socket, preview_mounts, project_mounts
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agent.core.git import NEUTRAL
 from agent.core.projects.layout import PROJECTS_DIR, Layout
-from agent.core.tools.bash import sandbox_argv
+from agent.core.tools.bwrap import sandbox_argv
 from agent.sandbox import project_mounts
 from agent.sandbox.spawn import parent_dirs
 

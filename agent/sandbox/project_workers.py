@@ -20,7 +20,7 @@ from agent.core.git import GitError
 from agent.core.projects import MOUNT
 from agent.core.projects import ops as project_ops
 from agent.core.projects.layout import hex_id
-from agent.core.tools.bash import SANDBOX_PATH, bwrap_path
+from agent.core.tools.bwrap import SANDBOX_PATH, bwrap_path
 from agent.sandbox import ops
 from agent.sandbox.projects import TIMEOUT, command, open_view
 from agent.sandbox.wire import WireError, read_frame, write_frame

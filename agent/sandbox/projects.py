@@ -22,7 +22,7 @@ from pathlib import Path
 from agent.core.git import GitError
 from agent.core.projects import ops as project_ops
 from agent.core.projects.layout import LayoutError
-from agent.core.tools.bash import SANDBOX_PATH, bwrap_path, sandbox_argv
+from agent.core.tools.bwrap import SANDBOX_PATH, bwrap_path, sandbox_argv
 from agent.sandbox import ops, project_mounts
 from agent.sandbox.spawn import APP_IN_SANDBOX, limits, parent_dirs
 

@@ -9,7 +9,8 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.core.tools.bash import FILE_SIZE_LIMIT, MEMORY_LIMIT, SANDBOX_PATH, sandbox_argv
+from agent.core.tools.bash import FILE_SIZE_LIMIT, MEMORY_LIMIT
+from agent.core.tools.bwrap import SANDBOX_PATH, sandbox_argv
 from agent.core.tools.cgroups import RunCgroup
 
 APP_IN_SANDBOX = "/opt/harness"  # the agent package, read-only, for the file host

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import agent.sandbox
-from agent.core.tools import bash
+from agent.core.tools import bwrap
 from agent.models import EgressLog
 from tests.conftest import require_bwrap
 from tests.egress.conftest import BODY
@@ -93,7 +93,7 @@ async def test_the_bash_sandbox_line_reaches_the_proxy_and_nothing_else(
         url = f"http://127.0.0.1:{origin}/"
         command = f"curl -sS --max-time 20 {url}; echo; curl -sS --max-time 5 --noproxy '*' {url}"
         given = egress if by == "descriptor" else proxy.path
-        argv = bash.sandbox_argv(require_bwrap(), fd, command, run_as, egress=given)
+        argv = bwrap.sandbox_argv(require_bwrap(), fd, command, run_as, egress=given)
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             pass_fds=(fd, egress),

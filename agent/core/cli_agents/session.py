@@ -26,7 +26,7 @@ from pathlib import Path
 from agent.core.cli_agents.providers import Provider
 from agent.core.cli_agents.tmux import Tmux
 from agent.core.terminal import stream
-from agent.core.tools.bash import bwrap_path, sandbox_argv
+from agent.core.tools.bwrap import bwrap_path, sandbox_argv
 from agent.core.tools.workspace import Workspace
 
 POLL_INTERVAL = 0.1  # seconds between reads of the pane's log while a prompt runs
