@@ -3,8 +3,8 @@
 It is started by the root launcher (``drop``) as ``python -m agent.sandbox.broker FD`` with
 its configuration on standard input, and serves the server over the SOCK_SEQPACKET socket
 FD. Its requests are few and validated: make a user's workspace (``workspace``), start that
-user's file host (``host``), run a bash command (``bash``), clone or push a project's
-repository through the git relay (``git``), hand a CLI agent's pane to a
+user's file host (``host``), run a bash command (``bash``, ``bash_spawn``), clone or push a
+project's repository through the git relay (``git``), hand a CLI agent's pane to a
 sandbox (``cli`` then ``attach``), and run the start-up self-test (``selftest``). A request
 names a user by number and a kind; every path, uid, limit and mount comes from the broker's
 own configuration, so no request can make it open a path inside a user-writable tree. When
@@ -30,17 +30,15 @@ import time
 from pathlib import Path
 
 from agent.core.tools.bash import MEMORY_LIMIT, disk_usage
-from agent.core.tools.bwrap import SETPRIV, bwrap_path, sandbox_argv
+from agent.core.tools.bwrap import bwrap_path, sandbox_argv
 from agent.core.tools.cgroups import SandboxLimits, sandbox_cgroups
-from agent.sandbox import cli_spawn, egress_socket, git_spawn, project_mounts
+from agent.sandbox import bash_spawn, cli_spawn, egress_socket, git_spawn, project_mounts
 from agent.sandbox.spawn import HOST_NOFILE, SPAWN_ENV, BrokerConfig, host_argv, limits
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
 log = logging.getLogger("harness.broker")
 
-MAX_COMMAND = 131072  # the kernel's limit on one argument (MAX_ARG_STRLEN)
 MAX_USER = 1 << 24
-UNSAFE_ENV = {"LANG": "C.UTF-8", "TERM": "dumb"}
 TICKET_SECONDS = 60.0  # a pane presents its ticket within a second; an unused one expires
 SELFTEST_WORD = "sandbox-ok"
 SELFTEST_SECONDS = 30
@@ -107,8 +105,8 @@ class Broker:
                     raise Refused("unknown request")
                 result, out_fds = handler(message)
             reply.update(ok=True, **result)
-        except (Refused, cli_spawn.Refused, git_spawn.Refused, project_mounts.Refused,
-                egress_socket.Refused) as exc:  # fmt: skip
+        except (Refused, bash_spawn.Refused, cli_spawn.Refused, git_spawn.Refused,
+                project_mounts.Refused, egress_socket.Refused) as exc:  # fmt: skip
             reply.update(ok=False, error=str(exc))
         except Exception as exc:  # an operator's problem (mkfs, mount): said, not hidden
             log.exception("broker: %s failed", message.get("op"))
@@ -182,54 +180,7 @@ class Broker:
 
     def bash(self, message: dict, fds: list[int]):
         """One command; ``fds``: none, or the egress proxy's socket (its only route out)."""
-        user = _user(message)
-        command = message.get("command")
-        if not isinstance(command, str) or len(command.encode()) > MAX_COMMAND:
-            raise Refused("command must be a string of at most 128 KB")
-        unsafe = message.get("unsafe") is True
-        egress = egress_socket.checked(fds, self.config.service_uid)
-        if unsafe and egress is not None:
-            raise Refused("an unsandboxed command has the host's network, not the proxy")
-        bwrap = None if unsafe else self._need_bwrap()
-        workspace = self._workspace_fd(user)
-        worktree = None
-        try:
-            # A project conversation: its worktree is the workspace (project_mounts.py).
-            worktree = project_mounts.requested(workspace, message)
-            if worktree is not None:
-                os.close(workspace)
-                workspace = os.dup(worktree.tree)
-            if unsafe:
-                # HARNESS_BASH=unsafe: no sandbox around it, but still the user's uid (and
-                # cgroup, limits), in the workspace: never root, never the server.
-                uid, gid = self.config.ids(user)
-                argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                        "--no-new-privs", "--", "/bin/bash", "-c", command]  # fmt: skip
-                home = f"{self.workspaces}/{user}"
-                cwd, env = f"/proc/self/fd/{workspace}", {**SPAWN_ENV, **UNSAFE_ENV, "HOME": home}
-            else:
-                argv = sandbox_argv(bwrap, workspace, command, self.config.ids(user),
-                                    egress=egress)  # fmt: skip
-                at = argv.index("--")
-                argv[at:at] = worktree.binds if worktree else cli_spawn.hidden_for(workspace)
-                cwd, env = "/", None
-            read, write = os.pipe2(os.O_CLOEXEC)
-            passed = [workspace] + (worktree.fds if worktree is not None else [])
-            passed += [egress] if egress is not None else []
-            try:
-                child, cgroup = self.spawn(user, argv, passed, stdout=write, cwd=cwd,
-                                           env=env)  # fmt: skip
-            except BaseException:
-                os.close(read)
-                raise
-            finally:
-                os.close(write)
-            # Kept for the watcher: the workspace's disk is measured where it is mounted.
-            measure = os.dup(workspace)
-        finally:
-            os.close(workspace)
-            if worktree is not None:
-                worktree.close()
+        child, cgroup, read, measure = bash_spawn.start(self, _user(message), message, fds)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         threading.Thread(target=self._watch, args=(child, mine, cgroup, measure),
                          daemon=True).start()  # fmt: skip
