@@ -84,7 +84,10 @@ while time.monotonic() < end and not os.path.exists(tree + "/stop"):
         if os.path.islink(name):
             os.unlink(name)
         if os.path.lexists(name + ".aside"):
-            os.rename(name + ".aside", name)
+            try:
+                os.rename(name + ".aside", name)
+            except OSError:  # git made the directory again meanwhile: the next round
+                pass
     for p in linked:
         try:
             os.unlink(p)
