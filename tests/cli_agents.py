@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.api_client import read_until
+
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = REPO / "var" / "cli-agents"
 PACKAGES = (
@@ -75,8 +77,6 @@ def approve_then_deny(api, conversation_id: str, tool: str, denial: str) -> list
     writing "approved", one "denied") under the CLI's own tool ``tool``: approve the first card,
     deny the second, and return the prompt's events once it ends. ``denial``: what the CLI says
     back to the model for a denied call."""
-    from testkit.api_client import read_until
-
     path = f"/api/conversations/{conversation_id}"
     response, stream = api.events(conversation_id, timeout=90)
     api.call("POST", f"{path}/prompt", {"content": "two"})

@@ -29,18 +29,22 @@ from agent.sandbox.preview_mounts import SOCKET_NAME
 MIN_PORT, MAX_PORT = 1, 65535
 CONNECT_TIMEOUT = 10.0
 ANSWER_LIMIT = 65536
+NOT_RUNNING = "The conversation's terminal is not running."
 
 
 class PreviewUnavailable(Exception):
     """Said to the one who asked (the 502 page): nothing to reach at that port."""
 
 
+def _path(conversation_id) -> Path:
+    return Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id)
+
+
 def directory(conversation_id) -> Path:
     """The socket's directory for ``conversation_id``, made when missing: closed to all
     but the server above it, writable (not listable) by the sandbox's user in it."""
-    root = Path(settings.HARNESS_AGENT_STATE) / "previews"
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = root / str(conversation_id)
+    path = _path(conversation_id)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     os.chmod(path, 0o733)  # past the umask: the sandbox's uid makes its socket here
@@ -49,26 +53,24 @@ def directory(conversation_id) -> Path:
 
 def remove(conversation_id) -> None:
     """The socket's directory goes with the conversation's terminal."""
-    shutil.rmtree(Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id),
-                  ignore_errors=True)  # fmt: skip
+    shutil.rmtree(_path(conversation_id), ignore_errors=True)
 
 
 def _socket_fd(conversation_id) -> int:
-    root = Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id)
     flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        parent = os.open(root, flags | os.O_DIRECTORY)
+        parent = os.open(_path(conversation_id), flags | os.O_DIRECTORY)
     except OSError:
-        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+        raise PreviewUnavailable(NOT_RUNNING) from None
     try:
         fd = os.open(SOCKET_NAME, flags, dir_fd=parent)
     except OSError:
-        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+        raise PreviewUnavailable(NOT_RUNNING) from None
     finally:
         os.close(parent)
     if not stat.S_ISSOCK(os.fstat(fd).st_mode):
         os.close(fd)
-        raise PreviewUnavailable("The conversation's terminal is not running.")
+        raise PreviewUnavailable(NOT_RUNNING)
     return fd
 
 
@@ -83,7 +85,7 @@ async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
         await asyncio.wait_for(loop.sock_connect(sock, f"/proc/self/fd/{fd}"), CONNECT_TIMEOUT)
     except (OSError, TimeoutError):
         sock.close()
-        raise PreviewUnavailable("The conversation's terminal is not running.") from None
+        raise PreviewUnavailable(NOT_RUNNING) from None
     finally:
         os.close(fd)
     try:

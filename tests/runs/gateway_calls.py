@@ -9,6 +9,7 @@ import os
 import aiohttp
 
 from agent.core.events import UsageEvent
+from testkit.model_server import text_reply
 
 DEPLOYMENT_KEY = "sk-the-deployments-own-key"
 
@@ -26,8 +27,6 @@ def metered_into(gateway) -> list[UsageEvent]:
 async def hang_up_after_first_bytes(gateway, upstream, path: str, body: dict, headers=None) -> list:
     """A CLI that asks for a slow streamed answer and goes away after its first bytes: returns
     what was metered for the call (waiting for the gateway to meter it)."""
-    from testkit.model_server import text_reply
-
     usage = metered_into(gateway)
     slow = text_reply("a long answer " * 20)
     slow.delay = 0.05
