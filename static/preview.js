@@ -55,6 +55,16 @@
     open.hidden = false;
   }
 
+  // A background command's card names the ports it listens on: shown here on a click.
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest(".preview-show");
+    if (!button) return;
+    port.value = button.dataset.port;
+    panel.open = true;
+    show();
+    panel.scrollIntoView({ block: "nearest" });
+  });
+
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     show();

@@ -36,6 +36,8 @@ THINKING_MODELS = frozenset({"claude-haiku-4-5", "claude-sonnet-4-5", "claude-op
 # waits for a decision before the tools that change things, ``read_only`` does not offer them.
 APPROVAL_MODES = ("auto", "ask", "read_only")
 GATED_TOOLS = frozenset({"write", "edit", "bash"})
+# Not offered in ``read_only`` either: ``background`` stops what bash started.
+CHANGING_TOOLS = GATED_TOOLS | {"background"}
 
 
 class ConfigError(ValueError):

@@ -74,9 +74,7 @@ def _socket_fd(conversation_id) -> int:
     return fd
 
 
-async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
-    """A connection to the forwarder that was sent ``line``, and its answer's line (read a
-    byte at a time: what follows it is the previewed server's)."""
+async def _connected(conversation_id) -> socket.socket:
     fd = _socket_fd(conversation_id)
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -88,6 +86,14 @@ async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
         raise PreviewUnavailable(NOT_RUNNING) from None
     finally:
         os.close(fd)
+    return sock
+
+
+async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
+    """A connection to the forwarder that was sent ``line``, and its answer's line (read a
+    byte at a time: what follows it is the previewed server's)."""
+    sock = await _connected(conversation_id)
+    loop = asyncio.get_running_loop()
     try:
         await loop.sock_sendall(sock, line)
         answer = await asyncio.wait_for(_line(loop, sock), CONNECT_TIMEOUT)
@@ -138,6 +144,30 @@ async def ports(conversation_id) -> list[int]:
     if not isinstance(found, list):
         return []
     return sorted({p for p in found if isinstance(p, int) and MIN_PORT <= p <= MAX_PORT})
+
+
+async def request(conversation_id, line: str, payload: bytes = b"", limit: int = 262144):
+    """The forwarder's JSON answer to ``line`` (and ``payload`` after it): its background
+    jobs (agent/sandbox/preview_forwarder.py), read to its end. ``PreviewUnavailable`` when
+    it is not running or answers nothing readable."""
+    sock = await _connected(conversation_id)
+    loop = asyncio.get_running_loop()
+    answer = b""
+    try:
+        await loop.sock_sendall(sock, line.encode() + b"\n" + payload)
+        while len(answer) <= limit:
+            more = await asyncio.wait_for(loop.sock_recv(sock, 65536), CONNECT_TIMEOUT)
+            if not more:
+                break
+            answer += more
+    except (OSError, TimeoutError):
+        raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
+    finally:
+        sock.close()
+    try:
+        return json.loads(answer)
+    except ValueError:
+        raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
 
 
 class Slots:

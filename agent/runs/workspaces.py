@@ -75,7 +75,7 @@ def conversation_workspace(conversation, base: Workspace | None = None) -> Works
     the caller has it already). Blocking."""
     base = base or workspace_for(conversation.owner_id)
     if not conversation.project_id or not conversation.branch:
-        return with_egress(base, conversation)
+        return _of_conversation(base, conversation)
     project, mine = conversation.project_id.hex, conversation.id.hex
     if base.sandbox is not None:
         # The server cannot enter the workspace: every call names the worktree to the
@@ -87,6 +87,17 @@ def conversation_workspace(conversation, base: Workspace | None = None) -> Works
         workspace = Workspace(projects / project / "trees" / mine)
         workspace.sandbox_binds = tuple(project_mounts.path_binds(str(projects), project, mine))
     workspace.quota_mb = base.quota_mb
+    return _of_conversation(workspace, conversation)
+
+
+def _of_conversation(workspace: Workspace, conversation) -> Workspace:
+    """Its network policy, and where bash's background jobs run: the conversation's
+    terminal sandbox (agent/runs/background.py), when this server has tmux for it."""
+    from agent.core.cli_agents.tmux import tmux_path
+    from agent.runs.background import ConversationJobs
+
+    if tmux_path() is not None:
+        workspace.background = ConversationJobs(conversation.id, conversation.owner_id)
     return with_egress(workspace, conversation)
 
 

@@ -5,6 +5,11 @@ server made and bound into the sandbox, and for each connection reads one reques
     PORTS\\n      → one JSON line: the TCP ports listening on loopback or any address
     <port>\\n     → ``OK\\n`` and then the bytes of a connection to 127.0.0.1:<port> (or
                    [::1]) relayed both ways, or ``ERR <why>\\n``
+    START <n>\\n  → then <n> bytes of JSON ``{"command": ...}``: the command starts in the
+                   background (its own session, output kept in memory: the last
+                   ``OUTPUT_KEEP`` bytes); one JSON line answers
+    JOBS\\n, OUTPUT <job>\\n, STOP <job>\\n → one JSON line (the jobs; one job with the
+                   tail of its output; one job after it was told to stop)
 
     python -I -S preview_forwarder.py SOCKET
 
@@ -14,12 +19,20 @@ server's state directory and this sandbox can.
 """
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 
 MAX_CONNECTIONS = 64
-LINE_LIMIT = 16
+LINE_LIMIT = 32
+JOB_VERBS = ("START", "JOBS", "OUTPUT", "STOP")
+MAX_JOBS = 16  # kept at once; a finished one makes room for a new one
+COMMAND_LIMIT = 65536
+OUTPUT_KEEP = 32768  # the tail of each job's output kept
+STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 CONNECT_TIMEOUT = 5.0
 LISTEN = "0A"  # /proc/net/tcp's state of a listening socket
 LOOPBACK_OR_ANY = ("0100007F", "00000000", "0" * 32, "0" * 24 + "01000000")
@@ -66,7 +79,108 @@ async def upstream(port: int):
     raise OSError(f"nothing listens on port {port} ({last})")
 
 
-async def serve(reader, writer, slots: asyncio.Semaphore) -> None:
+class Job:
+    def __init__(self, number: int, command: str, process: subprocess.Popen):
+        self.number, self.command, self.process = number, command, process
+        self.output = bytearray()
+        self.dropped = 0  # bytes of output older than the tail kept
+        self.exit: int | None = None
+
+    def state(self, output: bool = False) -> dict:
+        found = {"job": self.number, "pid": self.process.pid, "command": self.command[:200],
+                 "running": self.exit is None, "exit_code": self.exit}  # fmt: skip
+        if output:
+            found["output"] = self.output.decode("utf-8", "replace")
+            found["dropped"] = self.dropped
+        return found
+
+
+class Jobs:
+    """Commands started in the background: each in a session of its own (its process
+    group is what STOP signals), stdin from /dev/null, stdout and stderr one pipe read by
+    this loop (no thread: pidfds say when one exits)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}
+        self.next = 1
+
+    async def answer(self, verb: str, argument: str, reader) -> dict | list:
+        if verb == "JOBS":
+            return [job.state() for job in self.jobs.values()]
+        if verb == "START":
+            if not argument.isdigit() or int(argument) > COMMAND_LIMIT:
+                return {"error": f"a command is at most {COMMAND_LIMIT} bytes"}
+            try:
+                payload = await asyncio.wait_for(reader.readexactly(int(argument)),
+                                                 CONNECT_TIMEOUT)  # fmt: skip
+                command = json.loads(payload).get("command")
+            except (EOFError, ValueError, AttributeError):
+                command = None
+            if not isinstance(command, str) or not command.strip():
+                return {"error": 'START needs {"command": "..."}'}
+            return self.start(command)
+        job = self.jobs.get(int(argument)) if argument.isdigit() else None
+        if job is None:
+            return {"error": f"no job {argument} in this sandbox (it may have been restarted)"}
+        if verb == "STOP" and job.exit is None:
+            signal_group(job.process.pid, signal.SIGTERM)
+            asyncio.get_running_loop().call_later(STOP_GRACE, signal_group, job.process.pid,
+                                                  signal.SIGKILL)  # fmt: skip
+        return job.state(output=verb == "OUTPUT")
+
+    def start(self, command: str) -> dict:
+        if len(self.jobs) >= MAX_JOBS:
+            done = [n for n, job in self.jobs.items() if job.exit is not None]
+            if not done:
+                return {"error": f"{MAX_JOBS} background jobs are running: stop one first"}
+            del self.jobs[done[0]]
+        try:
+            process = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       start_new_session=True,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        except OSError as exc:
+            return {"error": f"the command could not start: {exc}"}
+        job = Job(self.next, command, process)
+        self.jobs[job.number] = job
+        self.next += 1
+        loop = asyncio.get_running_loop()
+        out = process.stdout.fileno()
+        os.set_blocking(out, False)
+        loop.add_reader(out, self._read, job, out)
+        pidfd = os.pidfd_open(process.pid)
+        loop.add_reader(pidfd, self._ended, job, pidfd)
+        return job.state()
+
+    def _read(self, job: Job, fd: int) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(fd)
+            job.process.stdout.close()
+            return
+        job.output += data
+        extra = len(job.output) - OUTPUT_KEEP
+        if extra > 0:
+            del job.output[:extra]
+            job.dropped += extra
+
+    def _ended(self, job: Job, pidfd: int) -> None:
+        asyncio.get_running_loop().remove_reader(pidfd)
+        os.close(pidfd)
+        job.exit = job.process.wait()
+
+
+def signal_group(pid: int, number: int) -> None:
+    with contextlib.suppress(OSError):  # it ended already
+        os.killpg(pid, number)
+
+
+async def serve(reader, writer, slots: asyncio.Semaphore, jobs: Jobs) -> None:
     if slots.locked():
         writer.write(b"ERR too many connections\n")
         writer.close()
@@ -77,6 +191,12 @@ async def serve(reader, writer, slots: asyncio.Semaphore) -> None:
             request = line.strip().decode("ascii", "replace")
             if request == "PORTS":
                 writer.write(json.dumps(listening_ports()).encode() + b"\n")
+                await writer.drain()
+                return
+            verb, _, argument = request.partition(" ")
+            if verb in JOB_VERBS:
+                answer = await jobs.answer(verb, argument, reader)
+                writer.write(json.dumps(answer).encode() + b"\n")
                 await writer.drain()
                 return
             if not request.isdigit() or not 1 <= int(request) <= 65535:
@@ -98,9 +218,10 @@ async def serve(reader, writer, slots: asyncio.Semaphore) -> None:
 
 async def main(path: str) -> None:
     slots = asyncio.Semaphore(MAX_CONNECTIONS)
+    jobs = Jobs()
     if os.path.lexists(path):
         os.unlink(path)  # a previous shell's
-    server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots), path)
+    server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots, jobs), path)
     os.chmod(path, 0o666)  # the server connects as its own uid
     async with server:
         await server.serve_forever()

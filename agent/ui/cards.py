@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from agent.ui.highlight import highlighted
 RESULT_LINES = 100  # a tool result's lines shown before "more lines"
 LONG_RESULT_LINES = 20  # a result longer than this starts collapsed
 TARGET_CHARS = 80  # a tool card's header names its target, cut to this
+PREVIEW_ADDRESS = re.compile(r"/preview/[0-9a-f-]{36}/[0-9]{1,5}/")
 
 
 @dataclass
@@ -75,6 +77,8 @@ class ToolView:
     target: str = ""  # what the call works on, for the collapsed header
     lines: int = 0  # of the result's text (or its diff): a long one starts collapsed
     path: str = ""  # the file a `read` shows: its result is highlighted by this name's type
+    # A background command's ports that listen: (port, its preview address).
+    ports: list[tuple[int, str]] = field(default_factory=list)
     head_html: str = ""  # head / rest highlighted (sanitized), when the file type is known
     rest_html: str = ""
 
@@ -116,6 +120,9 @@ def tool_target(name: str, params: Any) -> str:
 
     if name == "bash":
         return _clip(text("command"))
+    if name == "background":
+        job = params.get("job")
+        return _clip(text("action") + (f" {job}" if isinstance(job, int) else ""))
     if name == "read":
         path = text("path")
         return _clip(path + _line_range(params.get("start_line"), params.get("end_line")))
@@ -171,9 +178,20 @@ def apply_result(view: ToolView, result: ToolResultEvent) -> None:
         if view.head_html and view.rest:
             view.rest_html = highlighted(view.rest, view.path) or ""
     display = result.display or {}
+    if display.get("background") and isinstance(payload, dict):
+        view.ports = [(p["port"], p["preview"]) for p in payload.get("ports") or []
+                      if isinstance(p, dict) and _previewed(p)]  # fmt: skip
     if display.get("kind") == "diff" and isinstance(display.get("diff"), str):
         view.diff = [(_diff_class(line), line) for line in display["diff"].splitlines()]
         view.lines = len(view.diff)  # the diff is what the card shows (and copies)
+
+
+def _previewed(listening: dict) -> bool:
+    port, address = listening.get("port"), listening.get("preview")
+    return (isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535
+            and isinstance(address, str)
+            and PREVIEW_ADDRESS.fullmatch(address) is not None
+            and address.endswith(f"/{port}/"))  # fmt: skip
 
 
 def _diff_class(line: str) -> str:

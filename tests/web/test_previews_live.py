@@ -2,7 +2,8 @@
 panel's shell (the owner's sandbox, its own network namespace) is listed by the ports
 API and served, through the server, to the owner (the public address redirecting to the
 signed one) with the sandboxing policy; refused to another user and to the anonymous.
-The shell keeps its job control (Ctrl-C) with the forwarder beside it."""
+The shell keeps its job control (Ctrl-C) with the forwarder beside it. A server the agent
+starts with bash's background is previewed the same way."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from urllib.parse import urlsplit
 import pytest
 
 from agent.web.previews import SANDBOX_POLICY
+from testkit.api_client import Api
+from tests.web.test_cli_agents_live import prompt_and_read
 from tests.web.test_revocation_live import sign_in
 from tests.web.test_terminal_live import RUNNING, WAIT, live, ready_shell  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
 PORT = 8765
+AGENT_PORT = 8766
 
 
 def get(server, path: str, session: str | None = None):
@@ -70,3 +74,24 @@ async def test_a_server_in_the_terminal_is_previewed_to_its_readers_only(live): 
     assert response.status == 302 and "/accounts/login/" in response.getheader("Location")
     response, _ = get(live, f"/api/conversations/{conversation}/ports", other)
     assert response.status == 404
+
+
+def test_a_server_the_agent_starts_in_the_background_is_previewed(live):  # noqa: F811
+    """The offline demo's ``serve``: bash's background call starts the server in the
+    conversation's terminal sandbox, says where it listens, and it keeps serving."""
+    vic = Api(live.url, live.manage("create_api_token", "vic").strip())
+    _, conversation = vic.call("POST", "/api/conversations", {})
+    command = f"echo agent-$((6*7)); exec python3 -m http.server {AGENT_PORT} --bind 127.0.0.1"
+    events = prompt_and_read(vic, conversation["id"], f"serve {command}")
+    (result,) = [e for e in events if e["type"] == "tool_result"]
+    payload = json.loads(result["result"])
+    assert payload["running"] and "agent-42" in payload["output"], payload
+    preview = f"/preview/{conversation['id']}/{AGENT_PORT}/"
+    assert payload["ports"] == [{"port": AGENT_PORT, "preview": preview}]
+    session = sign_in(live, "vic", "pw-vic-1234")
+    assert AGENT_PORT in listed(live, session, conversation["id"])
+    response, _ = get(live, preview, session)
+    assert response.status == 302
+    answer, body = get(live, response.getheader("Location"))
+    assert answer.status == 200 and b"Directory listing" in body, body
+    assert answer.getheader("Content-Security-Policy") == SANDBOX_POLICY

@@ -292,3 +292,24 @@ def test_a_running_conversation_is_deleted_after_its_run_has_written_its_last_ev
     assert failures == []
     assert not Conversation.objects.filter(id=conversation.id).exists()
     assert not Event.objects.filter(conversation_id=conversation.id).exists()
+
+
+def test_a_background_commands_card_offers_its_ports_preview_and_nothing_else(client, ada):
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5", title="t")
+    good = f"/preview/{conversation.id}/8000/"
+    ports = [{"port": 8000, "preview": good},
+             {"port": 8001, "preview": "javascript:alert(1)//8001/"},
+             {"port": 8002, "preview": f"/preview/{conversation.id}/9999/"},
+             {"port": True, "preview": good}]  # fmt: skip
+    add_events(
+        conversation,
+        {"type": "tool_call", "id": "toolu_1", "name": "bash",
+         "input": {"command": "python3 -m http.server", "background": True}},
+        {"type": "tool_result", "id": "toolu_1", "isError": False,
+         "display": {"kind": "bash", "exit_code": None, "background": True},
+         "result": json.dumps({"job": 1, "output": "Serving\n", "ports": ports})},
+    )  # fmt: skip
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert page.count('class="tool-port"') == 1
+    assert 'data-port="8000"' in page and f'href="{good}"' in page
+    assert "javascript:" not in page and "8001" not in page and "9999" not in page

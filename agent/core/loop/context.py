@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.core import compaction, history
 from agent.core import images as images_mod
-from agent.core.config import GATED_TOOLS
+from agent.core.config import CHANGING_TOOLS
 from agent.core.events import TextEvent, ToolResultEvent, UserEvent
 from agent.core.loop.hooks import LoopConfig
 from agent.core.loop.types import QueuedPrompt
@@ -35,7 +35,7 @@ class AgentContext:
         messages: list[dict[str, Any]] | None,
     ) -> AgentContext:
         if approval == "read_only":  # the tools that change things are not offered
-            tools = [tool for tool in tools if tool.name not in GATED_TOOLS]
+            tools = [tool for tool in tools if tool.name not in CHANGING_TOOLS]
         kept = history.repair(list(messages or []))
         return cls(system, {tool.name: tool for tool in tools},
                    [tool_spec(tool) for tool in tools], kept,

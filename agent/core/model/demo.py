@@ -52,6 +52,11 @@ HELP_ROWS = (
     ("write", "write hello.py", "a `write` tool call that creates a small script"),
     ("edit", "edit hello.py", "an `edit` tool call with a diff"),
     ("bash", "run ls -la", "a `bash` tool call in the sandbox"),
+    (
+        "background",
+        "serve python3 -m http.server 8000",
+        "a server started in the background, shown in the Preview panel",
+    ),
 )
 
 
@@ -99,6 +104,9 @@ def plan(prompt: str, tools: set[str]) -> tuple[str, tuple[str, dict[str, Any]] 
     arg = words[1].strip() if len(words) > 1 else ""
     if verb in ("run", "bash", "$") and arg and "bash" in tools:
         return f"{BANNER}\n\nRunning `{arg}` in the workspace:", ("bash", {"command": arg})
+    if verb == "serve" and arg and "background" in tools:
+        call = {"command": arg, "background": True}
+        return f"{BANNER}\n\nStarting `{arg}` in the background:", ("bash", call)
     if verb == "read" and arg and "read" in tools:
         return f"{BANNER}\n\nReading `{arg}`:", ("read", {"path": _first_token(arg)})
     if verb in ("grep", "search", "find") and arg and "grep" in tools:
@@ -139,6 +147,11 @@ def summarize(results: list[dict[str, Any]], uses: dict[str, dict[str, Any]]) ->
                      if isinstance(payload.get(k), str)), payload.get("result", ""))  # fmt: skip
         if name in ("write", "edit"):
             parts.append(f"Done: {body}.")
+        elif payload.get("ports"):
+            served = ", ".join(f"port {p['port']} at [{p['preview']}]({p['preview']})"
+                               for p in payload["ports"])  # fmt: skip
+            parts.append(f"It runs in the background (job {payload.get('job')}), listening "
+                         f"on {served}: open the Preview panel to see it.")  # fmt: skip
         elif not body.strip():
             parts.append(f"`{name}` found nothing.")
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.core.tools.background import BackgroundTool
 from agent.core.tools.base import Tool, ToolResult, tool_spec
 from agent.core.tools.bash import MODES as BASH_MODES
 from agent.core.tools.bash import BashTool
@@ -10,7 +11,7 @@ from agent.core.tools.files import EditTool, ReadTool, WriteTool
 from agent.core.tools.search import GrepTool, ListDirTool
 from agent.core.tools.workspace import PathError, Workspace
 
-TOOL_NAMES = ("read", "grep", "list_dir", "write", "edit", "bash")
+TOOL_NAMES = ("read", "grep", "list_dir", "write", "edit", "bash", "background")
 
 __all__ = [
     "BASH_MODES",
@@ -36,7 +37,8 @@ def build_tools(
     bash_timeout: float | None = None,
     sandbox_limits: SandboxLimits | None = None,
 ) -> list[Tool]:
-    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off.
+    """The tools for ``workspace`` in a stable order; bash is absent when its mode is off,
+    ``background`` unless bash is there and the workspace runs background jobs.
     ``sandbox_limits``: processes and memory of the workspace's sandboxes (the defaults of
     SandboxLimits when None)."""
     if bash_mode not in BASH_MODES:
@@ -54,6 +56,10 @@ def build_tools(
                 continue
             kwargs = {"timeout": bash_timeout} if bash_timeout else {}
             tools.append(BashTool(workspace, bash_mode, limits=sandbox_limits, **kwargs))
+        elif name == "background":
+            # Its jobs are bash's: offered beside a bash that can start them.
+            if workspace.background is not None and any(t.name == "bash" for t in tools):
+                tools.append(BackgroundTool(workspace.background))
         else:
             cls = {"read": ReadTool, "grep": GrepTool, "list_dir": ListDirTool,
                    "write": WriteTool, "edit": EditTool}[name]  # fmt: skip

@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from agent.core.tools import background
 from agent.core.tools.base import ParamError, ToolResult, fail, object_schema, ok, require_str
 from agent.core.tools.bwrap import SANDBOX_PATH, SETPRIV, bwrap_path, sandbox_argv
 from agent.core.tools.cgroup_host import CONTROLLERS, SandboxLimits
@@ -138,6 +139,21 @@ class BashTool:
             f"Limits: {int(timeout)} s timeout, 100 KB of output (the middle is cut), "
             "a non-zero exit status is an error."
         )
+        if workspace.background is not None:
+            # A server to preview, a watcher: bash's own calls end everything they start.
+            self.input_schema = object_schema(
+                command=("string", "The bash command to run"),
+                background=("boolean", "Start a long-running command (a dev server, a "
+                            "watcher) that keeps running after the call; see the `background` "
+                            "tool for its output"),
+                required=("command",),
+            )  # fmt: skip
+            self.description += (
+                " With background: true the command keeps running after the call, in the "
+                "conversation's terminal sandbox; the call returns after a few seconds with "
+                "its output so far and the ports it began to listen on, each with the "
+                "address where the user previews it (tell them)."
+            )
         if mode == "sandbox":
             self.description += (
                 f" All commands running at once in this workspace share {self.limits.pids} "
@@ -149,6 +165,10 @@ class BashTool:
             command = require_str(params, "command")
         except ParamError as exc:
             return fail(str(exc))
+        if params.get("background") is True:
+            if self.workspace.background is None:
+                return fail("background commands are not available here")
+            return await background.started(self.workspace.background, command)
         root = str(self.workspace.root)
         stats = None
         sandboxed = self.mode == "sandbox"

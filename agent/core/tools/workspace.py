@@ -110,6 +110,9 @@ class Workspace:
     # With a network policy of ``proxy``: an async callable giving the path of the egress
     # proxy's Unix socket for this workspace's sandboxes (None: no network at all).
     egress = None
+    # Where bash's ``background`` commands run (agent/core/tools/background.py ``Jobs``;
+    # None: bash offers no background).
+    background = None
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(os.path.realpath(root))
