@@ -347,7 +347,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(EgressRule)
 class EgressRuleAdmin(admin.ModelAdmin):
-    """Hosts sandboxes may reach through the egress proxy, for everyone or one user."""
+    """Hosts sandboxes may reach through the egress proxy and the git relay, for everyone or
+    one user."""
 
     list_display = ["host", "ports", "user", "created"]
     search_fields = ["host", "user__username"]
@@ -356,7 +357,8 @@ class EgressRuleAdmin(admin.ModelAdmin):
 
 @admin.register(EgressLog)
 class EgressLogAdmin(ReadOnlyAdmin):
-    """Every connection the egress proxy admitted or refused: read, never written, here."""
+    """Every connection the egress proxy, and git operation the git relay, admitted or
+    refused: read, never written, here."""
 
     list_display = ["time", "user", "conversation", "host", "port", "allowed", "bytes_up",
                     "bytes_down", "reason"]  # fmt: skip

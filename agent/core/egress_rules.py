@@ -6,12 +6,13 @@ link-local (cloud metadata lives there), multicast, unspecified, reserved and sh
 ``2130706433``, ``0177.0.0.1`` and ``127.1`` are what the C resolver makes them
 (127.0.0.1), ``::ffff:127.0.0.1`` and the IPv6 forms that carry an IPv4 address (NAT64,
 6to4) are judged by the address they carry. A refused address is admitted only when a
-rule of ``HARNESS_EGRESS_ALLOW`` names it exactly: the host as written or the address
-itself, with the port (``127.0.0.1:8080``); a ``*.domain`` rule never admits one.
+rule names it exactly (``HARNESS_EGRESS_ALLOW``, or the admin's for that user:
+agent/egress/rules.py): the host as written or the address itself, with the port
+(``127.0.0.1:8080``); a ``*.domain`` rule never admits one.
 
 The caller connects to the addresses returned here, never resolves the name again, so a
 name that answers differently the second time (DNS rebinding) gains nothing. The git
-relay (agent/runs/git_relay.py) uses it; so will the egress proxy of the network policy.
+relay (agent/runs/git_relay.py) and the egress proxy (agent/egress/proxy.py) use it.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def resolve_checked(host: str, port: int, rules: list[Rule],
         if reason is not None and not _named(rules, host, address, port):
             raise EgressRefused(
                 f"{host}:{port} is {reason} ({address}); a sandbox reaches it only when "
-                f"HARNESS_EGRESS_ALLOW names it exactly (e.g. {_example(host, port)})"
+                f"HARNESS_EGRESS_ALLOW or an admin's Egress rule names it exactly "
+                f"(e.g. {_example(host, port)})"
             )
         if str(address) not in addresses:
             addresses.append(str(address))

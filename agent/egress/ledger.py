@@ -1,6 +1,6 @@
-"""What the egress proxy writes: each connection's log row (the oldest go past
-``HARNESS_EGRESS_LOG_ROWS``), each user's bytes a day, and the /metrics counters
-(agent/server/metrics.py)."""
+"""What the egress proxy and the git relay write: each connection's (or git operation's)
+log row (the oldest go past ``HARNESS_EGRESS_LOG_ROWS``), each user's bytes a day, and the
+/metrics counters (agent/server/metrics.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The egress proxy's rules, log and per-user daily bytes."""
+"""The egress rules, log and per-user daily bytes (the egress proxy's and the git relay's)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from agent.models.conversations import Conversation, User
 
 
 class EgressRule(models.Model):
-    """A host sandboxed traffic may reach through the egress proxy (``HARNESS_EGRESS=proxy``),
-    for everyone or for one user; added to ``HARNESS_EGRESS_ALLOW``. Staff edit these."""
+    """A host sandboxed traffic may reach through the egress proxy (``HARNESS_EGRESS=proxy``)
+    and a project's clone or push through the git relay, for everyone or for one user;
+    added to ``HARNESS_EGRESS_ALLOW``. Staff edit these."""
 
     host = models.CharField(max_length=255, help_text="host, an IP address or *.domain")
     ports = models.CharField(max_length=100, default="443,80", help_text="comma list of ports")
@@ -35,8 +36,9 @@ class EgressRule(models.Model):
 
 
 class EgressLog(models.Model):
-    """One connection a sandbox asked the egress proxy for, admitted or refused. Written by
-    the proxy, read-only in the admin; the oldest rows go past ``HARNESS_EGRESS_LOG_ROWS``."""
+    """One connection a sandbox asked the egress proxy for, or one git operation through the
+    git relay, admitted or refused. Written by them, read-only in the admin; the oldest rows
+    go past ``HARNESS_EGRESS_LOG_ROWS``."""
 
     time = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -58,8 +60,8 @@ class EgressLog(models.Model):
 
 
 class EgressDay(models.Model):
-    """The bytes one user's sandboxes moved through the egress proxy on one day (UTC): the
-    ledger ``HARNESS_EGRESS_MB_PER_DAY`` is checked against."""
+    """The bytes one user's sandboxes moved through the egress proxy and the git relay on one
+    day (UTC): the ledger ``HARNESS_EGRESS_MB_PER_DAY`` is checked against."""
 
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
     date = models.DateField()

@@ -8,10 +8,15 @@ relay answers git's smart-HTTP requests only (the ref advertisement and the pack
 exchange of upload-pack, and of receive-pack when the operation is a push), forwards each
 to the project's remote URL with ``Authorization: Basic`` from the owner's credential for
 that host (when they have one), and streams both ways within the operation's time and
-byte bounds. The remote's addresses are resolved here and checked
-(agent/core/egress_rules.py) and only those are connected to; redirects are not
-followed. The token is scrubbed from every answer that goes back into the sandbox, and
-from what git says (``scrub``), in case a remote echoes it.
+byte bounds. The remote's addresses are resolved here and checked against the owner's
+egress rules (agent/egress/rules.py: the deployment's and the admin's for everyone and
+for that user; a public address needs none) and only those are connected to; redirects
+are not followed. The token is scrubbed from every answer that goes back into the
+sandbox, and from what git says (``scrub``), in case a remote echoes it.
+
+Like the egress proxy's connections, each operation is held to the owner's daily byte
+bound (refused when the day is spent, cut when it runs out midway) and ends as one row of
+the Egress log, its bytes charged to the owner's day (agent/egress/ledger.py).
 """
 
 from __future__ import annotations
@@ -27,9 +32,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import abc, web
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agent.core.egress_rules import resolve_checked
+from agent.core.egress_rules import EgressRefused, resolve_checked
+from agent.egress import ledger
+from agent.egress.rules import rules_for
 from agent.runs.git_credentials import Credential, host_of_url
 from agent.runs.workspaces import sandbox_ids
 from agent.sandbox import drop
@@ -87,11 +95,16 @@ class Scrubber:
 
 class GitRelay:
     def __init__(self, owner_id: int, remote_url: str, credential: Credential | None,
-                 push: bool = False):  # fmt: skip
+                 push: bool = False, conversation_id=None):  # fmt: skip
         self.owner_id, self.remote = owner_id, remote_url.rstrip("/")
         self.credential, self.push = credential, push
+        self.conversation_id = conversation_id  # a push's conversation, for the log row
         self.limit = settings.HARNESS_GIT_MAX_MB * 1024 * 1024
         self.problem: str | None = None  # what the relay refused or cut, for the user
+        self.host, self.port = "", 0
+        self.moved = {"up": 0, "down": 0}  # bytes git sent, bytes the remote answered
+        self._day_left = 0  # the owner's bytes left today when the operation began
+        self._verdict: tuple[bool, str] | None = None  # for the log row, once checked
         self._directory = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -118,17 +131,23 @@ class GitRelay:
     async def open(self) -> None:
         try:
             await self._open()
-        except BaseException:
+        except BaseException as exc:
+            if not isinstance(exc, EgressRefused):  # admitted, then failed: the row says so
+                self.problem = self.problem or f"the relay did not start: {exc!r}"[:300]
             await self.close()
             raise
 
     async def _open(self) -> None:
         parts = urlsplit(self.remote)
-        host = (parts.hostname or "").lower()
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = await asyncio.to_thread(resolve_checked, host, port,
-                                            settings.HARNESS_EGRESS_ALLOW)  # fmt: skip
-        connector = aiohttp.TCPConnector(resolver=_CheckedResolver(host, addresses),
+        self.host = (parts.hostname or "").lower()
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            addresses = await self._admitted()
+        except EgressRefused as exc:
+            self._verdict = (False, str(exc))
+            raise
+        self._verdict = (True, "")
+        connector = aiohttp.TCPConnector(resolver=_CheckedResolver(self.host, addresses),
                                          use_dns_cache=False, limit=8)  # fmt: skip
         timeout = aiohttp.ClientTimeout(total=settings.HARNESS_GIT_TIMEOUT, sock_connect=30)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout,
@@ -147,15 +166,41 @@ class GitRelay:
         else:  # under a broker it goes in by descriptor; its directory stays closed
             os.chmod(self.socket_path, 0o666 if drop.broker() is not None else 0o600)
 
+    async def _admitted(self) -> list[str]:
+        """The remote's checked addresses when the owner may reach it now: their day's
+        bytes not spent, every address public or named by one of their rules (the DB is
+        read off the event loop, as the egress proxy does); else ``EgressRefused``."""
+        used = await sync_to_async(ledger.used_today)(self.owner_id)
+        if used >= ledger.bound_bytes():
+            raise EgressRefused(f"{self.host}:{self.port} was not reached: {_day_spent()}")
+        self._day_left = ledger.bound_bytes() - used
+        rules = await sync_to_async(rules_for)(self.owner_id)
+        return await asyncio.to_thread(resolve_checked, self.host, self.port, rules)
+
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._directory:
-            await asyncio.to_thread(shutil.rmtree, self._directory, True)
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+            if self._session is not None:
+                await self._session.close()
+                self._session = None
+            if self._directory:
+                await asyncio.to_thread(shutil.rmtree, self._directory, True)
+        finally:
+            await self._log()
+
+    async def _log(self) -> None:
+        """The operation's one Egress log row, written once it ends (or is refused), its
+        bytes charged to the owner's day and counted in /metrics."""
+        if self._verdict is None:  # it failed before the check (a bad URL, the database)
+            return
+        (allowed, refusal), self._verdict = self._verdict, None
+        await sync_to_async(ledger.record)(
+            user_id=self.owner_id, conversation_id=self.conversation_id, host=self.host,
+            port=self.port, allowed=allowed, reason=refusal or self.problem or "",
+            up=self.moved["up"], down=self.moved["down"],
+        )  # fmt: skip
 
     def scrub(self, text: str) -> str:
         """What git said, fit to show: the relay's address is the remote's, no secret."""
@@ -230,9 +275,12 @@ class GitRelay:
         try:
             async for chunk in upstream.content.iter_any():
                 received += len(chunk)
+                cut = self._count("down", len(chunk))
                 if received > self.limit:
-                    self.problem = (f"the remote sent more than {settings.HARNESS_GIT_MAX_MB}"
-                                    " MB; stopped (HARNESS_GIT_MAX_MB)")  # fmt: skip
+                    cut = (f"the remote sent more than {settings.HARNESS_GIT_MAX_MB}"
+                           " MB; stopped (HARNESS_GIT_MAX_MB)")  # fmt: skip
+                if cut:
+                    self.problem = cut
                     request.transport.close()  # git sees the answer cut off
                     return response
                 await response.write(scrubber.feed(chunk))
@@ -248,15 +296,31 @@ class GitRelay:
         sent = 0
         async for chunk in content.iter_any():
             sent += len(chunk)
+            cut = self._count("up", len(chunk))
             if sent > self.limit:
-                self.problem = (f"git sent more than {settings.HARNESS_GIT_MAX_MB} MB; "
-                                "stopped (HARNESS_GIT_MAX_MB)")  # fmt: skip
-                raise aiohttp.ClientPayloadError(self.problem)
+                cut = (f"git sent more than {settings.HARNESS_GIT_MAX_MB} MB; "
+                       "stopped (HARNESS_GIT_MAX_MB)")  # fmt: skip
+            if cut:
+                self.problem = cut
+                raise aiohttp.ClientPayloadError(cut)
             yield chunk
+
+    def _count(self, direction: str, size: int) -> str | None:
+        """Adds ``size`` bytes to the operation's; why it must stop now when that spends
+        the owner's day (the egress proxy stops a connection there too)."""
+        self.moved[direction] += size
+        if self.moved["up"] + self.moved["down"] > self._day_left:
+            return f"stopped: {_day_spent()}"
+        return None
 
     def _refuse(self, status: int, message: str) -> web.Response:
         self.problem = self.problem or message  # the first cause (a cut body, then its 502)
         return _text(status, message)
+
+
+def _day_spent() -> str:
+    mb = settings.HARNESS_EGRESS_MB_PER_DAY
+    return f"the daily egress bound ({mb} MiB a day, HARNESS_EGRESS_MB_PER_DAY; UTC) is used up"
 
 
 def _text(status: int, message: str) -> web.Response:

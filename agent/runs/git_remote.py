@@ -139,14 +139,17 @@ async def clone(project: Project) -> str:
     return lines[-1].strip() if lines else ""
 
 
-async def push(project: Project, branch: str) -> Pushed:
-    """``branch`` of the project's repository pushed to its remote (same name there)."""
+async def push(project: Project, branch: str, conversation_id=None) -> Pushed:
+    """``branch`` of the project's repository pushed to its remote (same name there);
+    ``conversation_id``: the conversation that asked, named in the Egress log."""
     if not project.git_url:
         raise GitFailed("this project has no remote to push to")
     credential = await sync_to_async(git_credentials.for_url)(project.owner_id, project.git_url)
     fields = {"action": "push", "project": str(project.id), "branch": branch}
+    relay = GitRelay(project.owner_id, project.git_url, credential, push=True,
+                     conversation_id=conversation_id)  # fmt: skip
     try:
-        async with GitRelay(project.owner_id, project.git_url, credential, push=True) as relay:
+        async with relay:
             result = await _run(project.owner_id, fields, relay)
     except EgressRefused as exc:
         raise GitFailed(str(exc)) from None

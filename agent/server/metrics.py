@@ -105,12 +105,14 @@ LOOP_LAG = Gauge(
 )
 EGRESS_CONNECTIONS = Counter(
     "harness_egress_connections_total",
-    "Connections sandboxes asked the egress proxy for, by outcome (allowed, refused).",
+    "Connections sandboxes asked the egress proxy for, and git operations (clone, push) "
+    "through the git relay, by outcome (allowed, refused).",
     label="outcome",
 )
 EGRESS_BYTES = Counter(
     "harness_egress_bytes_total",
-    "Bytes moved through the egress proxy, by direction (up: from sandboxes, down: to them).",
+    "Bytes moved through the egress proxy and the git relay, by direction (up: from "
+    "sandboxes, down: to them).",
     label="direction",
 )
 METRICS = (RUNS_STARTED, RUNS_FINISHED, RUNS_FAILED, RUN_ERRORS, SOCKETS, FRAMES,

@@ -73,7 +73,7 @@ async def push(request: HttpRequest, conversation) -> JsonResponse:
     if found is None or not conversation.branch:
         return api_error(409, "no_project", "This conversation does not work in a project.")
     try:
-        pushed = await git_remote.push(found, conversation.branch)
+        pushed = await git_remote.push(found, conversation.branch, conversation.id)
     except git_remote.GitFailed as exc:
         if exc.rejected:
             return api_error(409, "push_rejected", exc.message)

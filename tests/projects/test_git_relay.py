@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from agent.core.egress_rules import parse_rules
+from agent.models import User
 from agent.runs.git_credentials import Credential
 from agent.runs.git_relay import GitRelay, Scrubber
 from agent.sandbox import git_spawn
@@ -28,10 +29,16 @@ async def _get(relay: GitRelay, path: str) -> tuple[int, bytes]:
         return answer.status, await answer.read()
 
 
-async def test_only_the_operations_smart_http_requests_pass(net, remote):
+@pytest.fixture
+def owner(transactional_db):
+    """The relay's owner: whose rules, log rows and daily bytes it uses."""
+    return User.objects.create(username="ada").id
+
+
+async def test_only_the_operations_smart_http_requests_pass(net, remote, owner):
     remote_url = remote.url("demo.git")
     credential = Credential("ada-git", REMOTE_TOKEN)
-    async with GitRelay(1, remote_url, credential) as relay, _over(relay) as http:
+    async with GitRelay(owner, remote_url, credential) as relay, _over(relay) as http:
         base = "http://relay/git"
         async with http.get(f"{base}/info/refs?service=git-upload-pack") as ok:
             assert ok.status == 200 and b"refs/heads/main" in await ok.read()
@@ -47,7 +54,7 @@ async def test_only_the_operations_smart_http_requests_pass(net, remote):
             assert r.status == 404
     assert all(seen.authorization for seen in remote.requests)
     assert all("receive-pack" not in seen.path for seen in remote.requests)
-    async with GitRelay(1, remote_url, credential, push=True) as relay:
+    async with GitRelay(owner, remote_url, credential, push=True) as relay:
         assert (await _get(relay, "/git/info/refs?service=git-receive-pack"))[0] == 200
 
 
@@ -82,19 +89,19 @@ def echo(settings):
     server.server_close()
 
 
-async def test_a_remote_echoing_the_credential_gets_it_scrubbed_on_the_way_back(echo):
+async def test_a_remote_echoing_the_credential_gets_it_scrubbed_on_the_way_back(echo, owner):
     credential = Credential("ada-git", TOKEN)
-    async with GitRelay(1, f"http://{echo}/r.git", credential) as relay:
+    async with GitRelay(owner, f"http://{echo}/r.git", credential) as relay:
         _, body = await _get(relay, "/git/info/refs?service=git-upload-pack")
     basic = base64.b64encode(f"ada-git:{TOKEN}".encode())
     assert b"you sent Basic [credential] and [credential]" in body
     assert TOKEN.encode() not in body and basic not in body
 
 
-async def test_a_redirect_is_refused_and_the_credential_not_sent_on(echo):
+async def test_a_redirect_is_refused_and_the_credential_not_sent_on(echo, owner):
     credential = Credential("ada-git", TOKEN)
     url = f"http://{echo}/redirect.git"
-    async with GitRelay(1, url, credential) as relay:
+    async with GitRelay(owner, url, credential) as relay:
         status, body = await _get(relay, "/git/info/refs?service=git-upload-pack")
     text = body.decode()
     assert status == 502 and "redirects to" in text and "use that URL" in text

@@ -106,6 +106,14 @@ def test_clone_through_the_broker_then_push_and_its_refusals(live, alice, bob, r
     assert pushed == {"remote": remote.url("app.git"), "branch": "harness/1a2b3c4d",
                       "commit": commit}  # fmt: skip
     assert remote.head_of("app.git", "harness/1a2b3c4d") == commit
+    # The clone and the push are each a row of the Egress log, the push's naming its
+    # conversation, with the bytes that went through the relay.
+    code = (
+        "from agent.models import EgressLog; print([(str(r.conversation_id), r.allowed, "
+        "r.bytes_up > 0 < r.bytes_down) for r in EgressLog.objects.order_by('id')])"
+    )
+    logged = live.manage("shell", "-c", code).strip().splitlines()[-1]
+    assert logged == repr([("None", True, True), (conversation, True, True)]), logged
     # Someone else moves the remote branch on: the push is not a fast-forward.
     remote.commit_on("app.git", "harness/1a2b3c4d", "theirs.txt", "theirs\n")
     status, refused = alice.call("POST", f"/api/conversations/{conversation}/push")
