@@ -28,10 +28,11 @@ from agent.core.cli_agents.providers import PROVIDERS, Provider
 from agent.core.cli_agents.session import CliSession, SessionSpec, session_name
 from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.models import Conversation
+from agent.runs import previews
 from agent.runs.claim import CLI_NEEDS_MODEL
 from agent.runs.llm_gateway import open_gateway
 from agent.runs.workspaces import conversation_workspace, sandbox_ids, workspace_for
-from agent.sandbox import drop
+from agent.sandbox import drop, preview_mounts
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,11 @@ class CliSessions:
             gateway_socket=gateway.socket_path, egress_socket=egress,
             app_dir=str(settings.BASE_DIR),
         )  # fmt: skip
+        if workspace.sandbox is not None:
+            # What the CLI serves (a dev server it left running) is previewed like the
+            # terminal's: a forwarder of its own in its sandbox.
+            spec.preview_dir = str(await asyncio.to_thread(previews.directory, key, previews.AGENT))
+            spec.before = preview_mounts.START
         session = CliSession(self.tmux(), spec)
         try:
             await session.start()

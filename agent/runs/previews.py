@@ -1,7 +1,9 @@
-"""Previews: connections to a port inside a conversation's terminal sandbox, through the
-forwarder that the terminal's sandbox runs (agent/sandbox/preview_forwarder.py) on a Unix
-socket in a directory made here, in the server's state directory, and bound into that
-sandbox. The sandbox's network namespace stays closed: the server reaches it only there.
+"""Previews: connections to a port inside a conversation's terminal sandbox (or its CLI
+agent's, under a broker), through the forwarder that sandbox runs
+(agent/sandbox/preview_forwarder.py) on a Unix socket in a directory made here, in the
+server's state directory, and bound into that sandbox. The sandbox's network namespace
+stays closed: the server reaches it only there. A port is looked for in the terminal's
+sandbox first, then the CLI's; the ports listed are both's.
 
 The directory is writable by the sandbox's user (another uid under a broker), so what is
 in it is theirs: the socket is opened without following a link and must be a socket, and
@@ -36,14 +38,18 @@ class PreviewUnavailable(Exception):
     """Said to the one who asked (the 502 page): nothing to reach at that port."""
 
 
-def _path(conversation_id) -> Path:
-    return Path(settings.HARNESS_AGENT_STATE) / "previews" / str(conversation_id)
+SHELL, AGENT = "", "-agent"  # whose sandbox: the terminal's, the CLI agent's
+SANDBOXES = (SHELL, AGENT)
 
 
-def directory(conversation_id) -> Path:
-    """The socket's directory for ``conversation_id``, made when missing: closed to all
-    but the server above it, writable (not listable) by the sandbox's user in it."""
-    path = _path(conversation_id)
+def _path(conversation_id, sandbox: str = SHELL) -> Path:
+    return Path(settings.HARNESS_AGENT_STATE) / "previews" / f"{conversation_id}{sandbox}"
+
+
+def directory(conversation_id, sandbox: str = SHELL) -> Path:
+    """The socket's directory for ``conversation_id``'s sandbox, made when missing: closed
+    to all but the server above it, writable (not listable) by the sandbox's user in it."""
+    path = _path(conversation_id, sandbox)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
@@ -52,14 +58,15 @@ def directory(conversation_id) -> Path:
 
 
 def remove(conversation_id) -> None:
-    """The socket's directory goes with the conversation's terminal."""
-    shutil.rmtree(_path(conversation_id), ignore_errors=True)
+    """The sockets' directories go with the conversation."""
+    for sandbox in SANDBOXES:
+        shutil.rmtree(_path(conversation_id, sandbox), ignore_errors=True)
 
 
-def _socket_fd(conversation_id) -> int:
+def _socket_fd(conversation_id, sandbox: str) -> int:
     flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        parent = os.open(_path(conversation_id), flags | os.O_DIRECTORY)
+        parent = os.open(_path(conversation_id, sandbox), flags | os.O_DIRECTORY)
     except OSError:
         raise PreviewUnavailable(NOT_RUNNING) from None
     try:
@@ -74,8 +81,8 @@ def _socket_fd(conversation_id) -> int:
     return fd
 
 
-async def _connected(conversation_id) -> socket.socket:
-    fd = _socket_fd(conversation_id)
+async def _connected(conversation_id, sandbox: str = SHELL) -> socket.socket:
+    fd = _socket_fd(conversation_id, sandbox)
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -89,10 +96,10 @@ async def _connected(conversation_id) -> socket.socket:
     return sock
 
 
-async def _ask(conversation_id, line: bytes) -> tuple[socket.socket, bytes]:
+async def _ask(conversation_id, line: bytes, sandbox: str) -> tuple[socket.socket, bytes]:
     """A connection to the forwarder that was sent ``line``, and its answer's line (read a
     byte at a time: what follows it is the previewed server's)."""
-    sock = await _connected(conversation_id)
+    sock = await _connected(conversation_id, sandbox)
     loop = asyncio.get_running_loop()
     try:
         await loop.sock_sendall(sock, line)
@@ -117,11 +124,18 @@ async def connect_socket(conversation_id, port: int) -> socket.socket:
     """A connected socket to ``port`` inside the sandbox (non-blocking)."""
     if not MIN_PORT <= port <= MAX_PORT:
         raise PreviewUnavailable(f"Ports are {MIN_PORT} to {MAX_PORT}.")
-    sock, answer = await _ask(conversation_id, f"{port}\n".encode())
-    if answer != b"OK\n":
+    problem = None
+    for sandbox in SANDBOXES:
+        try:
+            sock, answer = await _ask(conversation_id, f"{port}\n".encode(), sandbox)
+        except PreviewUnavailable as exc:
+            problem = problem or exc  # the terminal's, when neither runs
+            continue
+        if answer == b"OK\n":
+            return sock
         sock.close()
-        raise PreviewUnavailable(f"Nothing listens on port {port} in the sandbox.")
-    return sock
+        problem = PreviewUnavailable(f"Nothing listens on port {port} in the sandbox.")
+    raise problem
 
 
 async def connect(conversation_id, port: int):
@@ -131,19 +145,21 @@ async def connect(conversation_id, port: int):
 
 
 async def ports(conversation_id) -> list[int]:
-    """The ports listening in the sandbox (none when its terminal is not running)."""
-    try:
-        sock, answer = await _ask(conversation_id, b"PORTS\n")
-    except PreviewUnavailable:
-        return []
-    sock.close()
-    try:
-        found = json.loads(answer)
-    except ValueError:
-        return []
-    if not isinstance(found, list):
-        return []
-    return sorted({p for p in found if isinstance(p, int) and MIN_PORT <= p <= MAX_PORT})
+    """The ports listening in the conversation's sandboxes (none when neither runs)."""
+    found = set()
+    for sandbox in SANDBOXES:
+        try:
+            sock, answer = await _ask(conversation_id, b"PORTS\n", sandbox)
+        except PreviewUnavailable:
+            continue
+        sock.close()
+        try:
+            listed = json.loads(answer)
+        except ValueError:
+            continue
+        if isinstance(listed, list):
+            found |= {p for p in listed if isinstance(p, int) and MIN_PORT <= p <= MAX_PORT}
+    return sorted(found)
 
 
 async def request(conversation_id, line: str, payload: bytes = b"", limit: int = 262144):

@@ -5,13 +5,16 @@ server, through the live server's API and SSE stream."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from testkit.api_client import Api, read_until
+from testkit.live import free_port
 from testkit.model_server import (
     PING,
     Stream,
@@ -23,6 +26,7 @@ from testkit.model_server import (
     tool_reply,
 )
 from tests.cli_agents import approve_then_deny, cli_live_server
+from tests.web.test_revocation_live import sign_in
 
 pytestmark = pytest.mark.slow
 
@@ -273,3 +277,33 @@ def test_in_ask_mode_the_clis_permission_request_is_an_approval_card_and_the_ans
            tool_reply(("Bash", {"command": "echo denied > no.txt"})),
            text_reply("Finished."))  # fmt: skip
     approve_then_deny(alice, conversation_id, "Bash", "not that")
+
+
+def test_a_server_the_cli_leaves_running_is_previewed(live, alice, model):
+    """Claude Code's own background shell keeps a server running in the CLI's sandbox: the
+    ports API lists it and the preview serves it (the forwarder beside the CLI)."""
+    _, conversation = alice.call("POST", "/api/conversations", {"agent": "claude-code"})
+    port = free_port()
+    serve = {"command": f"python3 -m http.server {port} --bind 127.0.0.1",
+             "run_in_background": True, "description": "serve"}  # fmt: skip
+    script(model, tool_reply(("Bash", serve), text="Serving."), text_reply("It runs."))
+    events = prompt_and_read(alice, conversation["id"], "serve the workspace")
+    assert events[-1]["state"] == "idle", events
+    deadline = time.monotonic() + 30
+    while True:
+        _, body = alice.call("GET", f"/api/conversations/{conversation['id']}/ports")
+        if port in [p["port"] for p in body["ports"]]:
+            break
+        assert time.monotonic() < deadline, body
+        time.sleep(0.2)
+    session = sign_in(live, "alice", "pw-alice-1234")
+    connection = http.client.HTTPConnection(urlsplit(live.url).netloc, timeout=30)
+    connection.request("GET", f"/preview/{conversation['id']}/{port}/",
+                       headers={"Cookie": f"sessionid={session}"})  # fmt: skip
+    signed = connection.getresponse()
+    signed.read()
+    assert signed.status == 302
+    connection.request("GET", signed.getheader("Location"))
+    answer = connection.getresponse()
+    assert answer.status == 200 and b"Directory listing" in answer.read()
+    connection.close()

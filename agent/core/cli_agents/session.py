@@ -77,6 +77,10 @@ class SessionSpec:
     prefix: str = "ah"
     approval: str = "auto"  # the conversation's tool approval when the session started
     model: str | None = None  # the conversation's model when the session started
+    # Under a broker: the directory of the preview forwarder's socket (what the CLI serves
+    # is previewed, agent/runs/previews.py) and the shell that starts it before the CLI.
+    preview_dir: str | None = None
+    before: str = ""
 
 
 def install_root(executable: str) -> str | None:
@@ -105,7 +109,7 @@ def cli_program(spec: SessionSpec) -> tuple[str, str | None]:
                                model=spec.model)  # fmt: skip
     if spec.wrap is not None:
         inner = spec.wrap(inner)
-    return PRELUDE + shlex.join(inner), root
+    return spec.before + PRELUDE + shlex.join(inner), root
 
 
 def cli_env(spec: SessionSpec) -> dict[str, str]:
@@ -202,7 +206,8 @@ class CliSession:
         return self.spec.sandbox.cli_ticket(self.spec.conversation_id, program,
                                             cli_env(self.spec), root,
                                             self.spec.gateway_socket,
-                                            self.spec.egress_socket)  # fmt: skip
+                                            self.spec.egress_socket,
+                                            self.spec.preview_dir)  # fmt: skip
 
     def _prepare_files(self) -> None:
         os.makedirs(self.spec.state_dir, mode=0o700, exist_ok=True)
