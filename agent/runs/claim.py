@@ -5,6 +5,7 @@ it (``quotas``), the lease that tells other processes this one is alive, and the
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import uuid
@@ -53,8 +54,9 @@ class Setup:
     branched: bool = False  # it starts a new branch: pages are re-drawn
     fork_seq: int = 0  # … after this seq
     images: tuple[ImageRef, ...] = ()  # attached to the prompt
-    # The owner's workspace and the system prompt, made on the claims' thread once the
-    # claim is committed; or why they could not be (the run is then not started).
+    # The owner's workspace and the system prompt, made once the claim is committed (each
+    # claim's on its own, beside the others'); or why they could not be (the run is then
+    # not started).
     workspace: Workspace | None = None
     system: str = ""
     unprepared: BaseException | None = None
@@ -187,15 +189,25 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
     A prompt's start is the largest fixed cost of a run (the benchmark's profile): the
     claims that arrive together are made together, in one transaction on the claims' own
     thread (agent/server/grouping.py), each in a savepoint of its own."""
-    group = grouping.for_loop("harness-claims", _claim_all, abandoned=_give_back,
+    group = grouping.for_loop("harness-claims", _claim_together, abandoned=_give_back,
                               workers=CLAIM_WORKERS)  # fmt: skip
     request = _Claim(conversation_id, user_id, prompt, remember, branch_from, tuple(images))
-    return await group.submit(request)
+    setup = await group.submit(request)
+    # Each claim's workspace apart: a new user's is made (their sandbox's host started),
+    # and a group of new users' first prompts would otherwise all wait for the last one.
+    try:
+        await _prepare(setup)
+    except asyncio.CancelledError:
+        _give_back(request, setup)
+        raise
+    return setup
 
 
 # Groups of claims handled at once: a slow claim (a large image, a row lock held
-# elsewhere, a workspace mounted on first use) holds up only the claims grouped with it.
+# elsewhere) holds up only the claims grouped with it.
 CLAIM_WORKERS = 2
+# Workspaces prepared at once (mostly waiting on the broker and the user's sandbox).
+PREPARE = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="prepare")
 _giving_back: set[asyncio.Task] = set()
 
 
@@ -207,28 +219,24 @@ def _give_back(request: _Claim, setup: Setup) -> None:
     task.add_done_callback(_giving_back.discard)
 
 
-def _claim_all(requests: list[_Claim]) -> list[Setup | BaseException]:
-    """The group's claims, then, once they are committed, each claimed run's workspace and
-    system prompt (one trip to the thread for both; the deployment's instructions read
-    once for the group)."""
-    results = _claim_together(requests)
-    deployment = None
-    for result in results:
-        if not isinstance(result, Setup):
-            continue
-        try:
-            if deployment is None:
-                deployment = DeploymentInstructions.current()
-            result.workspace = conversation_workspace(
-                result.conversation, workspace_for(result.conversation.owner_id)
-            )
-            result.system = build_system_prompt(
-                result.workspace, result.config.system_prompt, deployment=deployment,
-                conversation=result.conversation.instructions,
-            )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - the manager releases the claim
-            result.unprepared = exc
-    return results
+async def _prepare(setup: Setup) -> None:
+    await database_sync_to_async(_prepare_blocking, thread_sensitive=False,
+                                 executor=PREPARE)(setup)  # fmt: skip
+
+
+def _prepare_blocking(setup: Setup) -> None:
+    """The claimed run's workspace and system prompt (committed claims only)."""
+    try:
+        setup.workspace = conversation_workspace(
+            setup.conversation, workspace_for(setup.conversation.owner_id)
+        )
+        setup.system = build_system_prompt(
+            setup.workspace, setup.config.system_prompt,
+            deployment=DeploymentInstructions.current(),
+            conversation=setup.conversation.instructions,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the manager releases the claim
+        setup.unprepared = exc
 
 
 def _claim_together(requests: list[_Claim]) -> list[Setup | BaseException]:

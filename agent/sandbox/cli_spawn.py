@@ -26,10 +26,10 @@ from pathlib import Path
 from agent.core.cli_agents.session import HOME_IN_SANDBOX, cli_sandbox, install_binds
 from agent.core.tools.bwrap import sandbox_argv
 from agent.sandbox import egress_socket, preview_mounts, project_mounts
+from agent.sandbox.layout import HOMES
 from agent.sandbox.spawn import CLI_ADDRESS_SPACE
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
-HOMES = ".harness-cli"  # in the workspace's root, hidden from every sandbox but its own
 GATEWAY_IN_SANDBOX = "/harness-llm"  # agent/runs/llm_gateway.py's DIR_IN_SANDBOX
 CONVERSATION = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")

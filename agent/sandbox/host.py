@@ -20,7 +20,7 @@ from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
 from agent.core.tools.workspace import Workspace
 from agent.sandbox import ops
-from agent.sandbox.cli_spawn import HOMES
+from agent.sandbox.layout import HOMES
 from agent.sandbox.project_workers import Workers
 from agent.sandbox.wire import WireError, read_frame, write_frame
 

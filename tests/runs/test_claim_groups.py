@@ -24,13 +24,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def groups(monkeypatch) -> list[int]:
     """The size of each group of claims handled."""
     sizes: list[int] = []
-    handle = claims._claim_all
+    handle = claims._claim_together
 
     def counted(requests):
         sizes.append(len(requests))
         return handle(requests)
 
-    monkeypatch.setattr(claims, "_claim_all", counted)
+    monkeypatch.setattr(claims, "_claim_together", counted)
     return sizes
 
 
@@ -273,7 +273,7 @@ def test_a_group_reads_its_conversations_once_and_each_claim_decides_on_them(set
                 claims._Claim(ada_second.id, bob.pk, "three"),
                 claims._Claim("7f1d1a4e-0000-4000-8000-000000000000", ada, "four")]  # fmt: skip
     with CaptureQueriesContext(connection) as queries:
-        results = claims._claim_all(requests)
+        results = claims._claim_together(requests)
     assert isinstance(results[0], Setup) and results[0].author is None  # never shared
     assert isinstance(results[1], RunRefused) and results[1].code == "prompt_running"
     assert isinstance(results[2], Setup) and results[2].author == "bob"
@@ -284,3 +284,37 @@ def test_a_group_reads_its_conversations_once_and_each_claim_decides_on_them(set
     again = [sql for sql in reads[1:] if ada_second.id.hex in sql or ada_first.id.hex in sql]
     assert len(again) == 1 and ada_first.id.hex in again[0], reads
     assert Conversation.objects.get(id=ada_first.id).title == "one"
+
+
+def test_a_slow_workspace_holds_up_only_its_own_claim(groups, settings, monkeypatch):
+    """A new user's workspace is made on their first prompt (their sandbox's host started):
+    the other claims of its group start meanwhile instead of waiting for it. The slow one
+    waits until the quick one has returned (a claim that waited for it would hang)."""
+    settings.HARNESS_CONCURRENT_RUNS = 10
+    (slow,) = _conversations(1)
+    quick = Conversation.objects.create(
+        owner=User.objects.create_user("bea", password="pw-bea-12345"), model="m"
+    )
+    released = threading.Event()
+    made = claims.workspace_for
+
+    def workspace_for(user_id):
+        if user_id == slow.owner_id and not released.wait(20):
+            raise TimeoutError("the quick claim waited for the slow workspace")
+        return made(user_id)
+
+    monkeypatch.setattr(claims, "workspace_for", workspace_for)
+
+    async def quick_then_release():
+        setup = await claims.claim(quick.id, quick.owner_id, "go")
+        released.set()
+        return setup
+
+    async def send():
+        return await asyncio.gather(claims.claim(slow.id, slow.owner_id, "go"),
+                                    quick_then_release())  # fmt: skip
+
+    slow_setup, quick_setup = asyncio.run(send())
+    assert groups == [2]
+    assert slow_setup.unprepared is None and quick_setup.unprepared is None
+    assert slow_setup.workspace is not None and quick_setup.workspace is not None

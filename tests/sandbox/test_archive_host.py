@@ -20,7 +20,7 @@ from agent.core.projects.layout import PROJECTS_DIR
 from agent.core.tools.workspace import PathError, Workspace
 from agent.sandbox import archive_ops, client, project_mounts
 from agent.sandbox.broker import Broker
-from agent.sandbox.cli_spawn import HOMES
+from agent.sandbox.layout import HOMES
 from agent.sandbox.spawn import BrokerConfig
 from tests.conftest import REPO, require_bwrap
 
