@@ -180,6 +180,11 @@ async def request(conversation_id, line: str, payload: bytes = b"", limit: int =
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
     finally:
         sock.close()
+    if answer.startswith(b"ERR too many"):
+        raise PreviewUnavailable("The terminal's forwarder is busy: too many connections.")
+    if answer.startswith(b"ERR "):  # a forwarder started before this server knew jobs
+        raise PreviewUnavailable("The terminal's sandbox predates background jobs: end its "
+                                 "shell (`exit` in the Terminal) and try again.")  # fmt: skip
     try:
         return json.loads(answer)
     except ValueError:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import threading
 import time
 import uuid
 
@@ -167,3 +169,23 @@ def test_a_sandbox_that_never_answers_is_said_so(state, monkeypatch):  # noqa: F
     os.makedirs(previews.directory(lonely.key), exist_ok=True)
     with pytest.raises(BackgroundUnavailable, match="terminal is not running"):
         run(lonely.output(1))
+
+
+def test_a_forwarder_that_does_not_know_jobs_is_named(state, monkeypatch):  # noqa: F811
+    """A terminal started before the server learnt jobs answers START as a bad port."""
+    conversation = uuid.uuid4()
+    monkeypatch.chdir(previews.directory(conversation))  # (a socket's address is short)
+    old = socket.socket(socket.AF_UNIX)
+    old.bind("s")
+    old.listen()
+
+    def answer():
+        connection, _ = old.accept()
+        connection.recv(64)
+        connection.sendall(b"ERR not a port\n")
+        connection.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    with pytest.raises(previews.PreviewUnavailable, match="predates background jobs"):
+        run(previews.request(conversation, "JOBS"))
+    old.close()
