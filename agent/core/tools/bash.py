@@ -35,7 +35,6 @@ TIMEOUT = 120.0
 OUTPUT_CAP = 100_000
 MEMORY_LIMIT = 4 * 1024**3  # address space per process
 FILE_SIZE_LIMIT = 1024**3
-PROCESS_LIMIT = 256  # default of SandboxLimits.pids
 MODES = ("sandbox", "off", "unsafe")
 
 
