@@ -32,7 +32,8 @@
       return option;
     }));
     if (!ports.length) {
-      say("Nothing listens yet: start a server in the Terminal (on 127.0.0.1 or all addresses).");
+      say("Nothing listens yet: start a server in the Terminal, or ask the agent to " +
+        "(on 127.0.0.1 or all addresses).");
       return;
     }
     say("Listening: " + ports.map((p) => p.port).join(", "));
@@ -62,7 +63,11 @@
     port.value = button.dataset.port;
     panel.open = true;
     show();
-    panel.scrollIntoView({ block: "nearest" });
+    // The open panel shortens the transcript: the card clicked stays in sight above it.
+    requestAnimationFrame(() => {
+      button.scrollIntoView({ block: "center" });
+      panel.scrollIntoView({ block: "nearest" });
+    });
   });
 
   form.addEventListener("submit", (event) => {
