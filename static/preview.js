@@ -61,12 +61,15 @@
     const button = event.target.closest(".preview-show");
     if (!button) return;
     port.value = button.dataset.port;
+    // Opening the panel looks for ports (its toggle); one open already looks again, so
+    // that its status does not still say a server listens that has stopped since.
+    if (panel.open) findPorts();
     panel.open = true;
     show();
     // The open panel shortens the transcript: the card clicked stays in sight above it.
     requestAnimationFrame(() => {
       button.scrollIntoView({ block: "center" });
-      panel.scrollIntoView({ block: "nearest" });
+      frame.scrollIntoView({ block: "nearest" });
     });
   });
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from testkit.live import LiveServer
-from tests.e2e.conftest import contexts_on, send, sign_in
+from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 pytestmark = pytest.mark.slow
 
@@ -159,6 +159,7 @@ def test_a_server_the_agent_starts_in_the_background_is_shown_from_its_card(cont
     card = page.locator("#messages .part.tool[data-tool-name=bash]").last
     show = card.get_by_role("button", name="show in the Preview panel")
     show.wait_for(timeout=30_000)
+    wait_idle(page)  # (the answer after the card is written, the transcript still)
     assert "Started in the background as job 1." in card.inner_text()
     assert "Listening on port 8779" in card.inner_text()
     show.click()
