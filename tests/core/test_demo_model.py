@@ -55,9 +55,14 @@ async def test_demo_reports_tool_errors(workspace):
 
 
 def test_demo_says_what_became_of_a_background_command():
-    """A job that listens on nothing is running, not "nothing found"; a failed one names
-    the last line of its output (where the why usually is)."""
+    """A server's preview address is named; a job that listens on nothing is running, not
+    "nothing found"; a failed one names the last line of its output (where the why is)."""
     uses = {"t": {"name": "bash"}}
+    address = "/preview/5aa9cef4-fe81-47fc-a1a0-5bb3bfd9e690/8000/"
+    serving = {"job": 1, "running": True, "ports": [{"port": 8000, "preview": address}]}
+    said = summarize([{"tool_use_id": "t", "content": json.dumps(serving)}], uses)
+    # the address as code: a relative link in model text would lose its href (markdown.py)
+    assert f"(job 1), listening on port 8000 (`{address}`)" in said and "](" not in said
     waiting = {"job": 4, "running": True, "exit_code": None, "output": "", "ports": []}
     said = summarize([{"tool_use_id": "t", "content": json.dumps(waiting)}], uses)
     assert "runs in the background (job 4) but listens on no port yet" in said

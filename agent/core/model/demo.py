@@ -151,7 +151,8 @@ def summarize(results: list[dict[str, Any]], uses: dict[str, dict[str, Any]]) ->
         if name in ("write", "edit"):
             parts.append(f"Done: {body}.")
         elif payload.get("ports"):
-            served = ", ".join(f"port {p['port']} at [{p['preview']}]({p['preview']})"
+            # (as code: the page links no relative address in model text; the card does)
+            served = ", ".join(f"port {p['port']} (`{p['preview']}`)"
                                for p in payload["ports"])  # fmt: skip
             parts.append(f"It runs in the background (job {payload.get('job')}), listening "
                          f"on {served}: “show in the Preview panel” above shows it.")  # fmt: skip
