@@ -32,7 +32,8 @@
       return option;
     }));
     if (!ports.length) {
-      say("Nothing listens yet: start a server in the Terminal (on 127.0.0.1 or all addresses).");
+      say("Nothing listens yet: start a server in the Terminal, or ask the agent to " +
+        "(on 127.0.0.1 or all addresses).");
       return;
     }
     say("Listening: " + ports.map((p) => p.port).join(", "));
@@ -60,9 +61,16 @@
     const button = event.target.closest(".preview-show");
     if (!button) return;
     port.value = button.dataset.port;
+    // Opening the panel looks for ports (its toggle); one open already looks again, so
+    // that its status does not still say a server listens that has stopped since.
+    if (panel.open) findPorts();
     panel.open = true;
     show();
-    panel.scrollIntoView({ block: "nearest" });
+    // The open panel shortens the transcript: the card clicked stays in sight above it.
+    requestAnimationFrame(() => {
+      button.scrollIntoView({ block: "center" });
+      frame.scrollIntoView({ block: "nearest" });
+    });
   });
 
   form.addEventListener("submit", (event) => {

@@ -77,7 +77,10 @@ class ToolView:
     target: str = ""  # what the call works on, for the collapsed header
     lines: int = 0  # of the result's text (or its diff): a long one starts collapsed
     path: str = ""  # the file a `read` shows: its result is highlighted by this name's type
-    # A background command's ports that listen: (port, its preview address).
+    # A background command's job number, whether it still ran when the call returned, and
+    # the ports it began to listen on meanwhile: (port, its preview address).
+    job: int | None = None
+    job_running: bool = False
     ports: list[tuple[int, str]] = field(default_factory=list)
     head_html: str = ""  # head / rest highlighted (sanitized), when the file type is known
     rest_html: str = ""
@@ -179,6 +182,9 @@ def apply_result(view: ToolView, result: ToolResultEvent) -> None:
             view.rest_html = highlighted(view.rest, view.path) or ""
     display = result.display or {}
     if display.get("background") and isinstance(payload, dict):
+        job = payload.get("job")
+        view.job = job if isinstance(job, int) and not isinstance(job, bool) else None
+        view.job_running = payload.get("running") is True
         view.ports = [(p["port"], p["preview"]) for p in payload.get("ports") or []
                       if isinstance(p, dict) and _previewed(p)]  # fmt: skip
     if display.get("kind") == "diff" and isinstance(display.get("diff"), str):

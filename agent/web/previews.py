@@ -128,8 +128,9 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str) -
         reader, writer = await previews.connect(conversation_id, port)
     except previews.PreviewUnavailable as exc:
         previews.slots.release(user_id)
-        return page(502, "Nothing to preview", f"{exc} Start a server in the conversation's "
-                    "Terminal panel, listening on that port.")  # fmt: skip
+        return page(502, "Nothing to preview", f"{exc} Start a server on that port in the "
+                    "conversation's Terminal panel, or ask the agent to start one in the "
+                    "background.")  # fmt: skip
     try:
         body = request.body
         writer.write(preview_http.request_head(request.method, path, port, request.headers,

@@ -6,7 +6,7 @@ import json
 
 from agent.core.config import Config
 from agent.core.loop import AgentLoop
-from agent.core.model.demo import DemoProvider, plan
+from agent.core.model.demo import DemoProvider, plan, summarize
 from agent.core.tools import build_tools
 from tests.history_check import assert_valid_history
 
@@ -52,6 +52,27 @@ async def test_demo_write_then_edit_changes_files(workspace):
 async def test_demo_reports_tool_errors(workspace):
     _, events, _ = await run_demo(workspace, "read missing.txt")
     assert "file not found" in [e for e in events if e.type == "text"][-1].content
+
+
+def test_demo_says_what_became_of_a_background_command():
+    """A server's preview address is named; a job that listens on nothing is running, not
+    "nothing found"; a failed one names the last line of its output (where the why is)."""
+    uses = {"t": {"name": "bash"}}
+    address = "/preview/5aa9cef4-fe81-47fc-a1a0-5bb3bfd9e690/8000/"
+    serving = {"job": 1, "running": True, "ports": [{"port": 8000, "preview": address}]}
+    said = summarize([{"tool_use_id": "t", "content": json.dumps(serving)}], uses)
+    # the address as code: a relative link in model text would lose its href (markdown.py)
+    assert f"(job 1), listening on port 8000 (`{address}`)" in said and "](" not in said
+    waiting = {"job": 4, "running": True, "exit_code": None, "output": "", "ports": []}
+    said = summarize([{"tool_use_id": "t", "content": json.dumps(waiting)}], uses)
+    assert "runs in the background (job 4) but listens on no port yet" in said
+    failed = {
+        "error": "the background command exited with status 1",
+        "job": 2,
+        "output": "Traceback (most recent call last):\nOSError: Address in use\n\n",
+    }
+    said = summarize([{"tool_use_id": "t", "is_error": True, "content": json.dumps(failed)}], uses)
+    assert said.endswith("status 1**; its output ends with `OSError: Address in use`")
 
 
 def test_demo_plans_only_enabled_tools():

@@ -116,4 +116,4 @@ def test_the_demo_serves_in_the_background_and_names_the_preview():
         ),
     }
     said = summarize([result], {"t1": {"name": "bash"}})
-    assert "job 3" in said and "[/preview/c/8000/](/preview/c/8000/)" in said
+    assert "job 3" in said and "port 8000 (`/preview/c/8000/`)" in said

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from testkit.live import LiveServer
-from tests.e2e.conftest import contexts_on, sign_in
+from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +146,36 @@ def test_a_server_started_in_the_terminal_is_shown_in_the_preview_panel(context)
     tab = opened.value
     tab.wait_for_load_state()
     assert "/~" in tab.url and "Directory listing" in tab.content()
+
+
+def test_a_server_the_agent_starts_in_the_background_is_shown_from_its_card(context):
+    """The demo's `serve` starts a server in the background; its card names the port, and
+    "show in the Preview panel" opens the panel on it, the page loaded in the sandboxed
+    frame, with the card and the prompt still on a laptop's screen."""
+    page = sign_in(context(viewport={"width": 1440, "height": 900}), "tara")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "serve python3 -m http.server 8779 --bind 127.0.0.1")
+    card = page.locator("#messages .part.tool[data-tool-name=bash]").last
+    show = card.get_by_role("button", name="show in the Preview panel")
+    show.wait_for(timeout=30_000)
+    wait_idle(page)  # (the answer after the card is written, the transcript still)
+    assert "Started in the background as job 1." in card.inner_text()
+    assert "Listening on port 8779" in card.inner_text()
+    show.click()
+    assert page.evaluate("() => document.getElementById('preview-panel').open")
+    conversation = page.url.rstrip("/").rsplit("/", 1)[1]
+    src = page.get_attribute("#preview-frame", "src")
+    assert src == f"/preview/{conversation}/8779/"
+    frame = page.frame_locator("#preview-frame")
+    frame.get_by_role("heading", name="Directory listing for /").wait_for()
+    inner = next(f for f in page.frames if f"/preview/{conversation}/8779/~" in f.url)
+    assert "Directory listing" in inner.content()
+    # The panel shortened the transcript rather than pushing the prompt off the screen.
+    prompt = page.locator("#prompt").bounding_box()
+    assert prompt["y"] + prompt["height"] <= 900
+    assert page.evaluate("() => scrollY") == 0
+    in_sight = show.evaluate("b => { const r = b.getBoundingClientRect(), m = document"
+                             ".getElementById('messages').getBoundingClientRect();"
+                             " return r.top >= m.top && r.bottom <= m.bottom; }")  # fmt: skip
+    assert in_sight

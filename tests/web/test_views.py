@@ -313,3 +313,25 @@ def test_a_background_commands_card_offers_its_ports_preview_and_nothing_else(cl
     assert page.count('class="tool-port"') == 1
     assert 'data-port="8000"' in page and f'href="{good}"' in page
     assert "javascript:" not in page and "8001" not in page and "9999" not in page
+
+
+@pytest.mark.parametrize(("state", "said"), [
+    ({"running": True, "ports": []}, "Started in the background as job 3; nothing listened on a "
+                                     "port when the call returned"),
+    ({"running": False, "exit_code": 0}, "Job 3 ran in the background and exited before the "
+                                         "call returned (status 0)."),
+])  # fmt: skip
+def test_a_background_commands_card_says_what_became_of_its_job(client, ada, state, said):
+    """Not an empty "ok": a job that listens on nothing, or ended at once, says so."""
+    conversation = Conversation.objects.create(owner=ada, model="claude-haiku-4-5", title="t")
+    add_events(
+        conversation,
+        {"type": "tool_call", "id": "toolu_1", "name": "bash",
+         "input": {"command": "sleep 100", "background": True}},
+        {"type": "tool_result", "id": "toolu_1", "isError": False,
+         "display": {"kind": "bash", "exit_code": state.get("exit_code"), "background": True},
+         "result": json.dumps({"job": 3, "output": "", **state})},
+    )  # fmt: skip
+    page = client.get(f"/c/{conversation.id}/").content.decode()
+    assert said in " ".join(page.split())
+    assert 'class="tool-port"' not in page

@@ -141,17 +141,24 @@ def summarize(results: list[dict[str, Any]], uses: dict[str, dict[str, Any]]) ->
         except (TypeError, json.JSONDecodeError):
             payload = {"content": result.get("content")}
         if result.get("is_error") or "error" in payload:
-            parts.append(f"`{name}` reported an error: **{payload.get('error', 'unknown')}**")
+            said = f"`{name}` reported an error: **{payload.get('error', 'unknown')}**"
+            # (the why is often the output's last line: "Address already in use")
+            last = _last_line(payload.get("output"))
+            parts.append(said + (f"; its output ends with `{last}`" if last else ""))
             continue
         body = next((payload[k] for k in ("content", "entries", "matches", "output")
                      if isinstance(payload.get(k), str)), payload.get("result", ""))  # fmt: skip
         if name in ("write", "edit"):
             parts.append(f"Done: {body}.")
         elif payload.get("ports"):
-            served = ", ".join(f"port {p['port']} at [{p['preview']}]({p['preview']})"
+            # (as code: the page links no relative address in model text; the card does)
+            served = ", ".join(f"port {p['port']} (`{p['preview']}`)"
                                for p in payload["ports"])  # fmt: skip
             parts.append(f"It runs in the background (job {payload.get('job')}), listening "
-                         f"on {served}: open the Preview panel to see it.")  # fmt: skip
+                         f"on {served}: “show in the Preview panel” above shows it.")  # fmt: skip
+        elif payload.get("running") and isinstance(payload.get("job"), int):
+            parts.append(f"It runs in the background (job {payload['job']}) but listens on no "
+                         "port yet: the Preview panel's “Find ports” looks again.")  # fmt: skip
         elif not body.strip():
             parts.append(f"`{name}` found nothing.")
         else:
@@ -160,6 +167,13 @@ def summarize(results: list[dict[str, Any]], uses: dict[str, dict[str, Any]]) ->
             count = f"{len(lines)} line" + ("" if len(lines) == 1 else "s")
             parts.append(f"Here is what `{name}` returned ({count}):\n\n{fenced(shown)}")
     return "\n\n".join(parts) or "Nothing to report."
+
+
+def _last_line(output: Any) -> str:
+    """The last line of a command's output that says something, cut short; "" if none."""
+    lines = [line.strip() for line in output.splitlines()] if isinstance(output, str) else []
+    last = next((line for line in reversed(lines) if line), "")
+    return last[:120].replace("`", "'")
 
 
 def fenced(body: str) -> str:
