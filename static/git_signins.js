@@ -7,30 +7,7 @@
   "use strict";
   const $ = (sel, root = document) => root.querySelector(sel);
 
-  function csrfToken() {
-    const field = $("input[name=csrfmiddlewaretoken]");
-    return field ? field.value : "";
-  }
-
-  async function api(method, url, body) {
-    const headers = { "X-CSRFToken": csrfToken(), Accept: "application/json" };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    try {
-      const response = await fetch(url, { method, headers, credentials: "same-origin", cache: "no-store",
-        body: body === undefined ? undefined : JSON.stringify(body) });
-      let data = {};
-      try { data = await response.json(); } catch (e) { /* 204, or not JSON */ }
-      if (!response.ok && !data.message) data.message = `The server answered ${response.status}.`;
-      return { status: response.status, data };
-    } catch (e) {
-      return { status: 0, data: { message: "The server could not be reached; nothing was changed." } };
-    }
-  }
-
-  function say(element, text, kind) {
-    element.textContent = text;
-    element.dataset.kind = kind || "";
-  }
+  const { api, say } = window.harnessApi;
 
   // What is typed in the host field: a host[:port], or a repository's URL pasted whole.
   function hostTyped(value) {

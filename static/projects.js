@@ -11,33 +11,7 @@
   const POLL_MS = 1500;
   const STATE_TEXT = { cloning: "cloning…", ready: "ready", failed: "failed" };
 
-  function csrfToken() {
-    const field = $("input[name=csrfmiddlewaretoken]");
-    return field ? field.value : "";
-  }
-
-  // {status, data}: data is the JSON answer (an error's {error, message}) or {}.
-  async function api(method, url, body) {
-    const headers = { "X-CSRFToken": csrfToken(), Accept: "application/json" };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    let response;
-    try {
-      response = await fetch(url, { method, headers, credentials: "same-origin", cache: "no-store",
-        body: body === undefined ? undefined : JSON.stringify(body) });
-    } catch (e) {
-      return { status: 0, data: { message: "The server could not be reached; nothing was changed." } };
-    }
-    let data = {};
-    try { data = await response.json(); } catch (e) { /* 204, or not JSON */ }
-    if (!response.ok && !data.message) data.message = `The server answered ${response.status}.`;
-    return { status: response.status, data };
-  }
-
-  function say(element, text, kind) {
-    if (!element) return;
-    element.textContent = text;
-    element.dataset.kind = kind || "";
-  }
+  const { api, csrfToken, say } = window.harnessApi;
 
   function send(frame) {
     const asked = new CustomEvent("harness:send", { detail: { frame, sent: false } });
