@@ -10,8 +10,6 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,29 +22,16 @@ from agent.runs.background import ConversationJobs
 from agent.runs.terminals import terminals
 from testkit.live import free_port
 from tests.conftest import require_bwrap
-from tests.web.test_previews import FORWARDER, state  # noqa: F401
+from tests.web.test_previews import forwarders, state  # noqa: F401
 
 
 @pytest.fixture
 def forwarder(state):  # noqa: F811
-    """Starts a conversation's forwarder in a network namespace of its own, as a terminal's
-    sandbox has (the ports it lists are its own, not other tests')."""
+    """The forwarder in a network namespace of its own, as a terminal's sandbox has it (the
+    ports it lists are its own, not other tests')."""
     require_bwrap()
-    started = []
-
-    def start(conversation_id):
-        path = previews.directory(conversation_id) / "s"
-        # (relative: a test's directory is longer than a socket's address may be)
-        child = subprocess.Popen(["bwrap", "--dev-bind", "/", "/", "--unshare-net",
-                                  "--die-with-parent", "--chdir", str(path.parent), "--",
-                                  sys.executable, "-I", "-S", FORWARDER, "s"])  # fmt: skip
-        started.append(child)
-        deadline = time.monotonic() + 20
-        while not path.exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
-        return path
-
+    start, started = forwarders(["bwrap", "--dev-bind", "/", "/", "--unshare-net",
+                                 "--die-with-parent", "--"])  # fmt: skip
     yield start
     for child in started:
         child.terminate()

@@ -74,15 +74,16 @@ def state(settings, tmp_path):
     return settings.HARNESS_AGENT_STATE
 
 
-@pytest.fixture
-def forwarder(state):
-    """Starts the forwarder for a conversation, as the terminal's sandbox does."""
+def forwarders(wrapper: list[str] = ()):
+    """A function starting the forwarder for a conversation, as the terminal's sandbox does
+    (under ``wrapper``, e.g. a network namespace of its own), and the processes started."""
     started = []
 
     def start(conversation_id):
         path = previews.directory(conversation_id) / "s"
         # (relative: a test's directory is longer than a socket's address may be)
-        child = subprocess.Popen([sys.executable, "-I", "-S", FORWARDER, "s"], cwd=path.parent)
+        child = subprocess.Popen([*wrapper, sys.executable, "-I", "-S", FORWARDER, "s"],
+                                 cwd=path.parent)  # fmt: skip
         started.append(child)
         deadline = time.monotonic() + 20
         while not path.exists():  # the forwarder's own event: its socket appears
@@ -90,6 +91,12 @@ def forwarder(state):
             time.sleep(0.02)
         return path
 
+    return start, started
+
+
+@pytest.fixture
+def forwarder(state):
+    start, started = forwarders()
     yield start
     for child in started:
         child.terminate()
