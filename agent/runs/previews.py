@@ -91,6 +91,9 @@ async def _connected(conversation_id, sandbox: str = SHELL) -> socket.socket:
     except (OSError, TimeoutError):
         sock.close()
         raise PreviewUnavailable(NOT_RUNNING) from None
+    except BaseException:  # cancelled: the socket is not left to the collector
+        sock.close()
+        raise
     finally:
         os.close(fd)
     return sock
@@ -107,6 +110,9 @@ async def _ask(conversation_id, line: bytes, sandbox: str) -> tuple[socket.socke
     except (OSError, TimeoutError):
         sock.close()
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
+    except BaseException:
+        sock.close()
+        raise
     return sock, answer
 
 
@@ -164,18 +170,25 @@ async def ports(conversation_id) -> list[int]:
 
 async def request(conversation_id, line: str, payload: bytes = b"", limit: int = 262144):
     """The forwarder's JSON answer to ``line`` (and ``payload`` after it): its background
-    jobs (agent/sandbox/preview_forwarder.py), read to its end. ``PreviewUnavailable`` when
-    it is not running or answers nothing readable."""
+    jobs (agent/sandbox/preview_forwarder.py), read to its end within ``CONNECT_TIMEOUT``
+    seconds in all (the forwarder is the sandbox's: one trickling a byte at a time holds
+    no caller longer). ``PreviewUnavailable`` when it is not running or answers nothing
+    readable."""
     sock = await _connected(conversation_id)
     loop = asyncio.get_running_loop()
-    answer = b""
-    try:
+
+    async def exchange() -> bytes:
+        answer = b""
         await loop.sock_sendall(sock, line.encode() + b"\n" + payload)
         while len(answer) <= limit:
-            more = await asyncio.wait_for(loop.sock_recv(sock, 65536), CONNECT_TIMEOUT)
+            more = await loop.sock_recv(sock, 65536)
             if not more:
                 break
             answer += more
+        return answer
+
+    try:
+        answer = await asyncio.wait_for(exchange(), CONNECT_TIMEOUT)
     except (OSError, TimeoutError):
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
     finally:

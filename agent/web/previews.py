@@ -130,6 +130,9 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str) -
         previews.slots.release(user_id)
         return page(502, "Nothing to preview", f"{exc} Start a server in the conversation's "
                     "Terminal panel, listening on that port.")  # fmt: skip
+    except BaseException:  # a request given up while the forwarder is slow to answer
+        previews.slots.release(user_id)
+        raise
     try:
         body = request.body
         writer.write(preview_http.request_head(request.method, path, port, request.headers,
@@ -139,6 +142,10 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str) -
         writer.close()
         previews.slots.release(user_id)
         return page(502, "The previewed server did not answer", str(exc))
+    except BaseException:  # (a cancelled request too) the slot and connection go back
+        writer.close()
+        previews.slots.release(user_id)
+        raise
 
     async def content():
         try:
