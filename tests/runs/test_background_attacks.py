@@ -1,7 +1,8 @@
 """Attacks on background jobs from inside the sandbox: any process there can reach the
 forwarder's socket, or answer in its place (the directory is the sandbox user's). Its
 answers must not become a card's display or links, nor break the event log (a lone
-surrogate), nor hold the server's call (a byte at a time, without end)."""
+surrogate), nor hold the server's call (a byte at a time, without end); a job that
+leaves its processes behind when its leader exits is still stopped."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pytest
 
 from agent.core.events import ToolCallEvent, ToolResultEvent
 from agent.core.tools.background import BackgroundTool
-from agent.runs import previews
+from agent.runs import background, previews
 from agent.runs.background import ConversationJobs
 from agent.sandbox.preview_mounts import SOCKET_NAME
 from agent.ui.cards import apply_result, tool_view
+from tests.runs.test_background_jobs import gone, jobs, state_of  # noqa: F401 - a fixture
 from tests.web.test_previews import forwarder, state  # noqa: F401 - fixtures
 
 OTHER = uuid.uuid4()
@@ -106,3 +108,15 @@ def test_a_forwarder_trickling_its_answer_holds_the_server_no_longer_than_its_ti
             return asyncio.get_running_loop().time() - started
 
     assert asyncio.run(scenario()) < 5
+
+
+def test_a_job_whose_leader_exits_can_still_be_stopped(jobs, monkeypatch):  # noqa: F811
+    """``cmd &`` and exit: the leader is gone, its child runs on holding the output. The
+    job stays live (it keeps its place among the 16) and stop still ends its group."""
+    monkeypatch.setattr(background, "SETTLE", 0.5)
+    job = asyncio.run(jobs.start("sleep 300 & echo child=$!"))
+    child = int(job["output"].split("child=")[1].split()[0])
+    assert not job["running"]  # its leader exited
+    assert state_of(child) not in ("", "Z")
+    asyncio.run(jobs.stop(job["job"]))
+    assert gone(child), "the job's orphan outlived stop"
