@@ -7,6 +7,7 @@ requests given up while the sandbox is slow to answer (a reader's slot kept each
 from __future__ import annotations
 
 import asyncio
+import json
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -150,3 +151,83 @@ def test_a_request_given_up_while_the_forwarder_stalls_gives_the_slot_back(
 
     answer = async_to_sync(scenario)()
     assert answer.status_code == 502  # the forwarder's silence, not "too many previews"
+
+
+class Gateway(BaseHTTPRequestHandler):
+    """Stands in for the model gateway's forwarder on a CLI sandbox's loopback: whoever
+    reaches it makes calls billed to the conversation's owner."""
+
+    calls: list[str] = []
+
+    def do_POST(self) -> None:
+        Gateway.calls.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_sandboxs_own_plumbing_is_not_previewed(people, forwarder, settings):
+    """A viewer may not prompt, so may not spend the owner's budget: the CLI sandbox's
+    model gateway port (and the egress proxy's) is never reached through a preview, nor
+    listed among the ports."""
+    from http.server import ThreadingHTTPServer
+    from threading import Thread
+
+    from agent.runs.llm_gateway import PORT_IN_SANDBOX
+
+    try:
+        gateway = ThreadingHTTPServer(("127.0.0.1", PORT_IN_SANDBOX), Gateway)
+    except OSError:
+        pytest.skip(f"port {PORT_IN_SANDBOX} is taken on this machine")
+    Thread(target=gateway.serve_forever, daemon=True).start()
+    try:
+        conversation = shared(people, team=False)
+        forwarder(conversation.id)
+        viewer = Browser(people, "viewer")
+        location = signed(viewer, conversation.id, PORT_IN_SANDBOX, "llm/anthropic/v1/messages")
+        answer = viewer.post(location, data=b'{"model": "x"}', content_type="application/json")
+        isolated(answer)
+        assert answer.status_code == 403, read(answer)
+        assert Gateway.calls == []
+        listed = viewer.get(f"/api/conversations/{conversation.id}/ports")
+        assert PORT_IN_SANDBOX not in [p["port"] for p in json.loads(read(listed))["ports"]]
+    finally:
+        gateway.shutdown()
+        gateway.server_close()
+
+
+@pytest.mark.parametrize("role", ["owner", "collaborator", "viewer"])
+def test_the_cli_agents_sandbox_is_previewed_only_to_those_who_drive_it(
+    people, state, settings, role
+):
+    """The CLI's sandbox holds the CLI (and what it serves to be driven, on its loopback):
+    a viewer, who may not prompt it, reaches only the terminal's sandbox."""
+    import subprocess
+    import sys
+    import time
+
+    conversation = shared(people, team=False)
+    path = previews.directory(conversation.id, previews.AGENT) / SOCKET_NAME
+    child = subprocess.Popen([sys.executable, "-I", "-S", base.FORWARDER, SOCKET_NAME],
+                             cwd=path.parent)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not path.exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        with serving(Hostile) as port:
+            client = Browser(people, role)
+            answer = client.get(signed(client, conversation.id, port, "fine"))
+            listed = client.get(f"/api/conversations/{conversation.id}/ports")
+        found = [p["port"] for p in json.loads(read(listed))["ports"]]
+        if role == "viewer":
+            assert answer.status_code == 502 and port not in found
+        else:
+            assert answer.status_code == 200 and read(answer) == b"fine" and port in found
+    finally:
+        child.terminate()
+        child.wait(10)
