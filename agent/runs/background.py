@@ -109,7 +109,7 @@ def job_state(answer: dict, output: bool = False) -> dict[str, Any]:
                              "running": answer.get("running") is True,
                              "exit_code": _number(answer.get("exit_code"))}  # fmt: skip
     if output:
-        found["output"] = _text(answer["output"], OUTPUT_SHOWN)
+        found["output"] = _text(answer.get("output"), -OUTPUT_SHOWN)
         found["dropped"] = _number(answer.get("dropped")) or 0
     return found
 
@@ -121,7 +121,9 @@ def _number(value: Any) -> int | None:
 
 
 def _text(value: Any, limit: int) -> str:
-    """At most the last ``limit`` characters of a string, a lone surrogate replaced."""
+    """At most ``limit`` characters of a string (its first; with a negative ``limit``, its
+    last), a lone surrogate replaced."""
     if not isinstance(value, str):
         return ""
-    return value[-limit:].encode("utf-8", "replace").decode("utf-8")
+    kept = value[:limit] if limit > 0 else value[limit:]
+    return kept.encode("utf-8", "replace").decode("utf-8")

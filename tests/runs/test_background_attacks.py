@@ -67,14 +67,21 @@ def test_a_forged_answer_becomes_no_display_link_or_stray_key(sandbox, monkeypat
     async def answer(line):
         yield json.dumps([FORGED] if line.startswith("JOBS") else FORGED).encode()
 
+    async def bare(line):  # an answer without the fields asked for
+        yield b'{"job": 1}'
+
     async def scenario():
         server = await impostor(Path("."), answer)
         async with server:
             tool = BackgroundTool(ConversationJobs(sandbox, 7))
-            return (await tool.execute({"action": "output", "job": 1}),
-                    await tool.execute({"action": "list"}))  # fmt: skip
+            found = (await tool.execute({"action": "output", "job": 1}),
+                     await tool.execute({"action": "list"}))  # fmt: skip
+        server = await impostor(Path("."), bare)
+        async with server:
+            return *found, await tool.execute({"action": "output", "job": 1})
 
-    result, listed = asyncio.run(scenario())
+    result, listed, bare_result = asyncio.run(scenario())
+    assert json.loads(bare_result.content)["output"] == ""
     assert result.display is None
     payload = json.loads(result.content)
     assert set(payload) == {"job", "pid", "command", "running", "exit_code", "output", "dropped"}
