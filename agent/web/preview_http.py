@@ -23,7 +23,16 @@ TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110)
 # Never passed on: the app's credentials in, cookies out, and what is the connection's own.
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
        "trailer", "transfer-encoding", "upgrade", "host", "content-length"}  # fmt: skip
-REQUEST_DROPPED = HOP | {"cookie", "authorization", "x-csrftoken"}
+REQUEST_DROPPED = HOP | {"cookie", "authorization", "x-csrftoken", "forwarded",
+                         "x-real-ip", "true-client-ip", "x-client-ip", "remote-user",
+                         "x-remote-user"}  # fmt: skip
+# What a front proxy adds to each request it passes to the app, and never the previewed
+# server's to see: the authenticating proxy's secret (X-Harness-Proxy-Secret, which names
+# any user) and its user header, the reader's own identity tokens (oauth2-proxy's, an AWS
+# load balancer's, Google IAP's, Cloudflare Access's, Azure's), the client's address.
+REQUEST_DROPPED_PREFIXES = ("x-harness-", "x-forwarded-", "x-auth-request-", "x-amzn-oidc-",
+                            "x-goog-iap-", "cf-access-", "cf-connecting-", "x-ms-client-",
+                            "x-ms-token-")  # fmt: skip
 ANSWER_DROPPED = HOP | {"set-cookie", "set-cookie2", "content-security-policy",
                         "content-security-policy-report-only", "x-frame-options",
                         "referrer-policy",
@@ -39,10 +48,17 @@ class BadAnswer(Exception):
     pass
 
 
-def request_head(method: str, target: str, port: int, headers, body_length: int) -> bytes:
+def request_head(method: str, target: str, port: int, headers, body_length: int,
+                 dropped: frozenset[str] = frozenset()) -> bytes:  # fmt: skip
+    """The request's head for the previewed server; ``dropped``: more header names (lower
+    case) never passed on (the deployment's proxy user header)."""
     lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
     for name, value in headers.items():
-        if name.lower() not in REQUEST_DROPPED and "\n" not in value and "\r" not in value:
+        lower = name.lower()
+        if (lower in REQUEST_DROPPED or lower in dropped
+                or lower.startswith(REQUEST_DROPPED_PREFIXES)):  # fmt: skip
+            continue
+        if "\n" not in value and "\r" not in value:
             lines.append(f"{name}: {value}")
     if body_length or method not in ("GET", "HEAD"):
         lines.append(f"Content-Length: {body_length}")

@@ -60,6 +60,13 @@ def sandboxes_for(role: str | None) -> tuple[str, ...]:
     return previews.SANDBOXES if access.allows(role, DRIVE) else (previews.SHELL,)
 
 
+def proxy_headers() -> frozenset[str]:
+    """The authenticating proxy's user header, when the deployment has one: the reader's
+    name, never the previewed server's."""
+    name = settings.HARNESS_TRUSTED_PROXY_HEADER
+    return frozenset({name.lower()}) if name else frozenset()
+
+
 def public_path(conversation_id: uuid.UUID, port: int, rest: str = "") -> str:
     return f"/preview/{conversation_id}/{port}/{rest}"
 
@@ -149,7 +156,7 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str,
     try:
         body = request.body
         writer.write(preview_http.request_head(request.method, path, port, request.headers,
-                                               len(body)) + body)  # fmt: skip
+                                               len(body), proxy_headers()) + body)  # fmt: skip
         status, headers, every = await preview_http.read_head(reader)
     except (OSError, preview_http.BadAnswer) as exc:
         writer.close()

@@ -231,3 +231,37 @@ def test_the_cli_agents_sandbox_is_previewed_only_to_those_who_drive_it(
     finally:
         child.terminate()
         child.wait(10)
+
+
+IDENTITY = {  # what a front proxy adds to every request it passes to the app
+    "X-Harness-Proxy-Secret": "the-deployments-proxy-secret",
+    "X-Forwarded-User": "vera",
+    "X-Forwarded-Access-Token": "vera-sso-access-token",
+    "X-Forwarded-For": "203.0.113.9",
+    "X-Real-IP": "203.0.113.9",
+    "Forwarded": "for=203.0.113.9",
+    "X-Auth-Request-Access-Token": "vera-sso-access-token",
+    "X-Amzn-Oidc-Accesstoken": "vera-alb-token",
+    "X-Goog-Iap-Jwt-Assertion": "vera-iap-jwt",
+    "Cf-Access-Jwt-Assertion": "vera-cf-jwt",
+    "X-Ms-Token-Aad-Access-Token": "vera-azure-token",
+}
+
+
+def test_a_front_proxys_secret_and_identity_headers_never_reach_the_previewed_server(
+    people, forwarder, settings
+):
+    """Behind an authenticating proxy, every request to the app carries the proxy's
+    secret (which signs anyone in as anyone) and often the reader's own tokens: the
+    previewed server, the sandbox owner's code, must see none of them."""
+    settings.HARNESS_TRUSTED_PROXY_HEADER = "X-Webauth-Name"
+    conversation = shared(people, team=False)
+    forwarder(conversation.id)
+    viewer = Browser(people, "viewer")
+    headers = {**IDENTITY, "X-Webauth-Name": "vera", "X-App-Own": "kept"}
+    with serving(base.Upstream) as port:
+        answer = viewer.get(signed(viewer, conversation.id, port), headers=headers)
+    sent = {k.lower(): v for k, v in json.loads(read(answer))["headers"].items()}
+    assert sent["x-app-own"] == "kept"
+    leaked = {name for name in [*IDENTITY, "X-Webauth-Name"] if name.lower() in sent}
+    assert not leaked
