@@ -35,6 +35,7 @@ from agent.core.egress_rules import EgressRefused, resolve_checked
 from agent.egress import http_head, ledger
 from agent.egress.rules import admits, rules_for
 from agent.server import metrics
+from agent.server.token_bucket import TokenBucket
 
 CHUNK = 64 * 1024
 CONNECT_SECONDS = 30
@@ -52,22 +53,6 @@ class Who:
     conversation_id: object = None
 
 
-class Pace:
-    """A token bucket: ``PACE`` a second, ``PACE_BURST`` at most."""
-
-    def __init__(self) -> None:
-        self.tokens, self.at = PACE_BURST, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(PACE_BURST, self.tokens + (now - self.at) * PACE)
-        self.at = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
 class EgressProxy:
     def __init__(self, *, resolve=socket.getaddrinfo, connections: int | None = None,
                  bound_bytes: int | None = None,
@@ -79,7 +64,9 @@ class EgressProxy:
         self.bound_bytes = bound_bytes
         self._open: Counter = Counter()  # open connections per socket (a conversation's sandboxes)
         self._live: Counter = Counter()  # bytes per user moved and not yet in the ledger
-        self._paces: defaultdict[Who, Pace] = defaultdict(Pace)
+        self._paces: defaultdict[Who, TokenBucket] = defaultdict(
+            lambda: TokenBucket(PACE, PACE_BURST)
+        )
         self._flood_rows: dict[Who, float] = {}  # when a sandbox's last pace row was written
         self._servers: dict[str, asyncio.Server] = {}
 
