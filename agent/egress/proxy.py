@@ -9,6 +9,12 @@ bytes today are under ``HARNESS_EGRESS_MB_PER_DAY`` and the sandbox holds fewer 
 the checked addresses are connected to (no second lookup: no DNS rebinding). A refusal
 is ``403`` with a short text body naming the host and why; every connection is logged.
 
+Each connection costs this process database work (the rules, the day's bytes, its log
+row), on the one thread its synchronous calls share with every other user's runs here:
+past ``PACE`` new connections a second on average (``PACE_BURST`` at once) a sandbox's
+connection is refused at the door, before any of it, counted in /metrics, and written as
+one log row every ``FLOOD_ROW_SECONDS`` rather than one per connection.
+
 The credential added to a plain-http request comes from ``credential(user_id, host,
 port)`` (``Basic …`` or None), given by whoever starts the proxy: this layer knows
 nothing of where credentials are kept."""
@@ -18,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,9 +34,15 @@ from asgiref.sync import sync_to_async
 from agent.core.egress_rules import EgressRefused, resolve_checked
 from agent.egress import http_head, ledger
 from agent.egress.rules import admits, rules_for
+from agent.server import metrics
+from agent.server.token_bucket import TokenBucket
 
 CHUNK = 64 * 1024
 CONNECT_SECONDS = 30
+PACE = 25.0  # new connections a second a sandbox may open, on average
+PACE_BURST = 100.0
+FLOOD_READ_SECONDS = 2.0  # a refused-at-the-door connection's head read for at most this
+FLOOD_ROW_SECONDS = 10.0  # one log row of a sandbox's refusals at the door in this time
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,10 @@ class EgressProxy:
         self.bound_bytes = bound_bytes
         self._open: Counter = Counter()  # open connections per socket (a conversation's sandboxes)
         self._live: Counter = Counter()  # bytes per user moved and not yet in the ledger
+        self._paces: defaultdict[Who, TokenBucket] = defaultdict(
+            lambda: TokenBucket(PACE, PACE_BURST)
+        )
+        self._flood_rows: dict[Who, float] = {}  # when a sandbox's last pace row was written
         self._servers: dict[str, asyncio.Server] = {}
 
     async def listen(self, path: str, who: Who) -> None:
@@ -72,18 +89,40 @@ class EgressProxy:
         from django.conf import settings
 
         bound = self.connections or settings.HARNESS_EGRESS_CONNECTIONS
+        paced = self._paces[who].take()
         self._open[who] += 1
         try:
-            if self._open[who] > bound:
+            if not paced:
+                await self._flood(reader, writer, who, held=self._open[who] <= bound)
+            elif self._open[who] > bound:
                 await self._refuse(writer, who, "-", 0, f"this sandbox has {bound} "
                                    "connections open, the most it may")  # fmt: skip
-                return
-            await self._serve(reader, writer, who)
+            else:
+                await self._serve(reader, writer, who)
         finally:
             self._open[who] -= 1
             with contextlib.suppress(Exception):
                 writer.close()
                 await writer.wait_closed()
+
+    async def _flood(self, reader, writer, who: Who, held: bool) -> None:
+        """Refused at the door: no database work but a row now and then. Its head is read
+        first (briefly, and only within the connection bound) so that the client reads the
+        refusal rather than a reset."""
+        reason = f"this sandbox opens more than {PACE:g} connections a second"
+        if held:
+            with contextlib.suppress(
+                OSError, ValueError, TimeoutError, asyncio.IncompleteReadError
+            ):
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), FLOOD_READ_SECONDS)
+        now, last = time.monotonic(), self._flood_rows.get(who)
+        if last is not None and now - last < FLOOD_ROW_SECONDS:
+            await _answer(writer, 403, f"egress refused: {reason}")
+            metrics.EGRESS_CONNECTIONS.inc(label="refused")
+            return
+        self._flood_rows[who] = now
+        await self._refuse(writer, who, "-", 0, f"{reason} (for a while, the others "
+                           "refused so are not logged one by one)")  # fmt: skip
 
     async def _serve(self, reader, writer, who: Who) -> None:
         try:

@@ -10,6 +10,12 @@ in it is theirs: the socket is opened without following a link and must be a soc
 the connection goes through that opened file (a planted link cannot send the server's
 connection anywhere else). Each user has at most ``HARNESS_PREVIEW_CONNECTIONS_PER_USER``
 connections open at once.
+
+A sandbox's own plumbing on its loopback is never a preview: the CLI agent's model
+gateway (whoever reaches it calls the model on the owner's budget, and a preview's readers
+include viewers, who may not prompt) and the egress proxy's forwarder. The CLI's sandbox
+holds the CLI itself (and whatever it serves on its loopback to drive it), so the callers
+give its ports only to those who may drive the conversation (``sandboxes``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from agent.core.tools.bwrap import EGRESS_PORT
+from agent.runs.llm_gateway import PORT_IN_SANDBOX as GATEWAY_PORT
 from agent.sandbox.preview_mounts import SOCKET_NAME
 
 MIN_PORT, MAX_PORT = 1, 65535
@@ -36,6 +44,18 @@ NOT_RUNNING = "The conversation's terminal is not running."
 
 class PreviewUnavailable(Exception):
     """Said to the one who asked (the 502 page): nothing to reach at that port."""
+
+
+class PreviewForbidden(PreviewUnavailable):
+    """Said to the one who asked (a 403): that port is the sandbox's own plumbing."""
+
+
+def plumbing() -> dict[int, str]:
+    """The ports on a sandbox's loopback that are the deployment's, not the user's."""
+    found = {GATEWAY_PORT: "the CLI agent's model gateway"}
+    if settings.HARNESS_EGRESS == "proxy":
+        found[EGRESS_PORT] = "the egress proxy's forwarder"
+    return found
 
 
 SHELL, AGENT = "", "-agent"  # whose sandbox: the terminal's, the CLI agent's
@@ -91,6 +111,9 @@ async def _connected(conversation_id, sandbox: str = SHELL) -> socket.socket:
     except (OSError, TimeoutError):
         sock.close()
         raise PreviewUnavailable(NOT_RUNNING) from None
+    except BaseException:  # cancelled: the socket is not left to the collector
+        sock.close()
+        raise
     finally:
         os.close(fd)
     return sock
@@ -107,6 +130,9 @@ async def _ask(conversation_id, line: bytes, sandbox: str) -> tuple[socket.socke
     except (OSError, TimeoutError):
         sock.close()
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
+    except BaseException:
+        sock.close()
+        raise
     return sock, answer
 
 
@@ -120,12 +146,16 @@ async def _line(loop, sock: socket.socket) -> bytes:
     return answer
 
 
-async def connect_socket(conversation_id, port: int) -> socket.socket:
-    """A connected socket to ``port`` inside the sandbox (non-blocking)."""
+async def connect_socket(conversation_id, port: int, sandboxes=SANDBOXES) -> socket.socket:
+    """A connected socket to ``port`` inside the first of ``sandboxes`` where it listens
+    (non-blocking)."""
     if not MIN_PORT <= port <= MAX_PORT:
         raise PreviewUnavailable(f"Ports are {MIN_PORT} to {MAX_PORT}.")
+    if port in plumbing():
+        raise PreviewForbidden(f"Port {port} is the sandbox's own ({plumbing()[port]}): "
+                               "it is not previewed.")  # fmt: skip
     problem = None
-    for sandbox in SANDBOXES:
+    for sandbox in sandboxes:
         try:
             sock, answer = await _ask(conversation_id, f"{port}\n".encode(), sandbox)
         except PreviewUnavailable as exc:
@@ -138,16 +168,16 @@ async def connect_socket(conversation_id, port: int) -> socket.socket:
     raise problem
 
 
-async def connect(conversation_id, port: int):
+async def connect(conversation_id, port: int, sandboxes=SANDBOXES):
     """A stream to ``port`` inside the sandbox: (reader, writer)."""
-    sock = await connect_socket(conversation_id, port)
+    sock = await connect_socket(conversation_id, port, sandboxes)
     return await asyncio.open_unix_connection(sock=sock, limit=ANSWER_LIMIT)
 
 
-async def ports(conversation_id) -> list[int]:
-    """The ports listening in the conversation's sandboxes (none when neither runs)."""
+async def ports(conversation_id, sandboxes=SANDBOXES) -> list[int]:
+    """The ports listening in the conversation's ``sandboxes`` (none when none runs)."""
     found = set()
-    for sandbox in SANDBOXES:
+    for sandbox in sandboxes:
         try:
             sock, answer = await _ask(conversation_id, b"PORTS\n", sandbox)
         except PreviewUnavailable:
@@ -159,23 +189,30 @@ async def ports(conversation_id) -> list[int]:
             continue
         if isinstance(listed, list):
             found |= {p for p in listed if isinstance(p, int) and MIN_PORT <= p <= MAX_PORT}
-    return sorted(found)
+    return sorted(found - set(plumbing()))
 
 
 async def request(conversation_id, line: str, payload: bytes = b"", limit: int = 262144):
     """The forwarder's JSON answer to ``line`` (and ``payload`` after it): its background
-    jobs (agent/sandbox/preview_forwarder.py), read to its end. ``PreviewUnavailable`` when
-    it is not running or answers nothing readable."""
+    jobs (agent/sandbox/preview_forwarder.py), read to its end within ``CONNECT_TIMEOUT``
+    seconds in all (the forwarder is the sandbox's: one trickling a byte at a time holds
+    no caller longer). ``PreviewUnavailable`` when it is not running or answers nothing
+    readable."""
     sock = await _connected(conversation_id)
     loop = asyncio.get_running_loop()
-    answer = b""
-    try:
+
+    async def exchange() -> bytes:
+        answer = b""
         await loop.sock_sendall(sock, line.encode() + b"\n" + payload)
         while len(answer) <= limit:
-            more = await asyncio.wait_for(loop.sock_recv(sock, 65536), CONNECT_TIMEOUT)
+            more = await loop.sock_recv(sock, 65536)
             if not more:
                 break
             answer += more
+        return answer
+
+    try:
+        answer = await asyncio.wait_for(exchange(), CONNECT_TIMEOUT)
     except (OSError, TimeoutError):
         raise PreviewUnavailable("The terminal's forwarder did not answer.") from None
     finally:

@@ -85,6 +85,13 @@ class Job:
         self.output = bytearray()
         self.dropped = 0  # bytes of output older than the tail kept
         self.exit: int | None = None
+        self.reading = True  # its output pipe is open: the leader or a child of it holds it
+
+    @property
+    def live(self) -> bool:
+        """Its leader runs, or what it left behind still holds its output (``cmd &`` and
+        exit): STOP still signals its group, and it keeps its place among the jobs."""
+        return self.exit is None or self.reading
 
     def state(self, output: bool = False) -> dict:
         found = {"job": self.number, "pid": self.process.pid, "command": self.command[:200],
@@ -98,7 +105,9 @@ class Job:
 class Jobs:
     """Commands started in the background: each in a session of its own (its process
     group is what STOP signals), stdin from /dev/null, stdout and stderr one pipe read by
-    this loop (no thread: pidfds say when one exits)."""
+    this loop (no thread: pidfds say when one exits). A job whose leader exited while the
+    processes it started still hold its output counts as live: STOP still reaches them,
+    and it is not dropped to make room (its pipe stays bounded by ``MAX_JOBS``)."""
 
     def __init__(self) -> None:
         self.jobs: dict[int, Job] = {}
@@ -122,7 +131,7 @@ class Jobs:
         job = self.jobs.get(int(argument)) if argument.isdigit() else None
         if job is None:
             return {"error": f"no job {argument} in this sandbox (it may have been restarted)"}
-        if verb == "STOP" and job.exit is None:
+        if verb == "STOP" and job.live:
             signal_group(job.process.pid, signal.SIGTERM)
             asyncio.get_running_loop().call_later(STOP_GRACE, signal_group, job.process.pid,
                                                   signal.SIGKILL)  # fmt: skip
@@ -130,9 +139,12 @@ class Jobs:
 
     def start(self, command: str) -> dict:
         if len(self.jobs) >= MAX_JOBS:
-            done = [n for n, job in self.jobs.items() if job.exit is not None]
+            done = [n for n, job in self.jobs.items() if not job.live]
             if not done:
-                return {"error": f"{MAX_JOBS} background jobs are running: stop one first"}
+                return {
+                    "error": f"{MAX_JOBS} background jobs are running (or left "
+                    "processes running): stop one first"
+                }
             del self.jobs[done[0]]
         try:
             process = subprocess.Popen(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL,
@@ -162,6 +174,7 @@ class Jobs:
         if not data:
             asyncio.get_running_loop().remove_reader(fd)
             job.process.stdout.close()
+            job.reading = False
             return
         job.output += data
         extra = len(job.output) - OUTPUT_KEEP
@@ -173,6 +186,16 @@ class Jobs:
         asyncio.get_running_loop().remove_reader(pidfd)
         os.close(pidfd)
         job.exit = job.process.wait()
+        # What the leader wrote is in the pipe now: read to its end here, so that a job
+        # nothing else holds the output of is seen done at once, not a turn later.
+        # (A pipe holds at most 1 MB: 16 reads, however fast a child left behind writes.)
+        for _ in range(16):
+            if not job.reading:
+                break
+            before = job.dropped + len(job.output)
+            self._read(job, job.process.stdout.fileno())
+            if job.reading and job.dropped + len(job.output) == before:
+                break  # empty for now: something else holds it
 
 
 def signal_group(pid: int, number: int) -> None:

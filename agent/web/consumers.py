@@ -125,7 +125,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             return
         self.role = conversation.role  # re-read with the credential on every frame
         self.owner_id = conversation.owner_id  # whose sandbox the terminal runs in
-        self.terminal_bucket = terminal_frames.Bucket()
+        self.terminal_bucket = terminal_frames.new_bucket()
         self.shown_role = self.role  # what the page was drawn for
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)

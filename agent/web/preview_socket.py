@@ -17,7 +17,7 @@ from websockets.exceptions import WebSocketException
 from agent import access
 from agent.runs import previews
 from agent.web import preview_tokens
-from agent.web.previews import parse, target
+from agent.web.previews import parse, sandboxes_for, target
 
 MAX_MESSAGE = 4 * 1024 * 1024
 
@@ -34,7 +34,8 @@ class PreviewSocket(AsyncWebsocketConsumer):
         conversation_id, port, remainder = parsed
         user_id = preview_tokens.user_for(remainder.partition("/")[0], conversation_id, port)
         readable = database_sync_to_async(access.readable_one)
-        if user_id is None or await readable(user_id, conversation_id) is None:
+        conversation = None if user_id is None else await readable(user_id, conversation_id)
+        if conversation is None:
             return await self.close()
         try:
             previews.slots.acquire(user_id)
@@ -44,7 +45,8 @@ class PreviewSocket(AsyncWebsocketConsumer):
         query = self.scope.get("query_string", b"").decode("latin-1")
         offered = self.scope.get("subprotocols") or None
         try:
-            sock = await previews.connect_socket(conversation_id, port)
+            sock = await previews.connect_socket(conversation_id, port,
+                                                 sandboxes_for(conversation.role))  # fmt: skip
             self.upstream = await connect(f"ws://127.0.0.1:{port}{target(remainder, query)}",
                                           sock=sock, subprotocols=offered,
                                           max_size=MAX_MESSAGE, open_timeout=10)  # fmt: skip

@@ -26,7 +26,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.csrf import csrf_exempt
 
 from agent import access
-from agent.access import READ
+from agent.access import DRIVE, READ
 from agent.models import Conversation
 from agent.runs import previews
 from agent.web import preview_http, preview_tokens
@@ -51,6 +51,20 @@ def page(status: int, title: str, detail: str, again: str = "") -> HttpResponse:
     html = render_to_string("agent/preview_unavailable.html",
                             {"title": title, "detail": detail, "again": again})  # fmt: skip
     return isolate(HttpResponse(html, status=status))
+
+
+def sandboxes_for(role: str | None) -> tuple[str, ...]:
+    """Whose sandboxes a reader's preview reaches: the CLI agent's holds the CLI itself (and
+    what it serves to be driven), so only those who may drive it reach its ports; a viewer
+    reaches the terminal's."""
+    return previews.SANDBOXES if access.allows(role, DRIVE) else (previews.SHELL,)
+
+
+def proxy_headers() -> frozenset[str]:
+    """The authenticating proxy's user header, when the deployment has one: the reader's
+    name, never the previewed server's."""
+    name = settings.HARNESS_TRUSTED_PROXY_HEADER
+    return frozenset({name.lower()}) if name else frozenset()
 
 
 def public_path(conversation_id: uuid.UUID, port: int, rest: str = "") -> str:
@@ -101,9 +115,11 @@ async def preview(request: HttpRequest, rest: str) -> HttpResponse:
     if user_id is None:
         return page(403, "This preview link has expired", "Open the preview again from the "
                     "conversation's page.", again)  # fmt: skip
-    if await sync_to_async(access.readable_one)(user_id, conversation_id) is None:
+    conversation = await sync_to_async(access.readable_one)(user_id, conversation_id)
+    if conversation is None:
         return page(404, "No such preview", "This conversation is not available.")
-    return await _relay(request, user_id, conversation_id, port, target(remainder, query))
+    return await _relay(request, user_id, conversation_id, port, target(remainder, query),
+                        sandboxes_for(conversation.role))  # fmt: skip
 
 
 async def _sign(request, conversation_id: uuid.UUID, port: int, rest: str, query: str):
@@ -119,27 +135,38 @@ async def _sign(request, conversation_id: uuid.UUID, port: int, rest: str, query
     return response
 
 
-async def _relay(request, user_id: int, conversation_id, port: int, path: str) -> HttpResponse:
+async def _relay(request, user_id: int, conversation_id, port: int, path: str,
+                 sandboxes: tuple[str, ...]) -> HttpResponse:  # fmt: skip
     try:
         previews.slots.acquire(user_id)
     except previews.PreviewUnavailable as exc:
         return page(503, "Too many previews", str(exc))
     try:
-        reader, writer = await previews.connect(conversation_id, port)
+        reader, writer = await previews.connect(conversation_id, port, sandboxes)
+    except previews.PreviewForbidden as exc:
+        previews.slots.release(user_id)
+        return page(403, "Not a preview", str(exc))
     except previews.PreviewUnavailable as exc:
         previews.slots.release(user_id)
         return page(502, "Nothing to preview", f"{exc} Start a server on that port in the "
                     "conversation's Terminal panel, or ask the agent to start one in the "
                     "background.")  # fmt: skip
+    except BaseException:  # a request given up while the forwarder is slow to answer
+        previews.slots.release(user_id)
+        raise
     try:
         body = request.body
         writer.write(preview_http.request_head(request.method, path, port, request.headers,
-                                               len(body)) + body)  # fmt: skip
+                                               len(body), proxy_headers()) + body)  # fmt: skip
         status, headers, every = await preview_http.read_head(reader)
     except (OSError, preview_http.BadAnswer) as exc:
         writer.close()
         previews.slots.release(user_id)
         return page(502, "The previewed server did not answer", str(exc))
+    except BaseException:  # (a cancelled request too) the slot and connection go back
+        writer.close()
+        previews.slots.release(user_id)
+        raise
 
     async def content():
         try:
@@ -163,7 +190,7 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str) -
 @of_conversation(READ)
 async def ports_view(request: HttpRequest, conversation: Conversation) -> JsonResponse:
     """What listens in the conversation's terminal sandbox, with each port's address."""
-    found = await previews.ports(conversation.id)
+    found = await previews.ports(conversation.id, sandboxes_for(conversation.role))
     return JsonResponse({"ports": [
         {"port": port, "url": request.build_absolute_uri(public_path(conversation.id, port))}
         for port in found

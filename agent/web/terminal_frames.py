@@ -8,31 +8,22 @@ and a per-socket rate: a key is a tmux call, so a flood of frames is refused, no
 from __future__ import annotations
 
 import json
-import time
 
 from agent.core.cli_agents.tmux import TmuxError
 from agent.runs.terminals import MAX_INPUT, TerminalRefused, terminals
+from agent.server.token_bucket import TokenBucket
 
 ACTIONS = frozenset({"terminal_input", "terminal_resize"})
 RATE = 100.0  # frames per second a socket may send, on average
 BURST = 200.0
 
 
-class Bucket:
-    def __init__(self) -> None:
-        self.tokens, self.at = BURST, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(BURST, self.tokens + (now - self.at) * RATE)
-        self.at = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
+def new_bucket() -> TokenBucket:
+    """A socket's own pace for its frames."""
+    return TokenBucket(RATE, BURST)
 
 
-async def handle(frame: dict, conversation_id, owner_id: int, bucket: Bucket) -> str | None:
+async def handle(frame: dict, conversation_id, owner_id: int, bucket: TokenBucket) -> str | None:
     """Does what the frame asks; None, or why not (for an error frame)."""
     if not bucket.take():
         return "Too many terminal frames: slow down."
