@@ -38,6 +38,7 @@ from agent.sandbox.preview_mounts import SOCKET_NAME
 
 MIN_PORT, MAX_PORT = 1, 65535
 CONNECT_TIMEOUT = 10.0
+READERS_SHARE = 32  # a conversation's non-driving readers' connections (a forwarder has 64)
 ANSWER_LIMIT = 65536
 NOT_RUNNING = "The conversation's terminal is not running."
 
@@ -229,20 +230,32 @@ async def request(conversation_id, line: str, payload: bytes = b"", limit: int =
 
 
 class Slots:
-    """Each user's open preview connections, bounded."""
+    """Open preview connections, bounded: each user's, and the readers' of a conversation
+    who may not drive it, together (half of a forwarder's connections): viewers cannot
+    take all of a sandbox's connections from those who drive it."""
 
     def __init__(self) -> None:
         self._open: Counter[int] = Counter()
+        self._reading: Counter = Counter()
 
-    def acquire(self, user_id: int) -> None:
+    def acquire(self, user_id: int, reading=None) -> None:
+        """``reading``: the conversation, when the user only reads it."""
         if self._open[user_id] >= settings.HARNESS_PREVIEW_CONNECTIONS_PER_USER:
             raise PreviewUnavailable("Too many preview connections are open; close some.")
+        if reading is not None and self._reading[reading] >= READERS_SHARE:
+            raise PreviewUnavailable("Too many preview connections of this conversation's "
+                                     "viewers are open; try again later.")  # fmt: skip
         self._open[user_id] += 1
+        if reading is not None:
+            self._reading[reading] += 1
 
-    def release(self, user_id: int) -> None:
-        self._open[user_id] -= 1
-        if self._open[user_id] <= 0:
-            del self._open[user_id]
+    def release(self, user_id: int, reading=None) -> None:
+        for counter, key in ((self._open, user_id), (self._reading, reading)):
+            if key is None:
+                continue
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
 
 
 slots = Slots()

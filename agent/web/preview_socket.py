@@ -15,6 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
 from agent import access
+from agent.access import DRIVE
 from agent.runs import previews
 from agent.web import preview_tokens
 from agent.web.previews import parse, sandboxes_for, target
@@ -25,6 +26,7 @@ MAX_MESSAGE = 4 * 1024 * 1024
 class PreviewSocket(AsyncWebsocketConsumer):
     upstream = None
     user_id = None
+    reading = None  # the conversation, when the user only reads it
     relay: asyncio.Task | None = None
 
     async def connect(self) -> None:
@@ -37,11 +39,12 @@ class PreviewSocket(AsyncWebsocketConsumer):
         conversation = None if user_id is None else await readable(user_id, conversation_id)
         if conversation is None:
             return await self.close()
+        reading = None if access.allows(conversation.role, DRIVE) else conversation_id
         try:
-            previews.slots.acquire(user_id)
+            previews.slots.acquire(user_id, reading)
         except previews.PreviewUnavailable:
             return await self.close()
-        self.user_id = user_id
+        self.user_id, self.reading = user_id, reading
         query = self.scope.get("query_string", b"").decode("latin-1")
         offered = self.scope.get("subprotocols") or None
         try:
@@ -77,5 +80,5 @@ class PreviewSocket(AsyncWebsocketConsumer):
             with contextlib.suppress(WebSocketException, OSError):
                 await self.upstream.close()
         if self.user_id is not None:
-            previews.slots.release(self.user_id)
+            previews.slots.release(self.user_id, self.reading)
             self.user_id = None

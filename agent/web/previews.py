@@ -119,7 +119,7 @@ async def preview(request: HttpRequest, rest: str) -> HttpResponse:
     if conversation is None:
         return page(404, "No such preview", "This conversation is not available.")
     return await _relay(request, user_id, conversation_id, port, target(remainder, query),
-                        sandboxes_for(conversation.role))  # fmt: skip
+                        conversation.role)  # fmt: skip
 
 
 async def _sign(request, conversation_id: uuid.UUID, port: int, rest: str, query: str):
@@ -136,23 +136,25 @@ async def _sign(request, conversation_id: uuid.UUID, port: int, rest: str, query
 
 
 async def _relay(request, user_id: int, conversation_id, port: int, path: str,
-                 sandboxes: tuple[str, ...]) -> HttpResponse:  # fmt: skip
+                 role: str | None) -> HttpResponse:  # fmt: skip
+    sandboxes = sandboxes_for(role)
+    reading = None if access.allows(role, DRIVE) else conversation_id
     try:
-        previews.slots.acquire(user_id)
+        previews.slots.acquire(user_id, reading)
     except previews.PreviewUnavailable as exc:
         return page(503, "Too many previews", str(exc))
     try:
         reader, writer = await previews.connect(conversation_id, port, sandboxes)
     except previews.PreviewForbidden as exc:
-        previews.slots.release(user_id)
+        previews.slots.release(user_id, reading)
         return page(403, "Not a preview", str(exc))
     except previews.PreviewUnavailable as exc:
-        previews.slots.release(user_id)
+        previews.slots.release(user_id, reading)
         return page(502, "Nothing to preview", f"{exc} Start a server on that port in the "
                     "conversation's Terminal panel, or ask the agent to start one in the "
                     "background.")  # fmt: skip
     except BaseException:  # a request given up while the forwarder is slow to answer
-        previews.slots.release(user_id)
+        previews.slots.release(user_id, reading)
         raise
     try:
         body = request.body
@@ -161,11 +163,11 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str,
         status, headers, every = await preview_http.read_head(reader)
     except (OSError, preview_http.BadAnswer) as exc:
         writer.close()
-        previews.slots.release(user_id)
+        previews.slots.release(user_id, reading)
         return page(502, "The previewed server did not answer", str(exc))
     except BaseException:  # (a cancelled request too) the slot and connection go back
         writer.close()
-        previews.slots.release(user_id)
+        previews.slots.release(user_id, reading)
         raise
 
     async def content():
@@ -176,7 +178,7 @@ async def _relay(request, user_id: int, conversation_id, port: int, path: str,
             return
         finally:
             writer.close()
-            previews.slots.release(user_id)
+            previews.slots.release(user_id, reading)
 
     response = StreamingHttpResponse(content(), status=status)
     for name, value in headers:

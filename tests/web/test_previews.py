@@ -336,6 +336,28 @@ def test_a_users_preview_connections_are_bounded(people, settings):
         previews.slots.release(people["owner"].pk)
 
 
+def test_a_conversations_viewers_cannot_take_every_connection_from_its_drivers(
+    people, forwarder, upstream, monkeypatch
+):
+    """Readers who may not drive share half of what a sandbox's forwarder holds: past it a
+    viewer is refused (503), the owner and a collaborator still reach the preview."""
+    monkeypatch.setattr(previews, "READERS_SHARE", 1)
+    conversation = shared(people)
+    forwarder(conversation.id)
+    viewer = signed(Browser(people, "viewer"), conversation.id, upstream, "v")
+    previews.slots.acquire(people["team"].pk, conversation.id)  # another reader's, held
+    try:
+        refused = Browser().get(viewer)
+        isolated(refused)
+        assert refused.status_code == 503 and b"viewers" in read(refused)
+        for role in ("owner", "collaborator"):
+            answer = Browser().get(signed(Browser(people, role), conversation.id, upstream))
+            assert answer.status_code == 200, role
+    finally:
+        previews.slots.release(people["team"].pk, conversation.id)
+    assert Browser().get(viewer).status_code == 200  # given back: the viewer's turn
+
+
 def test_with_a_preview_origin_previews_are_served_from_it(people, forwarder, upstream, settings):
     # (the test client's requests come to "testserver": here the preview origin's host)
     settings.HARNESS_PREVIEW_ORIGIN = "http://testserver"
