@@ -152,3 +152,6 @@ def test_a_shorter_version_shows_no_new_content_pill(new_context, fresh_model):
     fits = "m => m.scrollHeight <= m.clientHeight"  # the short version: nothing below
     assert page.eval_on_selector("#messages", fits)
     assert page.is_hidden("#new-content")
+    # The versions switch sits in the parts' column, not at the transcript's edge.
+    switch = page.locator("[data-branch-switch]").bounding_box()
+    assert abs(switch["x"] - page.locator("[data-part=user]").first.bounding_box()["x"]) < 2

@@ -338,3 +338,12 @@ def test_the_instructions_dialog_gives_the_focus_back_to_the_menu(new_context, f
     page.wait_for_function(
         "() => document.activeElement === document.querySelector('.conv-actions > summary')"
     )
+
+
+def test_the_attach_button_is_drawn_without_an_emoji_font(new_context, fresh_model):
+    """The page review: without a colour emoji font (a plain Linux desktop) 📎 was a box."""
+    page = sign_in(new_context(), "alice")
+    assert page.locator("#attach").inner_text().strip() == ""
+    icon = page.locator("#attach svg").bounding_box()
+    assert icon["width"] >= 14 and icon["height"] >= 14
+    assert page.get_attribute("#attach", "aria-label").startswith("Attach files")
