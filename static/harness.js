@@ -1037,6 +1037,25 @@
     });
     return closed;
   }
+  // The Share panel is redrawn whole by each of its forms (htmx): the focus, lost with the
+  // control that had it, goes to the same control redrawn, else to the username field (a
+  // Share or a Remove done: ready for the next).
+  function keepFocusInSharePanel() {
+    let had = null;
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      const panel = $("#share-panel");
+      if (panel && panel.contains(event.target)) had = document.activeElement && document.activeElement.id;
+    });
+    document.addEventListener("htmx:afterSettle", () => {
+      const panel = $("#share-panel");
+      if (had === null || !panel) return;
+      const lost = !document.activeElement || document.activeElement === document.body;
+      const again = (had && document.getElementById(had)) || $("#share-username");
+      had = null;
+      if (lost && again && panel.contains(again)) again.focus();
+    });
+  }
+
   function closeMenusOnClickElsewhere() {
     document.addEventListener("click", (event) => {
       // (a click that removed its own target, such as a share's Remove, was inside)
@@ -1574,6 +1593,7 @@
     window.addEventListener("hashchange", () => showLinkedPart(messages, earlier)); // a hit here
     closeMenuOnCompact();
     closeMenusOnClickElsewhere();
+    keepFocusInSharePanel();
 
     confirmBeforeSubmit();
     bindInstructions();
