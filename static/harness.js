@@ -1098,12 +1098,19 @@
       if (stickToBottom) newContent.hidden = true;
     }, { passive: true });
     newContent.addEventListener("click", jumpToBottom);
+    // Just above the transcript's end, whatever is between it and the composer (the
+    // Terminal and Preview rows, an open terminal): it covered them, at a fixed height.
+    function showPill() {
+      const chat = messages.parentElement.getBoundingClientRect();
+      newContent.style.bottom = `${Math.round(chat.bottom - messages.getBoundingClientRect().bottom + 12)}px`;
+      newContent.hidden = false;
+    }
     return {
       jumpToBottom,
       contentChanged() {
         if (above) return;
         // (a re-drawn transcript can end up shorter than the screen: then nothing is below)
-        if (stickToBottom || atBottom()) { stickToBottom = true; scrollToBottom(); } else newContent.hidden = false;
+        if (stickToBottom || atBottom()) { stickToBottom = true; scrollToBottom(); } else showPill();
       },
       // A change the reader made where they read (a prompt's editor opening or closing):
       // not new content, and nothing moves.
