@@ -1022,6 +1022,47 @@
     });
   }
 
+  // --- the page's menus: the ⋯ menu, Share, a listed conversation's ⋯ --------------------
+  // Open <details> that float over the page. Esc closes the open one (the focus back on its
+  // summary when it was inside), as does a click anywhere else.
+  const MENUS = "details.conv-actions[open], details.share[open], details.conv-item-actions[open]";
+  function closeMenus(except) {
+    let closed = false;
+    document.querySelectorAll(MENUS).forEach((menu) => {
+      if (except && menu.contains(except)) return;
+      const hadFocus = menu.contains(document.activeElement);
+      menu.open = false;
+      closed = true;
+      if (hadFocus) menu.querySelector("summary").focus();
+    });
+    return closed;
+  }
+  // The Share panel is redrawn whole by each of its forms (htmx): the focus, lost with the
+  // control that had it, goes to the same control redrawn, else to the username field (a
+  // Share or a Remove done: ready for the next).
+  function keepFocusInSharePanel() {
+    let had = null;
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      const panel = $("#share-panel");
+      if (panel && panel.contains(event.target)) had = document.activeElement && document.activeElement.id;
+    });
+    document.addEventListener("htmx:afterSettle", () => {
+      const panel = $("#share-panel");
+      if (had === null || !panel) return;
+      const lost = !document.activeElement || document.activeElement === document.body;
+      const again = (had && document.getElementById(had)) || $("#share-username");
+      had = null;
+      if (lost && again && panel.contains(again)) again.focus();
+    });
+  }
+
+  function closeMenusOnClickElsewhere() {
+    document.addEventListener("click", (event) => {
+      // (a click that removed its own target, such as a share's Remove, was inside)
+      if (event.target instanceof Node && event.target.isConnected) closeMenus(event.target);
+    });
+  }
+
   function bindGlobalKeys(messages, prompt, helpOverlay, drawers) {
     document.addEventListener("keydown", (event) => {
       if (isHelpKey(event, prompt)) {
@@ -1032,7 +1073,7 @@
         $("#search").focus();
         $("#search").select();
       } else if (event.key === "Escape") {
-        if (helpOverlay.isOpen()) { helpOverlay.toggle(false); event.preventDefault(); } else if (drawers.closeOpen()) event.preventDefault(); else clearSelection();
+        if (helpOverlay.isOpen()) { helpOverlay.toggle(false); event.preventDefault(); } else if (!event.defaultPrevented && closeMenus()) event.preventDefault(); else if (drawers.closeOpen()) event.preventDefault(); else clearSelection();
       } else if (event.key === "c" && event.ctrlKey && !event.shiftKey && !event.metaKey) {
         cancelRunUnlessCopying(event, prompt);
       } else if (event.key === "C" && event.ctrlKey && event.shiftKey) {
@@ -1057,12 +1098,26 @@
       if (stickToBottom) newContent.hidden = true;
     }, { passive: true });
     newContent.addEventListener("click", jumpToBottom);
+    // Just above the transcript's end, whatever is between it and the composer (the
+    // Terminal and Preview rows, an open terminal): it covered them, at a fixed height.
+    function showPill() {
+      const chat = messages.parentElement.getBoundingClientRect();
+      newContent.style.bottom = `${Math.round(chat.bottom - messages.getBoundingClientRect().bottom + 12)}px`;
+      newContent.hidden = false;
+    }
     return {
       jumpToBottom,
       contentChanged() {
         if (above) return;
-        if (stickToBottom) scrollToBottom();
-        else newContent.hidden = false;
+        // (a re-drawn transcript can end up shorter than the screen: then nothing is below)
+        if (stickToBottom || atBottom()) { stickToBottom = true; scrollToBottom(); } else showPill();
+      },
+      // A change the reader made where they read (a prompt's editor opening or closing):
+      // not new content, and nothing moves.
+      inPlace(change) {
+        above = true;
+        change();
+        requestAnimationFrame(() => { above = false; });
       },
       // Puts content above what the reader sees, which stays where it was on the screen. Till
       // the next frame, changes are that content's (its copy buttons, its times): not new.
@@ -1241,7 +1296,7 @@
   // In a project conversation each of them also restores the files: static/projects.js
   // takes the cancelable harness:branch-action, asks, and sends the frame itself (with
   // restore_files) through harness:send.
-  function bindBranches(messages, seqSync) {
+  function bindBranches(messages, seqSync, autoScroll) {
     function act(frame, anchor) {
       const asked = new CustomEvent("harness:branch-action", { cancelable: true, detail: { frame, anchor } });
       if (document.dispatchEvent(asked)) seqSync.send(frame);
@@ -1271,10 +1326,14 @@
       cancel.type = "button";
       cancel.textContent = "Cancel";
       form.append(area, save, cancel);
-      text.hidden = true;
-      text.after(form);
+      autoScroll.inPlace(() => { text.hidden = true; text.after(form); });
       area.focus();
-      const close = () => { form.remove(); text.hidden = false; };
+      const editButton = part.querySelector("[data-edit]");
+      // Closed, the focus goes back to the prompt's Edit (it would be lost with the form).
+      const close = () => {
+        autoScroll.inPlace(() => { form.remove(); text.hidden = false; });
+        if (editButton) editButton.focus();
+      };
       cancel.addEventListener("click", close);
       area.addEventListener("keydown", (event) => {
         if (event.key === "Escape") { event.preventDefault(); close(); }
@@ -1323,6 +1382,13 @@
       field.focus();
     });
     $("#instructions-cancel").addEventListener("click", () => dialog.close());
+    // Closed, the browser gives the focus back to "Instructions…", hidden in the closed
+    // menu: it would be lost, so it goes to the menu's ⋯ (once the browser is done).
+    dialog.addEventListener("close", () => setTimeout(() => {
+      const menu = open.closest("details");
+      const lost = !document.activeElement || document.activeElement === document.body;
+      if (menu && lost) menu.querySelector("summary").focus();
+    }));
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       form.setAttribute("aria-busy", "true");
@@ -1501,7 +1567,7 @@
     bindGlobalKeys(messages, prompt, createHelpOverlay($("#help"), prompt), drawers);
 
     copyOnClick(messages);
-    bindBranches(messages, seqSync);
+    bindBranches(messages, seqSync, autoScroll);
     // Frames other scripts of the page send on this socket (static/projects.js: a branch
     // action with restore_files, a comment on a changed line); detail.sent says if it went.
     document.addEventListener("harness:send", (event) => {
@@ -1533,6 +1599,8 @@
     showLinkedPart(messages, earlier);
     window.addEventListener("hashchange", () => showLinkedPart(messages, earlier)); // a hit here
     closeMenuOnCompact();
+    closeMenusOnClickElsewhere();
+    keepFocusInSharePanel();
 
     confirmBeforeSubmit();
     bindInstructions();

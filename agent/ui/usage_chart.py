@@ -67,9 +67,14 @@ def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -
         })  # fmt: skip
     width = LEFT * 2 + len(days) * slot
     # A label a week, counted back from the last day (always labelled): evenly spaced, so
-    # two never overlap (every 7th from the first and the last one did, a day apart).
-    ticks = [{"x": LEFT + n * slot, "y": TOP + HEIGHT + 16, "label": day.strftime("%d %b")}
+    # two never overlap (every 7th from the first and the last one did, a day apart). Each
+    # starts at its day; the last one ends at its day's end instead, inside the chart (it
+    # ran past the edge and was cut: "27 N").
+    ticks = [{"x": LEFT + n * slot, "y": TOP + HEIGHT + 16, "label": day.strftime("%d %b"),
+              "anchor": "start"}
              for n, day in enumerate(days) if (len(days) - 1 - n) % 7 == 0]  # fmt: skip
+    if ticks:
+        ticks[-1].update(x=LEFT + len(days) * slot, anchor="end")
     return render_to_string("admin/agent/_usage_chart.html", {
         "metric": metric, "label": label,
         "top": f"${top:.4f}" if metric == "cost_usd" else f"{top:,}",

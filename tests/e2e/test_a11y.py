@@ -170,6 +170,18 @@ def test_axe_with_highlighted_code_in_a_card_and_the_files_panel(new_context, fr
     assert axe(page, f"highlighted code, {scheme}") == []
 
 
+def test_axe_with_a_prompt_being_edited_and_the_menu_open(axe_context, fresh_model):
+    page = sign_in(axe_context(), "alice")
+    new_conversation(page)
+    send(page, "edit me")
+    wait_idle(page)
+    page.locator("[data-part=user] [data-edit]").click()
+    page.wait_for_selector(".edit-form textarea")
+    page.click(".conv-actions > summary")
+    page.wait_for_selector(".conv-actions .menu-panel button")
+    assert axe(page, "chat, a prompt edited, the menu open") == []
+
+
 def test_axe_with_the_help_open(axe_context, fresh_model):
     page = sign_in(axe_context(), "alice")
     page.click("#help-toggle")

@@ -11,6 +11,13 @@ from tests.e2e.conftest import send, sign_in, wait_idle
 from tests.e2e.test_a11y import DESKTOP, axe, new_conversation, scheme  # noqa: F401
 
 PENDING = "[data-part=approval][data-approval-state=pending]"
+PLACEHOLDER_FITS = """el => {
+  const style = getComputedStyle(el);
+  const text = document.createElement("canvas").getContext("2d");
+  text.font = `${style.fontSize} ${style.fontFamily}`;
+  const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  return text.measureText(el.placeholder).width <= room;
+}"""
 
 
 def asking(page) -> None:
@@ -42,6 +49,8 @@ def test_approve_and_deny_from_the_page(new_context, fresh_model):
     page.wait_for_selector("[data-part=approval][data-approval-state=approve]")
     second = page.locator(PENDING)
     second.wait_for()
+    # The reason's hint is read whole (the page review: "optional, given to the moc").
+    assert second.locator("input[name=reason]").evaluate(PLACEHOLDER_FITS)
     second.locator("input[name=reason]").fill("not this one")
     second.locator("[data-decision=deny]").click()
     page.wait_for_selector("[data-part=approval][data-approval-state=deny]")

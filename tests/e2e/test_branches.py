@@ -91,3 +91,67 @@ def test_edit_switch_regenerate_and_fork_from_the_page(new_context, fresh_model)
     send(page, "go on")
     wait_idle(page)
     assert answers(page)[-1] == "Forked on"
+
+
+def long_first_answer(new_context, fresh_model):
+    """A new conversation whose first answer is longer than the screen."""
+    page = sign_in(new_context(viewport={"width": 1440, "height": 900}), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    fresh_model.enqueue(text_reply("\n\n".join(f"Paragraph {n}." for n in range(60))))
+    send(page, "first")
+    wait_idle(page)
+    return page
+
+
+def test_a_prompt_is_edited_across_its_width_and_the_focus_comes_back(new_context, fresh_model):
+    """The page review: the editor was a narrow box beside the prompt's Copy and Edit, with
+    its buttons stacked; Esc lost the focus; opening it called the transcript "New content"."""
+    page = long_first_answer(new_context, fresh_model)
+    fresh_model.enqueue(text_reply("Short."))
+    send(page, "second")
+    wait_idle(page)
+    prompt = page.locator("[data-part=user]").first
+    prompt.scroll_into_view_if_needed()  # the reader went up to it: away from the end
+    prompt.locator("[data-edit]").click()
+    area = page.locator(".edit-form textarea")
+    assert area.evaluate("e => e === document.activeElement")
+    width = prompt.bounding_box()["width"]
+    assert area.bounding_box()["width"] >= 0.85 * width
+    assert prompt.locator(".part-actions").is_hidden()
+    buttons = [page.locator(".edit-form button").nth(n).bounding_box() for n in (0, 1)]
+    assert abs(buttons[0]["y"] - buttons[1]["y"]) < 2  # side by side, under the box
+    assert buttons[0]["y"] > area.bounding_box()["y"]
+    page.wait_for_timeout(100)
+    assert page.is_hidden("#new-content")
+    area.press("Escape")
+    assert page.locator(".edit-form").count() == 0
+    assert prompt.locator("[data-edit]").evaluate("e => e === document.activeElement")
+    assert prompt.locator(".user-text").inner_text() == "first"
+    page.wait_for_timeout(100)
+    assert page.is_hidden("#new-content")
+
+
+def test_a_shorter_version_shows_no_new_content_pill(new_context, fresh_model):
+    """The page review: switched from a long version to one that fits the screen, the page
+    said "↓ New content" with nothing below."""
+    page = long_first_answer(new_context, fresh_model)
+    fresh_model.enqueue(text_reply("Short."))
+    page.locator("[data-part=user] [data-edit]").click()
+    page.locator(".edit-form textarea").fill("first, shorter")
+    page.locator(".edit-form textarea").press("Enter")
+    page.wait_for_selector("#messages [data-part=text] >> text=Short.")
+    wait_idle(page)
+    page.click("[data-branch-switch] .branch-prev")  # back to the long one
+    page.wait_for_selector("#messages [data-part=text] >> text=Paragraph 59.")
+    page.evaluate("() => { document.querySelector('#messages').scrollTop = 0; }")
+    page.wait_for_timeout(100)
+    page.click("[data-branch-switch] .branch-next")
+    page.wait_for_selector("#messages [data-part=text] >> text=Short.")
+    page.wait_for_timeout(300)
+    fits = "m => m.scrollHeight <= m.clientHeight"  # the short version: nothing below
+    assert page.eval_on_selector("#messages", fits)
+    assert page.is_hidden("#new-content")
+    # The versions switch sits in the parts' column, not at the transcript's edge.
+    switch = page.locator("[data-branch-switch]").bounding_box()
+    assert abs(switch["x"] - page.locator("[data-part=user]").first.bounding_box()["x"]) < 2

@@ -138,18 +138,36 @@ def test_one_action_row_per_answer_for_the_whole_of_it(new_context, fresh_model)
     assert page.locator("[data-part=text]").last.locator("time.part-time").is_visible()
 
 
-def test_a_code_blocks_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
-    """The first-use review: Copy covered the end of long code lines."""
-    fresh_model.enqueue(text_reply("```\n" + "x = 1  # " + "long " * 60 + "\n```"))
+def copy_shown_on_hover(new_context, block: str, pointed: str, copy: str) -> str:
+    """Sends a prompt (its answer enqueued) in a new conversation; the last ``block``'s Copy
+    is hidden until ``pointed`` (within it) is pointed at, then copies: what it copied."""
     page = sign_in(clipboard_context(new_context), "bob")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
     send(page, "a long line")
     wait_idle(page)
-    button = page.locator("[data-part=text] .code-wrap > .copy").last
+    button = page.locator(f"{block} > {copy}").last
     opacity = "(el) => getComputedStyle(el).opacity"
     page.mouse.move(0, 0)
     page.wait_for_function(f"(el) => ({opacity})(el) === '0'", arg=button.element_handle())
-    page.locator("[data-part=text] .code-wrap pre").last.hover()
+    page.locator(f"{block} {pointed}".strip()).last.hover()
     page.wait_for_function(f"(el) => ({opacity})(el) === '1'", arg=button.element_handle())
-    assert click_and_read(page, button).startswith("x = 1  # long")
+    return click_and_read(page, button)
+
+
+def test_a_code_blocks_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
+    """The first-use review: Copy covered the end of long code lines."""
+    fresh_model.enqueue(text_reply("```\n" + "x = 1  # " + "long " * 60 + "\n```"))
+    copied = copy_shown_on_hover(new_context, "[data-part=text] .code-wrap", "pre", ".copy")
+    assert copied.startswith("x = 1  # long")
+
+
+def test_a_tool_results_copy_does_not_cover_a_long_line_until_pointed_at(new_context, fresh_model):
+    """The page review: a tool result's Copy stayed over the end of its long first line."""
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "long.txt", "content": "y = 2  # " + "wide " * 60 + "\n"}))
+    )
+    fresh_model.enqueue(tool_reply(("read", {"path": "long.txt"})))
+    fresh_model.enqueue(text_reply("Read it."))
+    copied = copy_shown_on_hover(new_context, "[data-part=tool] .tool-result", "", ".copy-result")
+    assert "y = 2  # wide" in copied

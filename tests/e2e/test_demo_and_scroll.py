@@ -115,5 +115,9 @@ def test_auto_scroll_pauses_when_scrolled_up_and_offers_new_content(new_context,
     page.wait_for_selector("#new-content:not([hidden])")
     wait_idle(page)
     assert not page.evaluate(at_bottom)  # it did not yank the view down
+    # The pill sits over the transcript's end, not over the Terminal's row below it (the
+    # page review: at a fixed height, it covered that row).
+    pill, log = (page.locator(el).bounding_box() for el in ("#new-content", "#messages"))
+    assert pill["y"] + pill["height"] <= log["y"] + log["height"]
     page.click("#new-content")
     assert page.evaluate(at_bottom) and page.is_hidden("#new-content")

@@ -41,7 +41,8 @@ def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
     entry.locator("button.pin-toggle").click()
     page.wait_for_function("id => document.querySelector('#conv-list .conv-item')"
                            ".dataset.conversationId === id", arg=older)  # fmt: skip
-    assert page.locator(f"#conv-list .conv-item[data-conversation-id='{older}'] .conv-pin").count()
+    pin = page.locator(f"#conv-list .conv-item[data-conversation-id='{older}'] .conv-pin")
+    assert pin.count() and pin.locator("svg").bounding_box()["width"] > 0  # drawn: no emoji font
     assert order(page).index(newer) > 0
     entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{newer}']")
     entry.locator("summary").click()

@@ -1,6 +1,7 @@
 """On a phone and from the keyboard: drawers that close by a button, Esc or the backdrop and
 never cover their toggle, the meter in reach, a prompt placeholder that is not cut off, `?`
-and a help button, a help dialog that keeps the focus, and focus rings that show."""
+and a help button, a help dialog that keeps the focus and fits the screen, menus that close
+by Esc or a click elsewhere, an answer's actions each on one line, and focus rings that show."""
 
 from __future__ import annotations
 
@@ -252,3 +253,97 @@ def test_the_sidebars_rename_fits_the_sidebar(new_context, fresh_model, viewport
     box = rename.bounding_box()
     assert box["x"] + box["width"] <= right
     assert page.evaluate(UNCOVERED, ".conv-item-actions[open] .conv-rename button")
+
+
+# Each element's text: how many lines it is drawn on.
+LINES = """els => els.map(el => {
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+  return [el.textContent.trim(), tops.size];
+})"""
+
+
+def test_an_answers_actions_are_never_broken_inside_a_word_on_the_phone(new_context, fresh_model):
+    """The page review: on a phone the row read "Co|py", "Regene|rate" and "04:37|AM"."""
+    page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
+    page.tap("#menu-toggle")
+    page.tap(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    fresh_model.enqueue(text_reply("A short answer."))
+    send(page, "a prompt")
+    wait_idle(page)
+    page.wait_for_selector("[data-part=text].answer-end .part-actions .part-time:not(:empty)")
+    drawn = page.eval_on_selector_all(
+        "[data-part=user] .part-actions > *, [data-part=text].answer-end .part-actions > *", LINES
+    )
+    shown = [text for text, _ in drawn if text]
+    assert {"Copy", "Copy as markdown", "Regenerate", "Edit"} <= set(shown), shown
+    assert [text for text, lines in drawn if lines > 1] == []
+    # Edit and Regenerate look like the row's other actions (they were full buttons).
+    looks = page.eval_on_selector_all(
+        "[data-part=text].answer-end .part-actions button",
+        "els => els.map(e => getComputedStyle(e).backgroundColor + getComputedStyle(e).fontSize)",
+    )
+    assert len(set(looks)) == 1, looks
+
+
+def test_the_help_dialog_fits_the_phone_screen(new_context, fresh_model):
+    """The page review: on a phone the help was taller than the screen, its title and its
+    Close out of reach."""
+    page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
+    page.tap("#help-toggle")
+    box = page.locator(".help-box").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"], box
+    page.locator("#help-close").scroll_into_view_if_needed()
+    assert page.evaluate(UNCOVERED, "#help-close")
+    page.tap("#help-close")
+    assert page.is_hidden("#help")
+
+
+MENUS = {
+    "conversation": (".conv-actions", ".conv-actions > summary"),
+    "share": ("#share", "#share-toggle"),
+    "listed conversation": (".conv-item-actions", ".conv-item-actions > summary"),
+}
+
+
+@pytest.mark.parametrize("name", MENUS)
+def test_escape_and_a_click_elsewhere_close_a_menu(new_context, fresh_model, name):
+    menu, summary = MENUS[name]
+    page = sign_in(new_context(viewport={"width": 1440, "height": 900}), "alice")
+    is_open = f"() => document.querySelector('{menu}').open"
+    before = page.locator(summary).first.bounding_box()
+    page.locator(summary).first.click()
+    assert page.evaluate(is_open)
+    assert page.locator(summary).first.bounding_box() == before  # its toggle stays put
+    page.keyboard.press("Tab")  # into the menu
+    page.keyboard.press("Escape")
+    assert not page.evaluate(is_open)
+    assert page.evaluate(f"() => document.activeElement === document.querySelector('{summary}')")
+    page.locator(summary).first.click()
+    page.click("#messages", position={"x": 20, "y": 20})
+    assert not page.evaluate(is_open)
+    page.locator(summary).first.click()
+    page.locator(f"{menu} input[type=text], {menu} input:not([type])").first.click()
+    assert page.evaluate(is_open)  # a click inside keeps it
+
+
+def test_the_instructions_dialog_gives_the_focus_back_to_the_menu(new_context, fresh_model):
+    page = sign_in(new_context(), "alice")
+    page.click(".conv-actions > summary")
+    page.click("#instructions-open")
+    assert focused_id(page) == "instructions"
+    page.keyboard.press("Escape")
+    page.wait_for_function(
+        "() => document.activeElement === document.querySelector('.conv-actions > summary')"
+    )
+
+
+def test_the_attach_button_is_drawn_without_an_emoji_font(new_context, fresh_model):
+    """The page review: without a colour emoji font (a plain Linux desktop) 📎 was a box."""
+    page = sign_in(new_context(), "alice")
+    assert page.locator("#attach").inner_text().strip() == ""
+    icon = page.locator("#attach svg").bounding_box()
+    assert icon["width"] >= 14 and icon["height"] >= 14
+    assert page.get_attribute("#attach", "aria-label").startswith("Attach files")

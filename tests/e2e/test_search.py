@@ -1,5 +1,5 @@
 """Searching from the sidebar: Ctrl+K or / focuses the box, results show as you type, and
-a result opens its conversation at that message."""
+a result opens its conversation at that message; the search page lists every result."""
 
 from __future__ import annotations
 
@@ -33,3 +33,18 @@ def test_search_from_the_sidebar_opens_the_conversation_at_the_message(new_conte
     page.locator("#messages").focus()
     page.keyboard.press("/")
     assert page.evaluate("() => document.activeElement.id") == "search"
+
+
+def test_the_search_page_shows_its_results_whole(new_context, fresh_model):
+    """The page review: the search page's results were cut at 40% of the screen's height in
+    a box of their own (the sidebar's), the last one mid-line."""
+    page = sign_in(new_context(viewport={"width": 1440, "height": 700}), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    for n in range(8):
+        send(page, f"the capybara census, part {n}")
+        wait_idle(page)
+    page.goto("/search?q=capybara")
+    results = page.locator("main #search-results")
+    assert results.locator(".search-hit").count() >= 8
+    assert results.evaluate("el => el.scrollHeight <= el.clientHeight")  # nothing hidden inside

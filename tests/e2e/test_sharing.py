@@ -23,6 +23,8 @@ def share_with(page, username: str, role: str) -> None:
     page.focus("#share-username")
     page.keyboard.press("Enter")
     page.wait_for_selector(f'#share-members [data-member="{username}"][data-role="{role}"]')
+    # The panel is redrawn: the focus is not lost with it, but ready for the next name.
+    page.wait_for_function("() => document.activeElement.id === 'share-username'")
 
 
 def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_context, fresh_model):
@@ -70,6 +72,12 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     bob.wait_for_selector("#conversation-gone", state="visible")
     alice.click('#share-members [data-member="mallory"] button')
     alice.wait_for_selector('#share-members [data-member="mallory"]', state="detached")
+    alice.focus("#share-team")  # the checkbox redraws the panel too; its focus stays on it
+    alice.keyboard.press("Space")
+    alice.wait_for_selector("#share-team:checked")
+    alice.wait_for_function("() => document.activeElement.id === 'share-team'")
+    alice.keyboard.press("Space")
+    alice.wait_for_selector("#share-team:not(:checked)")
 
 
 def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):

@@ -122,3 +122,17 @@ def test_the_day_labels_never_overlap():
     xs = [float(x) for x in re.findall(r'<text x="([\d.]+)"', svg)]
     assert len(xs) >= 4 and min(b - a for a, b in zip(xs, xs[1:], strict=False)) >= 60
     assert svg.count("31 Mar") == 1  # the last day is labelled
+
+
+def test_the_last_day_label_ends_inside_the_chart():
+    """The first-use review: the last label ran past the chart's edge and was cut ("27 I")."""
+    from agent.ui.usage_chart import Row, chart, days_back
+
+    days = days_back(datetime.date(2026, 11, 27), 30)
+    svg = str(chart([Row(days[-1], "ada", Decimal("1"), 1, 1)], days, "cost_usd", "Cost"))
+    width = float(re.search(r'<svg [^>]*width="([\d.]+)"', svg).group(1))
+    labels = re.findall(r'<text x="([\d.]+)" y="[^"]+" text-anchor="(\w+)"[^>]*>([^<]+)<', svg)
+    *earlier, (last_x, last_anchor, last_label) = labels
+    assert last_label == "27 Nov" and last_anchor == "end" and float(last_x) <= width
+    for x, anchor, label in earlier:  # each starts at its day, room to spare before the edge
+        assert anchor == "start" and float(x) + 10 * len(label) <= width, label
