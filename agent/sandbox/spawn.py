@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,11 +48,20 @@ class BrokerConfig:
         return uid, uid
 
 
+def default_signals() -> None:
+    """A user's processes start with Ctrl-C and Ctrl-\\ doing what they do, whatever the
+    server inherited: started in the background by a shell, it ignores SIGINT and SIGQUIT,
+    and an ignored signal stays ignored across exec (a terminal's Ctrl-C would stop nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def limits(cgroup: RunCgroup | None, nproc: int | None, nofile: int | None = None,
            address_space: int = MEMORY_LIMIT):  # fmt: skip
     def apply() -> None:  # in the child, between fork and exec: inherited by everything
         if cgroup is not None:
             cgroup.join()
+        default_signals()
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

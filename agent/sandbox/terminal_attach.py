@@ -36,6 +36,12 @@ PROMPT = r"\w \$ "
 PROGRAM = f"exec setsid -w -c env {shlex.quote('PS1=' + PROMPT)} /bin/bash --norc -i"
 
 
+def _default_signals() -> None:
+    # (agent/sandbox/spawn.py's default_signals, for the sandbox this process starts itself)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def copy_size(source: int, target: int) -> None:
     with contextlib.suppress(OSError):
         fcntl.ioctl(target, termios.TIOCSWINSZ, fcntl.ioctl(source, termios.TIOCGWINSZ, b"\0" * 8))
@@ -68,7 +74,8 @@ def start_by_ticket(socket_path: str, ticket: str, child_end: int):
 
 
 def start_local(argv: list[str], child_end: int):
-    child = subprocess.Popen(argv, stdin=child_end, stdout=child_end, stderr=child_end)
+    child = subprocess.Popen(argv, stdin=child_end, stdout=child_end, stderr=child_end,
+                             preexec_fn=_default_signals)  # fmt: skip
     return child.wait
 
 

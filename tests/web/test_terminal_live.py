@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -46,7 +47,15 @@ def live(tmp_path_factory):
     root = tmp_path_factory.mktemp("terminal")
     server = LiveServer(root, HARNESS_AGENT_STATE=str(root / "state"),
                         HARNESS_TERMINALS_PER_USER="2")  # fmt: skip
-    server.start()
+    # Started as a shell starts a job in the background: SIGINT and SIGQUIT ignored, which
+    # stays so across exec. The shell's Ctrl-C must still interrupt its program.
+    ignored = (signal.SIGINT, signal.SIGQUIT)
+    before = [signal.signal(number, signal.SIG_IGN) for number in ignored]
+    try:
+        server.start()
+    finally:
+        for number, handler in zip(ignored, before, strict=True):
+            signal.signal(number, handler)
     server.create_users("tess", "vic", "col", "eve")
     server.socket = str(root / "state" / "tmux.sock")
     try:
