@@ -25,7 +25,7 @@ from testkit.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.cli_agents import approve_then_deny, cli_live_server
+from tests.cli_agents import approve_then_deny, cli_live_server, diagnosis
 from tests.web.test_revocation_live import sign_in
 
 pytestmark = pytest.mark.slow
@@ -267,7 +267,7 @@ def test_a_cli_runs_usage_counts_against_the_owners_budget(live, alice, model):
 
 
 def test_in_ask_mode_the_clis_permission_request_is_an_approval_card_and_the_answer_goes_back(
-    alice, model
+    live, alice, model
 ):
     conversation_id = alice.call("POST", "/api/conversations", {"agent": "claude-code"})[1]["id"]
     assert (
@@ -276,7 +276,8 @@ def test_in_ask_mode_the_clis_permission_request_is_an_approval_card_and_the_ans
     script(model, tool_reply(("Bash", {"command": "echo approved > ok.txt; cat ok.txt"})),
            tool_reply(("Bash", {"command": "echo denied > no.txt"})),
            text_reply("Finished."))  # fmt: skip
-    approve_then_deny(alice, conversation_id, "Bash", "not that")
+    approve_then_deny(alice, conversation_id, "Bash", "not that",
+                      lambda: diagnosis(live, model, conversation_id))  # fmt: skip
 
 
 def test_a_server_the_cli_leaves_running_is_previewed(live, alice, model):
