@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.templatetags.static import static
 from django.test import Client
 
+from agent.server.staticfiles import minified
 from tests.conftest import REPO
 
 HASHED = r"/static/{}\.[0-9a-f]{{12}}\.{}"
@@ -35,6 +36,12 @@ def _max_age(headers: dict) -> int:
     return int(re.search(r"max-age=(\d+)", headers["cache-control"])[1])
 
 
+def served_copy(name: str) -> bytes:
+    """What collectstatic makes of ``static/<name>``: our scripts and stylesheets minified."""
+    source = (REPO / "static" / name).read_text()
+    return minified(name, source).encode()
+
+
 def test_static_urls_carry_the_content_hash(collected):
     assert re.fullmatch(HASHED.format("harness", "js"), static("harness.js"))
 
@@ -44,7 +51,7 @@ def test_versioned_asset_is_gzipped_and_cached_for_good(collected):
     assert status == 200
     assert "immutable" in headers["cache-control"] and _max_age(headers) >= YEAR
     assert headers["content-encoding"] == "gzip" and headers["vary"] == "Accept-Encoding"
-    assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+    assert gzip.decompress(body) == served_copy("harness.js")
     assert int(headers["content-length"]) == len(body)
     assert headers["x-content-type-options"] == "nosniff"
 
@@ -54,7 +61,7 @@ def test_production_serves_the_files_indexed_at_start(collected):
     collected.WHITENOISE_AUTOREFRESH = collected.WHITENOISE_USE_FINDERS = False
     status, headers, body = fetch(static("harness.js"), accept_encoding="gzip")
     assert status == 200 and headers["content-encoding"] == "gzip"
-    assert gzip.decompress(body) == (REPO / "static" / "harness.js").read_bytes()
+    assert gzip.decompress(body) == served_copy("harness.js")
     assert fetch("/static/nope.js")[0] == 404
 
 
@@ -73,8 +80,25 @@ def test_under_debug_the_plain_names_are_served_as_they_are_now(collected, tmp_p
 def test_asset_without_gzip_support_is_sent_plain(collected):
     status, headers, body = fetch(static("harness.css"))
     assert status == 200 and "content-encoding" not in headers
-    assert body == (REPO / "static" / "harness.css").read_bytes()
+    assert body == served_copy("harness.css")
     assert headers["content-type"].replace('"', "") == "text/css; charset=utf-8"  # (quoted or not)
+
+
+@pytest.mark.parametrize("name", ["harness.js", "harness.css", "terminal.js", "pygments.css"])
+def test_our_scripts_and_stylesheets_are_served_minified(collected, name):
+    """A third or more off each (docs/PERFORMANCE.md), the repository's copy untouched."""
+    source = (REPO / "static" / name).read_bytes()
+    body = fetch(static(name))[2]
+    assert body == served_copy(name) and len(body) < 0.8 * len(source)
+    assert b"\n  " not in body  # indentation gone
+    assert (REPO / "static" / name).read_bytes() == source
+
+
+def test_vendored_and_app_assets_are_left_as_shipped(collected):
+    htmx = "vendor/htmx-2.0.11.min.js"
+    assert fetch(static(htmx))[2] == (REPO / "static" / htmx).read_bytes()
+    admin = fetch(static("admin/css/base.css"))[2]
+    assert b"\n" in admin  # Django's own stylesheet, as Django ships it
 
 
 def test_unversioned_url_revalidates_instead_of_caching(collected):
