@@ -37,6 +37,7 @@
     const data = marker.dataset;
     return {
       from: Number(data.from), to: Number(data.to), sync: "sync" in data, reset: "reset" in data,
+      dropLive: "dropLive" in data,
     };
   }
 
@@ -62,7 +63,14 @@
       if (marker.reset) { syncing = false; lastSeq = to; return; } // the whole transcript
       if (marker.sync) { // a sync reply
         syncing = false;
-        if (from === lastSeq + 1) { lastSeq = Math.max(lastSeq, to); return; }
+        if (from === lastSeq + 1) {
+          lastSeq = Math.max(lastSeq, to);
+          // The reply's text replaces a live block the page may hold: the server cannot know
+          // whether it does, so the marker says so instead of a swap that may miss its target.
+          const live = marker.dropLive && document.getElementById("live-text");
+          if (live) live.remove();
+          return;
+        }
         event.preventDefault();
         if (to > lastSeq) request(); // we moved on meanwhile: ask again from here
         return;
@@ -1210,7 +1218,7 @@
   // "markdown", kept escaped in its inert <template class="md-source">), a tool's whole
   // result (its collapsed parts too), or a code block's text.
   function copiedText(button) {
-    const part = button.closest("[data-part]");
+    const part = partOf(button);
     if (button.dataset.copy === "markdown") {
       return answerTexts(part).map((text) => text.querySelector("template.md-source").content.textContent).join("\n\n");
     }
@@ -1236,16 +1244,44 @@
 
   // One action row per answer, not per text part: only the answer's last text part shows
   // Copy · Copy as markdown · Regenerate, for the whole answer; the answer being written
-  // shows none until its run ends.
+  // shows none until its run ends. The row comes after the answer's last part: an answer
+  // that ends in a tool card or an error (a stopped one) has its last text part's row
+  // moved after that part (an "answer-row", naming its text part by seq), so it reads as
+  // the answer's end, by eye and by Tab order alike.
   function markAnswerEnds(messages) {
     let ended = !isRunning(); // walking back from the end: the newest answer, once done
+    let tail = null; // the current answer's last part
     for (let part = messages.lastElementChild; part; part = part.previousElementSibling) {
       const kind = part.dataset.part;
-      if (kind === "user") ended = true;
+      if (!kind) continue; // a moved row, a branch switch
+      if (kind === "user") { ended = true; tail = null; continue; }
+      tail = tail || part;
       if (kind !== "text") continue;
       if (part.classList.contains("answer-end") !== ended) part.classList.toggle("answer-end", ended);
+      placeAnswerRow(messages, part, ended ? tail : part);
       ended = false;
     }
+  }
+
+  function placeAnswerRow(messages, text, after) {
+    const seq = text.dataset.seq;
+    const row = text.querySelector(":scope > .part-actions")
+      || (seq && messages.querySelector(`:scope > .answer-row[data-answer-of="${seq}"]`));
+    if (!row) return;
+    if (after === text) {
+      if (row.parentElement !== text) { row.classList.remove("answer-row"); text.appendChild(row); }
+    } else if (after.nextElementSibling !== row) {
+      row.classList.add("answer-row");
+      row.dataset.answerOf = seq;
+      after.after(row);
+    }
+  }
+
+  // The part a button acts for: its own, or, on a moved answer row, the text part it names.
+  function partOf(button) {
+    const row = button.closest(".answer-row");
+    if (!row) return button.closest("[data-part]");
+    return $(`#messages > [data-part=text][data-seq="${row.dataset.answerOf}"]`);
   }
 
   // Without the Clipboard API (a page served over plain http to another host) or when it

@@ -32,12 +32,13 @@ from agent.ui.live import LiveFrame, LiveMarkdown
 from agent.ui.transcript import Part, StatusView, Transcript, is_queue_event
 
 
-def sync_marker(seq_from: int, seq_to: int, reply: bool = False) -> str:
+def sync_marker(seq_from: int, seq_to: int, reply: bool = False, drop_live: bool = False) -> str:
     """First element of every batch: the seq range it carries (``data-from``, ``data-to``;
     ``data-sync`` on a sync's reply), which the page reads from the parsed element. The
     page applies a batch only when it continues exactly where the page is, and asks for a
-    sync otherwise. One per frame: a template compiled once."""
-    context = {"seq_from": str(int(seq_from)), "seq_to": str(int(seq_to))}
+    sync otherwise. One per frame: a template compiled once. ``drop_live`` (a reply only):
+    the page's live text block, if it holds one, is stale and goes before the swap."""
+    context = {"seq_from": str(int(seq_from)), "seq_to": str(int(seq_to)), "drop_live": drop_live}
     return render("agent/_sync_reply_marker.html" if reply else "agent/_sync_marker.html", context)
 
 
@@ -134,11 +135,18 @@ def _append(target: str, html: list[str]) -> str:
 
 class FragmentRenderer:
     """Per run (or per catch-up): folds its events into a ``Transcript`` and turns what
-    each changes into fragments. ``live``: whether the page has a live text block open."""
+    each changes into fragments. ``live``: whether the page has a live text block open.
+    ``live_unsure`` (a catch-up): the page may or may not hold one, so the fragments never
+    name it (an out-of-band swap without its target is an htmx error on the page); that it
+    must go is kept in ``dropped_live``, for the sync marker to say."""
 
-    def __init__(self, transcript: Transcript | None = None, *, live: bool = False) -> None:
+    def __init__(
+        self, transcript: Transcript | None = None, *, live: bool = False, live_unsure: bool = False
+    ) -> None:
         self.transcript = transcript or Transcript()
         self.live = live
+        self.live_unsure = live_unsure
+        self.dropped_live = False
         self.live_markdown: LiveMarkdown | None = None  # the block this renderer streams
         self.shown_status: StatusView | None = None  # the status line this renderer last sent
 
@@ -152,6 +160,12 @@ class FragmentRenderer:
         if always or (known and view != self.shown_status):
             out.append(status_fragment(view))
             self.shown_status = view
+
+    def _drop_live(self, out: list[str]) -> None:
+        if self.live_unsure:
+            self.dropped_live = True
+        else:
+            out.append(delete_live())
 
     def render(self, events: list[Event], conversation: Any) -> str:
         out: list[str] = []
@@ -177,7 +191,7 @@ class FragmentRenderer:
                 out.append(_live_frame(self.live_markdown.frame()))
             else:
                 if self.live:  # a block this renderer did not start: replaced whole
-                    out.append(delete_live())
+                    self._drop_live(out)
                 self.live = True
                 self.live_markdown = LiveMarkdown.of(text)
                 out.append(_new_live_block(first_delta_seq, self.live_markdown))
@@ -195,7 +209,7 @@ class FragmentRenderer:
             queue_changed = queue_changed or is_queue_event(event)
             if isinstance(event, TextEvent) and self.live:
                 flush_parts()
-                out.append(delete_live())
+                self._drop_live(out)
                 self.live, self.live_markdown = False, None
             part = self.transcript.add(event)
             if isinstance(event, ToolResultEvent):
@@ -215,7 +229,7 @@ class FragmentRenderer:
                 if self.live and event.state in ("idle", "error"):
                     # The prompt ended with a block still open (its text was lost with a
                     # crashed process): the live block must not linger.
-                    out.append(delete_live())
+                    self._drop_live(out)
                     self.live, self.live_markdown = False, None
                 self._status_changes(out, always=True)
             elif isinstance(event, UsageEvent | CompactionEvent):
@@ -255,17 +269,19 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
             transcript.answering(event)
         if isinstance(event, UsageEvent) and event.seq <= after:  # … and what it used so far
             transcript.add(event)
-    # The page may hold a live block: a completed text removes it.
-    renderer = FragmentRenderer(transcript, live=True)
+    # The page may hold a live block: a completed text removes it (through the marker).
+    renderer = FragmentRenderer(transcript, live=True, live_unsure=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]
     html = renderer.render(missing, conversation) if missing else ""
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
-        html += delete_live() + _new_live_block(live.seq, LiveMarkdown.of(live.content))
+        renderer.dropped_live = True
+        html += _new_live_block(live.seq, LiveMarkdown.of(live.content))
     transcript.live = live
     if live is not None and transcript.status is not None:
         html += status_fragment(transcript.status_view())  # "Writing…" while it streams
-    return sync_marker(after + 1, conversation.last_seq, reply=True) + html
+    marker = sync_marker(after + 1, conversation.last_seq, reply=True, drop_live=renderer.dropped_live)
+    return marker + html
 
 
 def place_switches(parts: list, switches: list) -> Any:

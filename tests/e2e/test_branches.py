@@ -3,7 +3,7 @@ go back with ‹ ›, regenerate an answer, fork the conversation; a second tab 
 
 from __future__ import annotations
 
-from testkit.model_server import text_reply
+from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 
@@ -155,3 +155,25 @@ def test_a_shorter_version_shows_no_new_content_pill(new_context, fresh_model):
     # The versions switch sits in the parts' column, not at the transcript's edge.
     switch = page.locator("[data-branch-switch]").bounding_box()
     assert abs(switch["x"] - page.locator("[data-part=user]").first.bounding_box()["x"]) < 2
+
+
+def test_regenerate_leaves_no_htmx_error_in_the_console(new_context, fresh_model):
+    """The demanding-user pass: after Regenerate, htmx logged ``htmx:oobErrorNoTarget`` for
+    ``#live-text``: the catch-up that followed the redraw deleted a live block the page did
+    not have (the server cannot know; the sync marker now says so and the page acts on it)."""
+    page = sign_in(new_context(), "alice")
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    fresh_model.enqueue(tool_reply(("list_dir", {"path": "."}), text="Looking."),
+                        text_reply("First answer"))  # fmt: skip
+    send(page, "what is here?")
+    wait_idle(page)
+    for again in ("Second answer", "Third answer"):
+        fresh_model.enqueue(text_reply(again))
+        page.locator("#messages [data-regenerate]:visible").click()
+        page.wait_for_selector(f"#messages [data-part=text] >> text={again}")
+        wait_idle(page)
+    assert errors == []
+    assert page.locator("#live-text").count() == 0

@@ -171,3 +171,31 @@ def test_a_tool_results_copy_does_not_cover_a_long_line_until_pointed_at(new_con
     fresh_model.enqueue(text_reply("Read it."))
     copied = copy_shown_on_hover(new_context, "[data-part=tool] .tool-result", "", ".copy-result")
     assert "y = 2  # wide" in copied
+
+
+AFTER_ALL_PARTS = """() => {
+  const kids = Array.from(document.querySelectorAll('#messages > *'));
+  const row = kids.findIndex((el) => el.matches('.part-actions:has([data-regenerate])'));
+  const lastPart = kids.findLastIndex((el) => el.dataset.part && el.dataset.part !== 'user');
+  return row > lastPart && getComputedStyle(kids[row]).display !== 'none';
+}"""
+
+
+def test_a_stopped_answers_action_row_comes_after_its_last_part(new_context, fresh_model):
+    """The demanding-user pass: Copy · Copy as markdown · Regenerate of an answer stopped
+    during a tool call showed above the tool card, as if the answer ended there."""
+    fresh_model.enqueue(tool_reply(("bash", {"command": "sleep 10"}), text="Running **it**."))
+    page = sign_in(clipboard_context(new_context), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "sleep a while")
+    page.wait_for_selector("[data-part=tool]")
+    page.click("#cancel")
+    page.wait_for_selector("#status[data-state=error]")
+    for _ in range(2):  # live, then as the first page draws it
+        page.wait_for_function(AFTER_ALL_PARTS)
+        assert page.locator("#messages [data-regenerate]:visible").count() == 1
+        markdown = page.locator("#messages > .answer-row [data-copy=markdown]")
+        assert click_and_read(page, markdown) == "Running **it**."
+        page.reload()
+        page.wait_for_selector("body[data-ws=open]")

@@ -131,6 +131,8 @@ class Page:
             if not isinstance(element, Node):
                 continue
             swap = element.attrs.pop("hx-swap-oob", "")
+            if "data-drop-live" in element.attrs and (found := self.root.find("live-text")):
+                del found[0].children[found[1]]  # what the page's script does first
             if swap == "true":
                 found = self.root.find(element.attrs["id"])
                 if found:  # (the status line and such are not modelled)

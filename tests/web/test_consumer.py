@@ -388,8 +388,8 @@ async def test_sync_returns_exactly_what_follows_the_given_seq(alice, model_serv
     reply = await ws.receive_from()
     assert reply.startswith(
         f'<div id="sync-state" hx-swap-oob="true" data-from="{call_seq + 1}" '
-        f'data-to="{conversation.last_seq}" data-sync="1" hidden></div>'
-    )
+        f'data-to="{conversation.last_seq}" data-sync="1" data-drop-live hidden></div>'
+    )  # (its answer's text replaces a live block the page may hold)
     shown = {int(s) for s in re.findall(r'data-part="\w+" data-seq="(\d+)"', reply)}
     assert shown and min(shown) > call_seq or f'id="tool-{call_seq}"' in reply
     assert 'data-part="user"' not in reply  # it was before the given seq
@@ -425,7 +425,9 @@ async def test_partial_text_is_stored_while_streaming_and_caught_up_mid_block(al
     # before its sync frame is handled can come first (the page applies it by seq).
     while 'id="live-text"' not in reply:
         reply = await late.receive_from()
-    assert 'hx-swap-oob="delete:#live-text"' in reply and 'id="live-text"' in reply
+    # The page's own copy of the block, if it has one, goes by the marker's word.
+    assert "data-drop-live" in reply and 'id="live-text"' in reply
+    assert "delete:#live-text" not in reply
     assert "chunk chunk chunk" in reply
     # A page that already has part of the block gets the block whole, from its start.
     behind = rows[-1]["seq"] - 1  # it has part of the block, not the newest stored frame
@@ -652,7 +654,7 @@ async def test_a_batch_lost_by_the_layer_is_filled_from_the_log_before_the_next(
     assert await ws.receive_from(timeout=5) == str(sync_marker(1, 1))
     await layer.group_send(group, _batch(last + 1))  # 2..last never came
     filled = await ws.receive_from(timeout=5)
-    assert filled.startswith(str(sync_marker(2, last, reply=True)))
+    assert filled.startswith(str(sync_marker(2, last, reply=True, drop_live=True)))
     assert "stored answer" in filled
     assert await ws.receive_from(timeout=5) == str(sync_marker(last + 1, last + 1))
     await ws.disconnect()
