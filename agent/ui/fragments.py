@@ -280,8 +280,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     transcript.live = live
     if live is not None and transcript.status is not None:
         html += status_fragment(transcript.status_view())  # "Writing…" while it streams
-    marker = sync_marker(after + 1, conversation.last_seq, reply=True, drop_live=renderer.dropped_live)
-    return marker + html
+    last = conversation.last_seq
+    return sync_marker(after + 1, last, reply=True, drop_live=renderer.dropped_live) + html
 
 
 def place_switches(parts: list, switches: list) -> Any:

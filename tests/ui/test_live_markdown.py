@@ -394,3 +394,24 @@ def test_a_long_tables_newest_rows_show_as_table_rows_not_pipes():
     html = live.html()
     assert "| " not in re.sub(r"<[^>]+>", "", html.split('id="live-line"')[0])
     assert html.count("<tr>") > 400
+
+
+def test_a_catch_up_never_names_a_live_block_the_page_may_not_have():
+    """htmx logs an out-of-band swap without its target as an error (it did after a
+    Regenerate): the stale block's removal is the sync marker's word, acted on by the page
+    only where the block is."""
+
+    class Conversation:
+        last_seq = 3
+
+    events = [TextDeltaEvent(seq=1, content="Hel"), TextEvent(seq=2, content="Hello"),
+              TextDeltaEvent(seq=3, content="Next")]  # fmt: skip
+    done = render_catch_up(events[:2], 1, Conversation())  # the block the page had, done
+    assert "data-drop-live" in done and "live-text" not in done
+    streaming = render_catch_up(events, 2, Conversation())
+    assert "data-drop-live" in streaming and "delete:" not in streaming
+    page = Page(caught_up(1, "Hel"))
+    page.apply(streaming)
+    assert page.root.html().count('id="live-text"') == 1 and "Next" in page.live()
+    quiet = render_catch_up(events[:2], 2, Conversation())  # nothing new: the block stays
+    assert "data-drop-live" not in quiet
