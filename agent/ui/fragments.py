@@ -241,6 +241,10 @@ class FragmentRenderer:
                 if isinstance(event, UsageEvent) and self.transcript.usage is not None:
                     context = {"usage": self.transcript.usage, "oob": True}
                     out.append(render_to_string("agent/_answer_cost.html", context))
+            elif part is not None and part.tool_seq:  # an approval: after its call's card
+                flush_parts()
+                context = {"part": part, "conversation": conversation}
+                out.append(render_to_string("agent/_approval_after_call.html", context))
             elif part is not None:
                 parts.append(part)
                 if isinstance(event, TextEvent):

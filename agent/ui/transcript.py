@@ -104,6 +104,7 @@ class Part:
     images: tuple = ()  # user parts: the attached images (``{"sha256", "media_type", "name"}``)
     queued: QueuedView | None = None  # a "not sent" error part: the queued prompt it gives back
     approval: ApprovalView | None = None  # approval parts
+    tool_seq: int = 0  # approval parts: their call's card, which they follow directly
     prompt_seq: int = 0  # text parts: the prompt they answer (Regenerate)
     switch: Any = None  # a branches.Switch: versions part just before this part
     usage: AnswerUsage | None = None  # text parts: their answer's tokens and cost, so far
@@ -273,8 +274,19 @@ class Transcript:
         part = self._part_for(event)
         if part is not None:
             part.timestamp = event.timestamp
-            self.parts.append(part)
+            self._place(part)
         return part
+
+    def _place(self, part: Part) -> None:
+        """At the end, but for an approval: right after its call's card. A turn's calls
+        all come before the first of them asks, so at the end the first call's card and its
+        question would be apart, and the reader would not see which call it asks about."""
+        if part.tool_seq:
+            for index in range(len(self.parts) - 1, -1, -1):
+                if self.parts[index].seq == part.tool_seq:
+                    self.parts.insert(index + 1, part)
+                    return
+        self.parts.append(part)
 
     def _part_for(self, event: Event) -> Part | None:
         if isinstance(event, QueuedEvent):
@@ -305,7 +317,9 @@ class Transcript:
             part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
             return part
         if isinstance(event, ApprovalEvent):
-            part = Part("approval", event.seq, approval=approval_view(event))
+            call = self.tools.get(event.id)
+            part = Part("approval", event.seq, approval=approval_view(event),
+                        tool_seq=call.seq if call is not None else 0)  # fmt: skip
             self.approvals[event.id] = part
             return part
         if isinstance(event, ReasoningEvent):

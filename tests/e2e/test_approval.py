@@ -85,3 +85,39 @@ def test_axe_with_a_pending_approval(new_context, fresh_model, scheme):  # noqa:
     page.wait_for_selector("[data-part=approval][data-approval-state=closed]")
     new_conversation(page)
     assert violations == []
+
+
+ORDER = """() => Array.from(document.querySelectorAll('#messages > [data-part]'),
+  (el) => el.dataset.part === 'tool' ? 'tool ' + el.querySelector('.tool-target').textContent
+    : el.dataset.part === 'approval' ? 'asks ' + el.querySelector('.tool-target').textContent
+    : el.dataset.part)"""
+
+
+def test_each_approval_card_sits_right_after_its_own_call_live_and_after_reload(
+    new_context, fresh_model
+):
+    """The demanding-user pass: a turn of two calls showed both cards, then the first
+    call's question under the second call's card; decided, the cards stay where they are."""
+    fresh_model.enqueue(
+        tool_reply(("write", {"path": "one.txt", "content": "1"}),
+                   ("write", {"path": "two.txt", "content": "2"})),
+        text_reply("both written"),
+    )  # fmt: skip
+    page = sign_in(new_context(), "alice")
+    asking(page)
+    send(page, "write two files")
+    page.wait_for_selector(PENDING)
+    assert page.evaluate(ORDER) == ["user", "tool one.txt", "asks one.txt", "tool two.txt"]
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.evaluate(ORDER) == ["user", "tool one.txt", "asks one.txt", "tool two.txt"]
+    page.locator(PENDING).locator("[data-decision=approve]").click()
+    page.wait_for_selector(f"{PENDING} .tool-target >> text=two.txt")
+    page.locator(PENDING).locator("[data-decision=approve]").click()
+    wait_idle(page)
+    decided = ["user", "tool one.txt", "asks one.txt", "tool two.txt", "asks two.txt", "text"]
+    assert page.evaluate(ORDER) == decided
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.evaluate(ORDER) == decided
+    new_conversation(page)

@@ -64,3 +64,38 @@ def test_the_export_says_who_decided():
     events = [*waiting(), ApprovalDecisionEvent(seq=4, id="toolu_1", decision="approve", by="ann")]
     markdown = conversation_markdown({"title": "t"}, [e.to_dict() for e in events])
     assert "**Approval** of `bash`" in markdown and "approved by ann" in markdown
+
+
+def two_calls_asking() -> list:
+    calls = [ToolCallEvent(seq=1, id="a", name="bash", input=COMMAND),
+             ToolCallEvent(seq=2, id="b", name="bash", input=COMMAND)]  # fmt: skip
+    return [*calls, ApprovalEvent(seq=3, id="a", name="bash", input=COMMAND)]
+
+
+def test_an_approval_follows_its_own_calls_card_not_the_turns_last():
+    parts = Transcript.of([*two_calls_asking(),
+                           ApprovalDecisionEvent(seq=4, id="a", decision="approve", by="ann"),
+                           ApprovalEvent(seq=5, id="b", name="bash", input=COMMAND)])  # fmt: skip
+    assert [(p.kind, p.seq) for p in parts.parts] == [
+        ("tool", 1), ("approval", 3), ("tool", 2), ("approval", 5)]  # fmt: skip
+
+
+def test_a_live_approval_card_goes_after_its_calls_card_on_the_page():
+    renderer = FragmentRenderer()
+    renderer.render(two_calls_asking()[:2], CONVERSATION)
+    html = renderer.render(two_calls_asking()[2:], CONVERSATION)
+    assert '<div hx-swap-oob="afterend:#tool-1">' in html and 'id="approval-3"' in html
+    assert "beforeend:#messages" not in html
+
+
+def test_a_page_of_parts_never_leaves_an_approval_between_two_pages():
+    from types import SimpleNamespace
+
+    from agent.ui import paging
+
+    seqs = [1, 3, 2, 4]  # a call, its approval, the turn's next call, …
+    parts = [SimpleNamespace(seq=seq) for seq in seqs]
+    shown, earlier = paging.window(parts, size=2)
+    assert earlier is not None
+    rest, _ = paging.window(parts, before=earlier, size=2)
+    assert sorted(p.seq for p in [*rest, *shown]) == [1, 2, 3, 4]
