@@ -40,6 +40,7 @@ from agent.runs.manager import cancel_from_sync
 from agent.runs.recovery import expired
 from agent.runs.sandbox import bash_mode
 from agent.runs.snapshot import latest, snapshot
+from agent.server.middleware import content_security_policy
 from agent.ui import paging
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
@@ -179,7 +180,10 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         # The CLI agents a new conversation may use (detected once a minute, cached).
         "cli_agents": [a for a in async_to_sync(agents)() if a["available"]],
     }
-    return render(request, "agent/conversation.html", context)
+    response = render(request, "agent/conversation.html", context)
+    # Its terminals' emulator writes its own <style> texts: those, by hash, and no other.
+    response["Content-Security-Policy"] = content_security_policy(terminal_styles=True)
+    return response
 
 
 def _transcript(conversation: Conversation, events: list, members) -> tuple[Transcript, object]:

@@ -61,8 +61,8 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
     page.keyboard.type("printf '\\033[31m%s\\033[0m\\n' red-$((40+2))")
     page.keyboard.press("Enter")
     shows(page, "red-42")
-    # Drawn in colour by this origin's stylesheet (xterm.js's own <style> is refused by the
-    # CSP): the palette's red on a span of xterm.js's class.
+    # Drawn in colour (this origin's stylesheet and xterm.js's own <style>, allowed by hash,
+    # agree): the palette's red on a span of xterm.js's class.
     colour = page.eval_on_selector_all(
         f"{ROWS} span.xterm-fg-1", "spans => spans.filter(s => s.textContent.includes('red-42'))"
         ".map(s => getComputedStyle(s).color)",
@@ -179,3 +179,34 @@ def test_a_server_the_agent_starts_in_the_background_is_shown_from_its_card(cont
                              ".getElementById('messages').getBoundingClientRect();"
                              " return r.top >= m.top && r.bottom <= m.bottom; }")  # fmt: skip
     assert in_sight
+
+
+STYLE_HASHES = """() => Promise.all(Array.from(document.querySelectorAll('style'), async (el) => {
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(el.textContent));
+  return 'sha256-' + btoa(String.fromCharCode(...new Uint8Array(digest)));
+}))"""
+
+
+def test_the_terminal_opens_without_a_csp_violation(context):
+    """The demanding-user pass: opening the Terminal logged a CSP violation for each
+    <style> xterm.js's DOM renderer writes (and again on every resize). The chat page's
+    policy allows exactly those texts by hash: none is refused, no other is allowed."""
+    from agent.server.middleware import TERMINAL_STYLE_HASHES
+
+    page = sign_in(context(), "tara")
+    refused = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
+    page.click("#terminal-panel > summary")
+    shows(page, "/workspace $")
+    page.set_viewport_size({"width": 900, "height": 700})  # the emulator re-measures
+    page.click("#terminal")
+    page.keyboard.type("echo resized-$((2*4))")
+    page.keyboard.press("Enter")
+    shows(page, "resized-8")
+    written = set(page.evaluate(STYLE_HASHES))
+    assert written - set(TERMINAL_STYLE_HASHES) == set()  # (a new xterm.js: add these)
+    assert refused == []
+    policy = page.evaluate(
+        "() => fetch(location.href).then(r => r.headers.get('content-security-policy'))"
+    )
+    assert "unsafe-inline" not in policy and "unsafe-hashes" not in policy
