@@ -47,6 +47,7 @@
     }
 
     section.addEventListener("toggle", () => { if (section.open && !loaded) draw(); });
+    if (section.open) draw(); // fetched when first reached (static/harness.js): open already
     document.addEventListener("harness:signins-changed", (event) => {
       if (loaded || section.open) draw();
       if (!(event.detail && event.detail.from === "signins")) say(status, "");

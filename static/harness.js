@@ -1567,8 +1567,67 @@
     };
   }
 
+  // --- scripts on demand ------------------------------------------------------------------
+  // What first paint does not need comes when the user first reaches it: a holder's
+  // data-load names its scripts (hashed by the template's {% static %}, run in order), fetched
+  // on a pointer down or a focus within it (or on what its data-load-for selector names
+  // elsewhere: a tool card's preview button), on a <details> in it opening, or at once when
+  // it holds a [data-load-now] (a project still cloning: its state is polled). A click on a
+  // control or a form's submit that comes before they have run is held and replayed once
+  // they have, so a first click, or Enter, works; data-loading marks the holder meanwhile.
+  const loadedScripts = new Map(); // src → its promise: a script two holders name runs once
+
+  function loadScript(src) {
+    if (!loadedScripts.has(src)) {
+      loadedScripts.set(src, new Promise((resolve, reject) => {
+        const script = document.createElement("script");
+        script.src = src;
+        script.async = false;
+        script.addEventListener("load", resolve, { once: true });
+        script.addEventListener("error", () => reject(new Error(src)), { once: true });
+        document.head.appendChild(script);
+      }));
+    }
+    return loadedScripts.get(src);
+  }
+
+  function bindOnDemand(holder) {
+    const sources = holder.dataset.load.split(/\s+/).filter(Boolean);
+    const elsewhere = holder.dataset.loadFor || "";
+    let loading = null;
+    let ready = false;
+    const reaches = (target) => target instanceof Element
+      && (holder.contains(target) || (elsewhere !== "" && target.closest(elsewhere) !== null));
+    function load() {
+      if (loading) return loading;
+      holder.dataset.loading = "";
+      holder.setAttribute("aria-busy", "true");
+      loading = sources.reduce((before, src) => before.then(() => loadScript(src)), Promise.resolve())
+        .then(() => { ready = true; })
+        .finally(() => { delete holder.dataset.loading; holder.removeAttribute("aria-busy"); });
+      return loading;
+    }
+    const early = (event) => { if (!loading && reaches(event.target)) load(); };
+    document.addEventListener("pointerdown", early, true);
+    document.addEventListener("focusin", early, true);
+    holder.addEventListener("toggle", load, true); // (a <details> inside: toggle does not bubble)
+    function hold(event) {
+      if (ready || !reaches(event.target)) return;
+      const control = event.type === "submit" ? event.target
+        : event.target.closest("button, a[href], input[type=submit]");
+      if (!control || control.closest("summary")) return; // a <details> opens by itself
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      load().then(() => (event.type === "submit" ? control.requestSubmit() : control.click()));
+    }
+    document.addEventListener("click", hold, true);
+    document.addEventListener("submit", hold, true);
+    if (holder.querySelector("[data-load-now]") || holder.querySelector("details[open]")) load();
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
+    document.querySelectorAll("[data-load]").forEach(bindOnDemand);
     const messages = $("#messages");
     const prompt = $("#prompt");
     const form = $("#prompt-form");

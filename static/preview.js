@@ -81,4 +81,6 @@
   panel.addEventListener("toggle", () => {
     if (panel.open) findPorts();
   });
+  // Fetched when the panel is first reached (static/harness.js): it may be open already.
+  if (panel.open) findPorts();
 })();

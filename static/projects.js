@@ -140,11 +140,13 @@
       note.textContent = stored ? `A sign-in for ${host} is stored (as ${stored.username}): leave these empty to use it.` : "";
     }
     url.addEventListener("input", urlChanged);
+    if (url.value) urlChanged(); // typed before this script came (static/harness.js)
     // A chosen archive can be let go again (a file input cannot be emptied by keyboard).
     const archiveInput = $("#project-archive", form);
     const clearArchive = $("#project-archive-clear", form);
     const archiveChanged = () => { clearArchive.hidden = !archiveInput.files.length; };
     archiveInput.addEventListener("change", archiveChanged);
+    archiveChanged();
     form.addEventListener("reset", () => setTimeout(archiveChanged));
     clearArchive.addEventListener("click", () => {
       archiveInput.value = "";
