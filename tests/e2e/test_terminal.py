@@ -162,8 +162,8 @@ def test_a_server_the_agent_starts_in_the_background_is_shown_from_its_card(cont
     wait_idle(page)  # (the answer after the card is written, the transcript still)
     assert "Started in the background as job 1." in card.inner_text()
     assert "Listening on port 8779" in card.inner_text()
-    show.click()
-    assert page.evaluate("() => document.getElementById('preview-panel').open")
+    show.click()  # (acted on once the panel's script, fetched on this first use, has run)
+    page.wait_for_selector("#preview-panel[open] #preview-frame:not([hidden])")
     conversation = page.url.rstrip("/").rsplit("/", 1)[1]
     src = page.get_attribute("#preview-frame", "src")
     assert src == f"/preview/{conversation}/8779/"
