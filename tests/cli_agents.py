@@ -72,6 +72,20 @@ def cli_live_server(root: Path, model_url: str, api_key: str, **environ: str):
         subprocess.run(["tmux", "-S", server.socket, "kill-server"], capture_output=True)
 
 
+@pytest.fixture(autouse=True)
+def panes_on_failure(request, live, model):
+    """A failed test of a module that imports this prints every CLI pane of its live server
+    and the model calls made (a CLI that hung shows where it stopped)."""
+    yield
+    if "call" not in getattr(request.node, "failed_phases", ()):
+        return
+    sessions = subprocess.run(["tmux", "-S", live.socket, "list-sessions", "-F",
+                               "#{session_name}"], capture_output=True, text=True)  # fmt: skip
+    for name in sessions.stdout.split():
+        if name.startswith("ah-"):
+            print(f"=== {name}", diagnosis(live, model, name.removeprefix("ah-")))
+
+
 def diagnosis(live, model, conversation_id: str) -> str:
     """What a failed live test needs to be understood: the CLI's pane as a person would see
     it, and the calls the model server had (a hang shows where the CLI stopped)."""
@@ -79,7 +93,7 @@ def diagnosis(live, model, conversation_id: str) -> str:
     pane = subprocess.run(["tmux", "-S", live.socket, "capture-pane", "-p", "-J", "-S", "-80",
                            "-t", target], capture_output=True, text=True)  # fmt: skip
     calls = [(r.get("path"), bool((r.get("body") or {}).get("tools"))) for r in model.requests]
-    return f"\n--- pane ---\n{pane.stdout or pane.stderr}\n--- model calls ---\n{calls}"
+    return f"\n--- pane ---\n{(pane.stdout or pane.stderr).rstrip()}\n--- model calls ---\n{calls}"
 
 
 def approve_then_deny(api, conversation_id: str, tool: str, denial: str,

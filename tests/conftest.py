@@ -27,6 +27,16 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: "/e2e/" in str(item.fspath))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's outcome on the test item (``item.failed_phases``): a fixture's teardown
+    can then say more about a failure (the CLI agents' panes, tests/cli_agents.py)."""
+    report = yield
+    if report.failed:
+        item.failed_phases = {*getattr(item, "failed_phases", set()), report.when}
+    return report
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared; skips (or fails with HARNESS_REQUIRE_SHARED=1) if absent."""
     path = SHARED.joinpath(*parts)

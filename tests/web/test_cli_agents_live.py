@@ -25,7 +25,12 @@ from testkit.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.cli_agents import approve_then_deny, cli_live_server, diagnosis
+from tests.cli_agents import (  # noqa: F401 - panes_on_failure: an autouse fixture
+    approve_then_deny,
+    cli_live_server,
+    diagnosis,
+    panes_on_failure,
+)
 from tests.web.test_revocation_live import sign_in
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,12 @@ import pytest
 
 from testkit.api_client import Api, read_until
 from testkit.model_server import text_reply, tool_reply
-from tests.cli_agents import approve_then_deny, cli_live_server, diagnosis
+from tests.cli_agents import (  # noqa: F401 - panes_on_failure: an autouse fixture
+    approve_then_deny,
+    cli_live_server,
+    diagnosis,
+    panes_on_failure,
+)
 from tests.web.test_cli_agents_live import (
     _assert_key_never_reaches_the_cli,
     _pane_pid,
