@@ -84,6 +84,44 @@ def panes_on_failure(request, live, model):
     for name in sessions.stdout.split():
         if name.startswith("ah-"):
             print(f"=== {name}", diagnosis(live, model, name.removeprefix("ah-")))
+    # The sandboxes' processes (their users' ids are high): which one waits, and on what.
+    columns = "uid,pid,ppid,stat,wchan:22,etimes,args"
+    ps = subprocess.run(["ps", "-ww", "-eo", columns, "--sort=start_time"], capture_output=True,
+                        text=True)  # fmt: skip
+    lines = ps.stdout.splitlines()
+    sandboxed = [line[:300] for line in lines[1:] if int(line.split()[0]) >= 100000]
+    print("=== sandbox processes", *lines[:1], *sandboxed, sep="\n")
+    # Each sandbox's own loopback: the CLI's connections to its model gateway's forwarder.
+    for line in sandboxed:
+        if "/harness-llm/forwarder" in line:
+            pid = line.split()[1]
+            ss = subprocess.run(["nsenter", "-t", pid, "-n", "ss", "-tanpi"],
+                                capture_output=True, text=True)  # fmt: skip
+            print(f"=== sockets of the sandbox of {pid}", ss.stdout or ss.stderr, sep="\n")
+    for line in sandboxed:  # where each thread of a CLI waits (a CLI that hung)
+        if "/opt/cli/" in line:
+            print(f"=== threads of {line.split()[1]}", *_threads(line.split()[1]), sep="\n")
+    for log in live.root.glob("cli/**/pane.log"):  # what each CLI said, as the server reads it
+        print(f"=== {log}", log.read_text(errors="replace")[-3000:], sep="\n")
+    print("=== server log", live.log.read_text(errors="replace")[-4000:], sep="\n")
+
+
+def _threads(pid: str) -> list[str]:
+    out = []
+    for task in sorted(os.listdir(f"/proc/{pid}/task")):
+        base = f"/proc/{pid}/task/{task}"
+        try:
+            fields = [Path(f"{base}/{name}").read_text().strip() for name in ("comm", "wchan")]
+            fields.append(Path(f"{base}/syscall").read_text().split()[0])
+        except OSError as exc:
+            fields = [str(exc)]
+        out.append(f"{task} {' '.join(fields)}")
+    try:
+        out += [f"fd {fd} -> {os.readlink(f'/proc/{pid}/fd/{fd}')}"
+                for fd in os.listdir(f"/proc/{pid}/fd")]  # fmt: skip
+    except OSError as exc:
+        out.append(str(exc))
+    return out
 
 
 def diagnosis(live, model, conversation_id: str) -> str:

@@ -41,8 +41,14 @@ CLI_IN_SANDBOX = "/opt/cli/node_modules"
 # "ready" on the screen once that holds, then a wait for the server's "go" (sent once it
 # saw "ready" and pipe-pane records the pane: no input echoed, no output lost). The CLI
 # reads the pane through a pipe: print modes refuse a terminal on stdin.
+# The "go" (3 bytes: "go" and Enter) is taken one byte at a time (dd bs=1): without
+# canonical mode one read returns all that is waiting, and the shell's `read` took the
+# first prompt with it when the prompt came before the shell got there (a busy machine),
+# leaving the CLI waiting for a prompt that never came.
 READY = "harness-cli-ready"
-PRELUDE = f"stty -icanon -echo min 1 time 0; echo {READY}; IFS= read -r _go; cat | "
+GO = ("go", "Enter")
+PRELUDE = (f"stty -icanon -echo min 1 time 0; echo {READY}; "
+           "dd bs=1 count=3 of=/dev/null status=none; cat | ")  # fmt: skip
 START_TIMEOUT = 30.0
 CAPPED = '{"type":"harness_output_capped"}'  # agent/sandbox/attach.py's line past its cap
 
@@ -199,7 +205,7 @@ class CliSession:
                     f"{self.spec.provider.name} did not start: {screen.strip()[-500:]}"
                 )
             await asyncio.sleep(0.05)
-        await self.tmux.send_keys(self.target, "go", "Enter")
+        await self.tmux.send_keys(self.target, *GO)
 
     def _ticket(self) -> str:
         program, root = cli_program(self.spec)
