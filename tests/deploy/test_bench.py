@@ -68,6 +68,7 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
     assert "levels" not in report and report["options"]["only"] == "projects"
     projects = report["projects"]
     assert projects["files"] == 300 and projects["plain_clone"]["count"] == 5
+    assert projects["plain_clone_checked_out"]["count"] == 5
     assert "clone <= x1.2 a plain `git clone --bare`" in proc.stdout
     for mode in ("core", "oneshot", "host"):
         figures = projects["paths"][mode]
@@ -81,6 +82,8 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
         if mode != "core":  # the product's clone, against the plain one
             assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
             assert f"(x{figures['clone_ratio']})" in proc.stdout
+            assert figures["ready"]["p50_ms"] > figures["clone"]["p50_ms"]  # plus the worktree
+            assert f"ready to work in {figures['ready']['median_ms']} ms" in proc.stdout
 
 
 @pytest.mark.bench  # make test-bench
