@@ -67,8 +67,10 @@ def start() -> Broker | None:
     account = service_account()
     uid, gid = account.pw_uid, account.pw_gid
     config = broker_config(uid, gid)
-    client = start_broker(config)
+    # The state directories first: the broker binds the panes' socket in one of them as it
+    # starts (made after it, the bind lost the race now and then, and no pane could attach).
     give_state(uid, gid)
+    client = start_broker(config)
     # The workspaces' root is the broker's; the server passes through it (no further).
     workspaces = Path(settings.HARNESS_WORKSPACES)
     workspaces.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,22 @@ def test_the_health_check_runs_its_command_through_the_broker(live):
     with urllib.request.urlopen(f"{live.url}/healthz", timeout=10) as response:
         assert json.loads(response.read())["sandbox"] == "ok"
     assert "bash sandbox self-test: ok" in live.log.read_text()
+
+
+def test_the_panes_socket_is_bound_in_a_state_directory_that_did_not_exist(tmp_path):
+    """The broker binds the panes' socket (Terminal, CLI agents) in HARNESS_AGENT_STATE as it
+    starts: the server makes that directory before starting it, not after (the bind lost
+    that race now and then, and no pane of that server could attach)."""
+    require_bwrap()
+    state = tmp_path / "not" / "yet" / "state"
+    server = LiveServer(tmp_path / "server", HARNESS_AGENT_STATE=str(state))
+    (tmp_path / "server").mkdir()
+    server.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not list(state.glob("broker-*.sock")):
+            assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+            time.sleep(0.05)
+        assert "Traceback" not in server.log.read_text()
+    finally:
+        server.stop()
