@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.core.tools.bash import FILE_SIZE_LIMIT, MEMORY_LIMIT
 from agent.core.tools.bwrap import SANDBOX_PATH, sandbox_argv
 from agent.core.tools.cgroups import RunCgroup
+from agent.sandbox.signal_defaults import default_signals
 
 APP_IN_SANDBOX = "/opt/harness"  # the agent package, read-only, for the file host
 HOST_NOFILE = 1024
@@ -46,14 +46,6 @@ class BrokerConfig:
     def ids(self, user_id: int) -> tuple[int, int]:
         uid = self.uid_base + int(user_id)
         return uid, uid
-
-
-def default_signals() -> None:
-    """A user's processes start with Ctrl-C and Ctrl-\\ doing what they do, whatever the
-    server inherited: started in the background by a shell, it ignores SIGINT and SIGQUIT,
-    and an ignored signal stays ignored across exec (a terminal's Ctrl-C would stop nothing)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def limits(cgroup: RunCgroup | None, nproc: int | None, nofile: int | None = None,

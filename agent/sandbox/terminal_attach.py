@@ -26,6 +26,7 @@ import termios
 import threading
 import tty
 
+from agent.sandbox.signal_defaults import default_signals
 from agent.sandbox.wire import WireError, recv_packet, send_packet
 
 # What the sandbox runs (``bash -c`` of it): a session whose controlling terminal is the
@@ -34,12 +35,6 @@ from agent.sandbox.wire import WireError, recv_packet, send_packet
 # (/etc/bash.bashrc's would name a user the sandbox has no entry for).
 PROMPT = r"\w \$ "
 PROGRAM = f"exec setsid -w -c env {shlex.quote('PS1=' + PROMPT)} /bin/bash --norc -i"
-
-
-def _default_signals() -> None:
-    # (agent/sandbox/spawn.py's default_signals, for the sandbox this process starts itself)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def copy_size(source: int, target: int) -> None:
@@ -75,7 +70,7 @@ def start_by_ticket(socket_path: str, ticket: str, child_end: int):
 
 def start_local(argv: list[str], child_end: int):
     child = subprocess.Popen(argv, stdin=child_end, stdout=child_end, stderr=child_end,
-                             preexec_fn=_default_signals)  # fmt: skip
+                             preexec_fn=default_signals)  # fmt: skip
     return child.wait
 
 
