@@ -1598,16 +1598,25 @@
     let ready = false;
     const reaches = (target) => target instanceof Element
       && (holder.contains(target) || (elsewhere !== "" && target.closest(elsewhere) !== null));
+    // The document-wide listeners go once they have done their part: none stays on every
+    // click and focus of the page for its lifetime.
     function load() {
       if (loading) return loading;
+      document.removeEventListener("pointerdown", early, true);
+      document.removeEventListener("focusin", early, true);
+      holder.removeEventListener("toggle", load, true);
       holder.dataset.loading = "";
       holder.setAttribute("aria-busy", "true");
       loading = sources.reduce((before, src) => before.then(() => loadScript(src)), Promise.resolve())
-        .then(() => { ready = true; })
+        .then(() => {
+          ready = true;
+          document.removeEventListener("click", hold, true);
+          document.removeEventListener("submit", hold, true);
+        })
         .finally(() => { delete holder.dataset.loading; holder.removeAttribute("aria-busy"); });
       return loading;
     }
-    const early = (event) => { if (!loading && reaches(event.target)) load(); };
+    const early = (event) => { if (reaches(event.target)) load(); };
     document.addEventListener("pointerdown", early, true);
     document.addEventListener("focusin", early, true);
     holder.addEventListener("toggle", load, true); // (a <details> inside: toggle does not bubble)
