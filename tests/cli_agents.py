@@ -83,7 +83,12 @@ def panes_on_failure(request, live, model):
                                "#{session_name}"], capture_output=True, text=True)  # fmt: skip
     for name in sessions.stdout.split():
         if name.startswith("ah-"):
-            print(f"=== {name}", diagnosis(live, model, name.removeprefix("ah-")))
+            capture = ["capture-pane", "-p", "-J", "-S", "-80", "-t", f"={name}:"]
+            pane = subprocess.run(["tmux", "-S", live.socket, *capture], capture_output=True,
+                                  text=True)  # fmt: skip
+            print(f"=== pane of {name}", (pane.stdout or pane.stderr).rstrip(), sep="\n")
+    calls = [(r.get("path"), bool((r.get("body") or {}).get("tools"))) for r in model.requests]
+    print("=== model calls since the test's script", calls, sep="\n")
     # The sandboxes' processes (their users' ids are high): which one waits, and on what.
     columns = "uid,pid,ppid,stat,wchan:22,etimes,args"
     ps = subprocess.run(["ps", "-ww", "-eo", columns, "--sort=start_time"], capture_output=True,
@@ -124,29 +129,11 @@ def _threads(pid: str) -> list[str]:
     return out
 
 
-def diagnosis(live, model, conversation_id: str) -> str:
-    """What a failed live test needs to be understood: the CLI's pane as a person would see
-    it, and the calls the model server had (a hang shows where the CLI stopped)."""
-    target = f"=ah-{conversation_id}:"
-    pane = subprocess.run(["tmux", "-S", live.socket, "capture-pane", "-p", "-J", "-S", "-80",
-                           "-t", target], capture_output=True, text=True)  # fmt: skip
-    calls = [(r.get("path"), bool((r.get("body") or {}).get("tools"))) for r in model.requests]
-    return f"\n--- pane ---\n{(pane.stdout or pane.stderr).rstrip()}\n--- model calls ---\n{calls}"
-
-
-def approve_then_deny(api, conversation_id: str, tool: str, denial: str,
-                      explain=lambda: "") -> list[dict]:  # fmt: skip
+def approve_then_deny(api, conversation_id: str, tool: str, denial: str) -> list[dict]:
     """Prompt a conversation in "ask" mode whose model was scripted to run two commands (one
     writing "approved", one "denied") under the CLI's own tool ``tool``: approve the first card,
     deny the second, and return the prompt's events once it ends. ``denial``: what the CLI says
-    back to the model for a denied call; ``explain``: what a timeout adds to its message."""
-    try:
-        return _approve_then_deny(api, conversation_id, tool, denial)
-    except AssertionError as error:
-        raise AssertionError(f"{error}{explain()}") from error
-
-
-def _approve_then_deny(api, conversation_id: str, tool: str, denial: str) -> list[dict]:
+    back to the model for a denied call."""
     path = f"/api/conversations/{conversation_id}"
     response, stream = api.events(conversation_id, timeout=90)
     api.call("POST", f"{path}/prompt", {"content": "two"})
