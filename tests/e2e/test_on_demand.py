@@ -4,6 +4,8 @@ works on its first click or key press all the same."""
 
 from __future__ import annotations
 
+import time
+
 from tests.e2e.conftest import sign_in
 
 ON_DEMAND = ("preview", "projects", "git_signins", "json_api")
@@ -58,7 +60,9 @@ def test_a_click_before_the_script_has_run_is_not_lost(new_context):
     }""")
     page.click("#messages .preview-show")
     page.wait_for_selector("#preview-panel[data-loading]")
+    deadline = time.monotonic() + 30
     while not held:  # (the route's handler runs while Playwright waits)
+        assert time.monotonic() < deadline, "preview.js was never asked for"
         page.wait_for_timeout(20)
     assert not page.locator("#preview-panel").evaluate("el => el.open")  # held, not lost
     held[0].continue_()
