@@ -137,8 +137,12 @@ def _until_idle(api, conversation, call) -> None:
     response, stream = api.events(conversation["id"], since=conversation["seq"], timeout=60)
     status, body = call()
     assert status == 202, body
+    # Newer than what the test holds: after a branch switch the feed first replays the
+    # active path from where the branches part, that path's old final status included.
+    held = conversation["seq"]
     items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                       and i[2]["state"] in ("idle", "error"), timeout=60)  # fmt: skip
+                       and i[2]["state"] in ("idle", "error") and i[2]["seq"] > held,
+                       timeout=60)  # fmt: skip
     conversation["seq"] = items[-1][2]["seq"]
 
 

@@ -65,9 +65,12 @@ def prompt_and_read(api: Api, conversation_id: str, content: str, since: int = 0
     status, body = api.call("POST", f"/api/conversations/{conversation_id}/prompt",
                             {"content": content})  # fmt: skip
     assert status == 202, body
+    # Only what is newer than ``since``: after a branch switch the feed first replays the
+    # active path from where the branches part, its old final status included.
     items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
-                       and i[2]["state"] in ("idle", "error"), timeout=90)  # fmt: skip
-    return [i[2] for i in items if i[0] == "event"]
+                       and i[2]["state"] in ("idle", "error") and i[2]["seq"] > since,
+                       timeout=90)  # fmt: skip
+    return [i[2] for i in items if i[0] == "event" and i[2]["seq"] > since]
 
 
 def tmux_sessions(live) -> list[str]:
