@@ -33,20 +33,41 @@ MB = 1024 * 1024
 PROXY_ADDRESS = "127.0.0.2"  # nginx reaches Daphne from here; the client is 127.0.0.1
 
 
-@pytest.fixture
-def proxy(tmp_path):
-    """``proxy(edits, **env)`` starts the kit's Daphne unit (with ``env`` added to its
-    settings) and the kit's site in front of it, the site's text changed by ``edits``
-    (pairs of old and new text: shorter timeouts, smaller limits); returns the Daphne
-    server and nginx's port. Both stop after the test."""
-    nginx, running = _tool("nginx"), []
+@pytest.fixture(scope="module")
+def kit_daphne(tmp_path_factory):
+    """The kit's Daphne unit with the kit's settings and a user ``ann``, shared by the
+    module's sites that add no settings of their own (its migrate unit and start-up take
+    seconds; each test still gets an nginx of its own)."""
+    server = _unit_server(tmp_path_factory.mktemp("kit-daphne"))
+    yield server
+    server.stop()
 
-    def start(edits: tuple[tuple[str, str], ...] = (), **env: str) -> tuple[UnitServer, int]:
-        server = UnitServer(tmp_path, **env)
-        running.append(server.stop)
+
+def _unit_server(root: Path, **env: str) -> UnitServer:
+    server = UnitServer(root, **env)
+    try:
         server.probe()
         server.manage("shell", "-c", "from agent.models import User; "
                       "User.objects.create_user('ann', password='pw-ann-12345')")  # fmt: skip
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture
+def proxy(tmp_path, kit_daphne):
+    """``proxy(edits, **env)``: the kit's site in front of the kit's Daphne unit (a unit of
+    its own when ``env`` adds settings), the site's text changed by ``edits`` (pairs of old
+    and new text: shorter timeouts, smaller limits); returns the Daphne server and nginx's
+    port. What the test started stops after it."""
+    nginx, running = _tool("nginx"), []
+
+    def start(edits: tuple[tuple[str, str], ...] = (), **env: str) -> tuple[UnitServer, int]:
+        server = kit_daphne
+        if env:
+            server = _unit_server(tmp_path, **env)
+            running.append(server.stop)
         port = free_port()
         config = _nginx_config(tmp_path, _site_for_test(server.port, port, edits))
         errors = tmp_path / "nginx.stderr"
