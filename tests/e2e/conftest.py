@@ -96,13 +96,28 @@ def contexts_on(browser, server):
         context.close()
 
 
+# A session per server and user, signed in once: a test's sign-in reuses it (checking a
+# password costs a third of a second of CPU by design) unless it ended (a sign-out, a
+# password changed), when the form signs in again. The session holds nothing but the
+# sign-in (agent/web: no view stores anything else in it), so tests share no other state.
+SESSIONS: dict[tuple[str, str], str] = {}
+
+
 def sign_in(context, username: str):
+    """A page of a new conversation, signed in as ``username``, its socket open."""
     page = context.new_page()
     page.goto("/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", f"pw-{username}-1234")
-    page.click("button[type=submit]")
+    key = (page.evaluate("location.origin"), username)
+    if key in SESSIONS:
+        context.add_cookies([{"name": "sessionid", "value": SESSIONS[key], "url": key[0]}])
+        page.goto("/")
+    if "/accounts/login/" in page.url:
+        page.fill("#id_username", username)
+        page.fill("#id_password", f"pw-{username}-1234")
+        page.click("button[type=submit]")
     page.wait_for_selector("body[data-ws=open]")
+    cookies = {c["name"]: c["value"] for c in context.cookies(key[0])}
+    SESSIONS[key] = cookies["sessionid"]
     return page
 
 
