@@ -10,6 +10,7 @@ import pytest
 from testkit.model_server import ModelServer, echo_fallback, text_reply, tool_reply
 from tests.cli_agents import cli_live_server
 from tests.e2e.conftest import contexts_on, parts, sign_in
+from tests.e2e.test_terminal import STYLE_HASHES, shows
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +43,8 @@ def test_a_person_picks_claude_code_and_works_with_it_in_the_page(cli_context, c
         queue.pop(0) if body and body.get("tools") and queue else echo_fallback(body)
     )
     page = sign_in(cli_context(), "alice")
+    refused = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
     page.select_option("#new-agent", "claude-code")
     page.click("button.new-conv")
     page.wait_for_selector(".agent-badge")
@@ -75,3 +78,13 @@ def test_a_person_picks_claude_code_and_works_with_it_in_the_page(cli_context, c
     keys = {({k.lower(): v for k, v in r["headers"].items()}).get("x-api-key")
             for r in cli_model.requests}  # fmt: skip
     assert keys == {"the-deployments-key"}
+    # A second emulator on the page (the Terminal panel beside the CLI's pane): the texts
+    # xterm.js writes for it are allowed by the page's policy too, none refused.
+    page.click("#terminal-panel > summary")
+    shows(page, "/workspace $")
+    from agent.server.middleware import TERMINAL_STYLE_HASHES
+
+    written = set(page.evaluate(STYLE_HASHES))
+    assert len(written) >= 5  # the scrollbar's rule, each emulator's cell rule and theme
+    assert written - set(TERMINAL_STYLE_HASHES) == set()
+    assert refused == []
