@@ -83,10 +83,11 @@ def test_cancel_through_one_process_stops_a_run_on_the_other(cluster, model):
     assert on_a.call("POST", f"/api/conversations/{conversation}/cancel") == (
         200, {"cancelled": True})  # fmt: skip
     events = events_of(read_until(stream, is_final))
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10  # (the whole answer streams for 12 s)
     assert [e["code"] for e in events if e["type"] == "error"] == ["cancelled"]
     partial = [e for e in events if e["type"] == "text"]
     assert partial and partial[0]["content"].startswith("long long")
+    assert len(partial[0]["content"]) < len("long " * 2000)  # stopped, not finished
 
 
 def test_a_killed_processs_run_is_recovered_by_the_other(cluster, model):
