@@ -28,7 +28,9 @@ WATCH = """() => {
 
 
 def test_the_streaming_answer_is_markdown_and_does_not_jump_when_complete(new_context, fresh_model):
-    fresh_model.enqueue(text_reply(ANSWER, chunk=5, delay=0.02))
+    # Seven seconds of text: even a process so busy that it sends frames at its widest
+    # interval (a quarter of a second) shows more than 20 states of it.
+    fresh_model.enqueue(text_reply(ANSWER, chunk=5, delay=0.07))
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
