@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo")
+    live.create_users("pia", "ivo", "noa")
 
 
 def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
@@ -85,3 +85,37 @@ def test_instructions_are_edited_in_a_dialog_and_a_refusal_keeps_the_text(new_co
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
     assert page.input_value("#instructions") == "Answer like a pirate."
+
+
+def current(page) -> str:
+    return page.get_attribute("main", "data-conversation")
+
+
+def test_new_conversation_never_reopens_an_archived_or_configured_empty_one(new_context, live,
+                                                                             users):  # fmt: skip
+    page = sign_in(new_context(), "noa")  # the home page made an empty one
+    archived = current(page)
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{archived}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{archived}']", state="detached")
+    page.click(".new-conv")
+    page.wait_for_function("id => document.querySelector('main').dataset.conversation !== id",
+                           arg=archived)  # fmt: skip
+    page.wait_for_selector("body[data-ws=open]")
+    fresh = current(page)  # a new one, in the list and marked as the open one
+    assert page.locator(f"#conv-list [data-conversation-id='{fresh}'] .conv-link.current").count()
+    page.click(".conv-actions > summary")
+    page.click("#instructions-open")
+    page.fill("#instructions", "Answer in haiku.")
+    page.click("#instructions-form button[type=submit]")
+    page.wait_for_selector("#instructions-dialog", state="hidden")
+    page.click(".new-conv")  # this one has instructions: not blank
+    page.wait_for_function("id => document.querySelector('main').dataset.conversation !== id",
+                           arg=fresh)  # fmt: skip
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.text_content("#instructions-open").strip() == "Instructions…"
+    blank = current(page)
+    page.click(".new-conv")  # a blank one is still reused rather than piling up
+    page.wait_for_selector("body[data-ws=open]")
+    assert current(page) == blank
