@@ -250,6 +250,16 @@
       shown.onclick = () => { window.focus(); shown.close(); };
     };
   }
+  // The tab's title follows the heading (the first prompt names the chat, a rename), as a
+  // reload would show it; a notice's mark stays.
+  function tabTitleFollowsHeading() {
+    document.addEventListener("htmx:oobAfterSwap", (event) => {
+      const heading = $("#conv-title");
+      if (!event.target || event.target.id !== "conv-title" || !heading) return;
+      const mark = (document.title.match(NOTICE_MARK) || [""])[0];
+      document.title = `${mark}${heading.textContent.trim()} · Harness`;
+    });
+  }
   function bindNotifyToggle(toggle, note) {
     if (!toggle) return;
     const supported = "Notification" in window;
@@ -1022,7 +1032,7 @@
 
   // "Compact context" closes the menu it sits in (on a phone it would cover the transcript).
   function closeMenuOnCompact() {
-    document.querySelectorAll(".compact-form").forEach((form) => {
+    document.querySelectorAll(".compact-form, .rename-form").forEach((form) => {
       form.addEventListener("submit", () => {
         const menu = form.closest("details");
         if (menu) menu.open = false;
@@ -1649,6 +1659,7 @@
     syncOnTabWake(seqSync);
     syncWhenRunGoesQuiet(seqSync);
     noticeStatus = createRunNotices();
+    tabTitleFollowsHeading();
     bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 

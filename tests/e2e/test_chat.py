@@ -179,12 +179,21 @@ def test_conversation_list_new_rename_switch_delete(new_context, fresh_model):
     page.wait_for_selector("body[data-ws=open]")
     send(page, "a prompt that becomes the title")
     wait_idle(page)
+    # The heading and the tab's title are named live, without a reload.
+    page.wait_for_selector("#conv-title:text-is('a prompt that becomes the title')")
+    page.wait_for_function("() => document.title === 'a prompt that becomes the title · Harness'")
     page.reload()
     assert page.inner_text("#conv-title") == "a prompt that becomes the title"
+    page.fill("#prompt", "half-typed thought")
     page.click(".conv-actions summary")
     page.fill(".conv-actions input[name=title]", "Renamed chat")
     page.click(".conv-actions button:text('Rename')")
-    assert page.inner_text("#conv-title") == "Renamed chat"
+    page.wait_for_selector("#conv-title:text-is('Renamed chat')")
+    page.wait_for_selector("#conv-list .conv-link.current:text-is('Renamed chat')")
+    assert page.title() == "Renamed chat · Harness"
+    assert not page.is_visible(".conv-actions .menu-panel")  # the menu closed
+    assert page.input_value("#prompt") == "half-typed thought"  # the page never left
+    page.fill("#prompt", "")
     current = page.url
     page.click(".new-conv")
     assert page.url != current
