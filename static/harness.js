@@ -1712,7 +1712,11 @@
     markAnswerEnds(messages);
     autoScroll.jumpToBottom();
     showLinkedPart(messages, earlier);
-    window.addEventListener("hashchange", () => showLinkedPart(messages, earlier)); // a hit here
+    window.addEventListener("hashchange", () => { // a search hit in this conversation
+      // (on a phone the conversations drawer, where the hit was, would cover the part)
+      if (document.body.classList.contains("sidebar-open")) $("#sidebar-close").click();
+      showLinkedPart(messages, earlier);
+    });
     closeMenuOnCompact();
     closeMenusOnClickElsewhere();
     keepFocusInSharePanel();
