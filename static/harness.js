@@ -1074,6 +1074,28 @@
     });
   }
 
+  // The conversation list redrawn by an entry's Rename, Pin or Archive, or by the archived
+  // view's toggle: the focus, lost with the old list, goes to that entry's ⋯ (where it is
+  // still listed) or the toggle again, else to the list's first link, not to the page's top.
+  function keepFocusInConversationList() {
+    let had = null; // the entry's id, or the control's
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      const list = $("#conv-list");
+      if (!list || !list.contains(event.target)) return;
+      const entry = event.target.closest(".conv-item");
+      had = entry ? entry.dataset.conversationId : event.target.id;
+    });
+    document.addEventListener("htmx:afterSettle", () => {
+      const list = $("#conv-list");
+      if (had === null || !list) return;
+      const lost = !document.activeElement || document.activeElement === document.body;
+      const again = list.querySelector(`.conv-item[data-conversation-id="${had}"] > details > summary`) ||
+        (had && document.getElementById(had)) || list.querySelector("a");
+      had = null;
+      if (lost && again && list.contains(again)) again.focus();
+    });
+  }
+
   function closeMenusOnClickElsewhere() {
     document.addEventListener("click", (event) => {
       // (a click that removed its own target, such as a share's Remove, was inside)
@@ -1720,6 +1742,7 @@
     closeMenuOnCompact();
     closeMenusOnClickElsewhere();
     keepFocusInSharePanel();
+    keepFocusInConversationList();
 
     confirmBeforeSubmit();
     bindInstructions();

@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo", "noa")
+    live.create_users("pia", "ivo", "noa", "kai")
 
 
 def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
@@ -119,3 +119,38 @@ def test_new_conversation_never_reopens_an_archived_or_configured_empty_one(new_
     page.click(".new-conv")  # a blank one is still reused rather than piling up
     page.wait_for_selector("body[data-ws=open]")
     assert current(page) == blank
+
+
+def focused(page) -> str:
+    return page.evaluate("() => { const e = document.activeElement; const item ="
+                         " e.closest('.conv-item'); return [e.tagName, e.id, item &&"
+                         " item.dataset.conversationId].filter(Boolean).join(' '); }")  # fmt: skip
+
+
+def test_the_focus_stays_in_the_list_when_it_is_redrawn(new_context, live, users):
+    """The demanding-user pass: by keyboard, Pin, Archive or Rename redrew the list and the
+    focus fell to the page's top (the body): the next Tab started again from the start."""
+    older, newer = new_conversations(live, "kai", 2)
+    page = sign_in(new_context(), "kai")
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{older}']")
+    entry.locator("summary").focus()
+    page.keyboard.press("Enter")
+    entry.locator("button.pin-toggle").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{older}'][data-pinned]")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page) == f"SUMMARY {older}"  # its ⋯ again, in the redrawn list
+    page.keyboard.press("Enter")
+    entry.locator("input[name=title]").focus()
+    page.keyboard.press("Control+a")
+    page.keyboard.type("Typed title")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#conv-list .conv-link:text-is('Typed title')")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page) == f"SUMMARY {older}"
+    page.keyboard.press("Enter")
+    entry.locator("button.archive-toggle").focus()
+    page.keyboard.press("Enter")  # it leaves the list: the focus goes to the list's first
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{older}']", state="detached")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page).startswith("A conv-link-")
