@@ -1030,12 +1030,16 @@
     });
   }
 
-  // "Compact context" closes the menu it sits in (on a phone it would cover the transcript).
+  // "Compact context" and Rename close the menu they sit in (on a phone it would cover the
+  // transcript); the focus, hidden with it, goes back to its summary, as Esc's does.
   function closeMenuOnCompact() {
     document.querySelectorAll(".compact-form, .rename-form").forEach((form) => {
       form.addEventListener("submit", () => {
         const menu = form.closest("details");
-        if (menu) menu.open = false;
+        if (!menu) return;
+        const hadFocus = menu.contains(document.activeElement);
+        menu.open = false;
+        if (hadFocus) menu.querySelector("summary").focus();
       });
     });
   }
