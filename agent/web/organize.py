@@ -16,7 +16,6 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
-from agent.ui.fragments import title_fragments
 from agent.web.reach import reach, refusal
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
@@ -54,11 +53,9 @@ def _current(request: HttpRequest, conversation):
 
 
 def renamed(request: HttpRequest, conversation) -> HttpResponse:
-    """A rename's answer to htmx, so the page (a half-typed prompt, the scroll) stays: from a
-    list entry (``current`` posted), the list as that page shows it, and the page's heading
-    when it is the renamed one's; from the ⋯ menu, the heading and the entry, out of band."""
-    if "current" not in request.POST:
-        return HttpResponse(title_fragments(conversation))
+    """A rename's answer to htmx (from a list entry or the ⋯ menu), so the page (a
+    half-typed prompt, the scroll) stays: the list as that page shows it, and the page's
+    heading, out of band, when it is the renamed one's."""
     current = _current(request, conversation)
     response = _list(request, current, request.POST.get("view") == "archived")
     if current.id == conversation.id:

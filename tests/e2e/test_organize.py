@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo", "noa", "kai")
+    live.create_users("pia", "ivo", "noa", "kai", "lea")
 
 
 def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
@@ -154,3 +154,29 @@ def test_the_focus_stays_in_the_list_when_it_is_redrawn(new_context, live, users
     page.wait_for_selector(f"#conv-list [data-conversation-id='{older}']", state="detached")
     page.wait_for_function("() => document.activeElement !== document.body")
     assert focused(page).startswith("A conv-link-")
+
+
+def test_renaming_an_archived_conversation_from_its_page(new_context, live, users):
+    """Its ⋯ menu's Rename redraws the list as the page shows it (the archived view or not)
+    and the heading; no out-of-band swap for an entry the list does not show."""
+    (archived,) = new_conversations(live, "lea", 1)
+    page = sign_in(new_context(), "lea")
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{archived}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{archived}']", state="detached")
+    page.click(".conv-actions > summary")
+    page.fill(".conv-actions input[name=title]", "Put away, renamed")
+    page.click(".conv-actions button:text('Rename')")
+    page.wait_for_selector("#conv-title:text-is('Put away, renamed')")
+    assert page.get_attribute("#conv-list", "data-archived") == "0"
+    page.click("#archive-view-toggle")
+    page.wait_for_selector("#conv-list[data-archived='1']")
+    page.click(".conv-actions > summary")
+    page.fill(".conv-actions input[name=title]", "Renamed in the archived view")
+    page.click(".conv-actions button:text('Rename')")
+    page.wait_for_selector("#conv-list .conv-link:text-is('Renamed in the archived view')")
+    assert page.get_attribute("#conv-list", "data-archived") == "1"  # the view it was in
+    assert errors == []
