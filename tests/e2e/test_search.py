@@ -68,8 +68,8 @@ def test_a_hit_in_this_conversation_closes_the_phone_drawer(new_context, fresh_m
     page.locator(".search-hit", has_text="pangolin").first.click()
     found = page.wait_for_selector("#messages > .part.found")
     page.wait_for_function("() => !document.body.classList.contains('sidebar-open')")
-    assert page.evaluate(
+    page.wait_for_function(  # in sight, not under the drawer (once it has slid away)
         "el => { const r = el.getBoundingClientRect(); const hit = document.elementFromPoint("
         "r.left + r.width / 2, r.top + r.height / 2); return el.contains(hit); }",
-        found,
-    )  # in sight, not under the drawer
+        arg=found,
+    )
