@@ -255,10 +255,13 @@ def members_of(conversation: Conversation) -> list[Membership]:
 
 def empty_conversation_of(user) -> Conversation | None:
     """The user's newest conversation with nothing in it yet (no events, no title): "New
-    conversation" goes back to it rather than piling up empty ones."""
+    conversation" goes back to it rather than piling up empty ones. Not one the user put
+    away (archived: it is not in the list), gave instructions, or started in a project
+    (its worktree): those are not blank, and "New conversation" must look new."""
     return (
         conversations_of(user)
         .filter(last_seq=0, title="", events__isnull=True)
+        .filter(archived=False, instructions="", project__isnull=True)
         .exclude(state=Conversation.State.RUNNING)
         .first()
     )

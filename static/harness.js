@@ -250,6 +250,16 @@
       shown.onclick = () => { window.focus(); shown.close(); };
     };
   }
+  // The tab's title follows the heading (the first prompt names the chat, a rename), as a
+  // reload would show it; a notice's mark stays.
+  function tabTitleFollowsHeading() {
+    document.addEventListener("htmx:oobAfterSwap", (event) => {
+      const heading = $("#conv-title");
+      if (!event.target || event.target.id !== "conv-title" || !heading) return;
+      const mark = (document.title.match(NOTICE_MARK) || [""])[0];
+      document.title = `${mark}${heading.textContent.trim()} · Harness`;
+    });
+  }
   function bindNotifyToggle(toggle, note) {
     if (!toggle) return;
     const supported = "Notification" in window;
@@ -1020,12 +1030,16 @@
     });
   }
 
-  // "Compact context" closes the menu it sits in (on a phone it would cover the transcript).
+  // "Compact context" and Rename close the menu they sit in (on a phone it would cover the
+  // transcript); the focus, hidden with it, goes back to its summary, as Esc's does.
   function closeMenuOnCompact() {
-    document.querySelectorAll(".compact-form").forEach((form) => {
+    document.querySelectorAll(".compact-form, .rename-form").forEach((form) => {
       form.addEventListener("submit", () => {
         const menu = form.closest("details");
-        if (menu) menu.open = false;
+        if (!menu) return;
+        const hadFocus = menu.contains(document.activeElement);
+        menu.open = false;
+        if (hadFocus) menu.querySelector("summary").focus();
       });
     });
   }
@@ -1061,6 +1075,28 @@
       const again = (had && document.getElementById(had)) || $("#share-username");
       had = null;
       if (lost && again && panel.contains(again)) again.focus();
+    });
+  }
+
+  // The conversation list redrawn by an entry's Rename, Pin or Archive, or by the archived
+  // view's toggle: the focus, lost with the old list, goes to that entry's ⋯ (where it is
+  // still listed) or the toggle again, else to the list's first link, not to the page's top.
+  function keepFocusInConversationList() {
+    let had = null; // the entry's id, or the control's
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      const list = $("#conv-list");
+      if (!list || !list.contains(event.target)) return;
+      const entry = event.target.closest(".conv-item");
+      had = entry ? entry.dataset.conversationId : event.target.id;
+    });
+    document.addEventListener("htmx:afterSettle", () => {
+      const list = $("#conv-list");
+      if (had === null || !list) return;
+      const lost = !document.activeElement || document.activeElement === document.body;
+      const again = list.querySelector(`.conv-item[data-conversation-id="${had}"] > details > summary`) ||
+        (had && document.getElementById(had)) || list.querySelector("a");
+      had = null;
+      if (lost && again && list.contains(again)) again.focus();
     });
   }
 
@@ -1649,6 +1685,7 @@
     syncOnTabWake(seqSync);
     syncWhenRunGoesQuiet(seqSync);
     noticeStatus = createRunNotices();
+    tabTitleFollowsHeading();
     bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 
@@ -1701,10 +1738,15 @@
     markAnswerEnds(messages);
     autoScroll.jumpToBottom();
     showLinkedPart(messages, earlier);
-    window.addEventListener("hashchange", () => showLinkedPart(messages, earlier)); // a hit here
+    window.addEventListener("hashchange", () => { // a search hit in this conversation
+      // (on a phone the conversations drawer, where the hit was, would cover the part)
+      if (document.body.classList.contains("sidebar-open")) $("#sidebar-close").click();
+      showLinkedPart(messages, earlier);
+    });
     closeMenuOnCompact();
     closeMenusOnClickElsewhere();
     keepFocusInSharePanel();
+    keepFocusInConversationList();
 
     confirmBeforeSubmit();
     bindInstructions();

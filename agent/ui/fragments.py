@@ -238,8 +238,11 @@ class FragmentRenderer:
                 flush_parts()
                 context = {"conversation": conversation, "oob": True}
                 out.append(render_to_string("agent/_meter.html", context))
-                if isinstance(event, UsageEvent) and self.transcript.usage is not None:
-                    context = {"usage": self.transcript.usage, "oob": True}
+                usage = self.transcript.usage
+                # (no text part yet: the one to come shows the sum; an out-of-band swap
+                # without its target is an htmx error in the page's console)
+                if isinstance(event, UsageEvent) and usage is not None and usage.shown:
+                    context = {"usage": usage, "oob": True}
                     out.append(render_to_string("agent/_answer_cost.html", context))
             elif part is not None and part.tool_seq:  # an approval: after its call's card
                 flush_parts()
@@ -273,6 +276,8 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
             transcript.answering(event)
         if isinstance(event, UsageEvent) and event.seq <= after:  # … and what it used so far
             transcript.add(event)
+        if isinstance(event, TextEvent) and event.seq <= after:  # the page shows its cost
+            transcript.answer_usage().shown = True
     # The page may hold a live block: a completed text removes it (through the marker).
     renderer = FragmentRenderer(transcript, live=True, live_unsure=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]

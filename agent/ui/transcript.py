@@ -71,6 +71,9 @@ class AnswerUsage:
     input_tokens: int = 0  # all the calls' input, cached or not
     output_tokens: int = 0
     cost_usd: float = 0.0
+    # A text part of the answer is on the page (it holds a copy): what a live frame's
+    # update targets. Before one (a cancel's partial text, a tool call first) none exists.
+    shown: bool = False
 
     def add(self, event: UsageEvent) -> None:
         self.input_tokens += (event.input_tokens + event.cache_read_input_tokens
@@ -311,8 +314,10 @@ class Transcript:
         if isinstance(event, TextEvent):
             self.live = None  # the block is complete
             html = render_markdown(event.content)
+            usage = self.answer_usage()
+            usage.shown = True
             return Part("text", event.seq, content=event.content, html=html,
-                        prompt_seq=self.last_prompt_seq, usage=self.answer_usage())  # fmt: skip
+                        prompt_seq=self.last_prompt_seq, usage=usage)  # fmt: skip
         if isinstance(event, ToolCallEvent):
             part = self.tools[event.id] = Part("tool", event.seq, tool=tool_view(event))
             return part

@@ -1,5 +1,6 @@
 """The conversation list's own controls and a conversation's instructions, from the page:
-pin (pinned ones first), archive (archived ones only in the list's archived view), and the
+pin (pinned ones first), archive (archived ones only in the list's archived view), a
+rename's answer to the page (in place, as pin and archive), and the
 instructions the agent gets with this conversation's system prompt (docs/API.md has the
 same through ``PATCH /api/conversations/<id>``). With htmx each answers the list's fragment
 (or 204); without script, back to the page."""
@@ -11,6 +12,7 @@ import uuid
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
@@ -37,12 +39,29 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
     conversation.save(update_fields=[field])  # its place among the recent ones stays
-    # The page it was done on (its list marks that one): one of the user's, else this one.
-    current = conversations_of(request.user).filter(id=_uuid(request.POST.get("current")))
-    current = current.first() or conversation
+    current = _current(request, conversation)
     if request.headers.get("HX-Request"):
         return _list(request, current, request.POST.get("view") == "archived")
     return redirect("conversation", conversation_id=current.id)
+
+
+def _current(request: HttpRequest, conversation):
+    """The page a list control was used on (its list marks that one): one of the user's,
+    else ``conversation``."""
+    current = conversations_of(request.user).filter(id=_uuid(request.POST.get("current")))
+    return current.first() or conversation
+
+
+def renamed(request: HttpRequest, conversation) -> HttpResponse:
+    """A rename's answer to htmx (from a list entry or the ⋯ menu), so the page (a
+    half-typed prompt, the scroll) stays: the list as that page shows it, and the page's
+    heading, out of band, when it is the renamed one's."""
+    current = _current(request, conversation)
+    response = _list(request, current, request.POST.get("view") == "archived")
+    if current.id == conversation.id:
+        context = {"conversation": conversation, "oob": True}
+        response.content += render_to_string("agent/_title.html", context).encode()
+    return response
 
 
 def _uuid(value) -> uuid.UUID | None:

@@ -45,6 +45,7 @@ from agent.ui import paging
 from agent.ui.fragments import live_block, place_switches
 from agent.ui.live import LiveMarkdown
 from agent.ui.transcript import StatusView, Transcript
+from agent.web import organize
 from agent.web.organize import INSTRUCTIONS_MAX
 from agent.web.reach import reach, refusal
 from agent.web.sharing import ShareRefused, remove_member, set_member, set_team
@@ -267,6 +268,8 @@ def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
     conversation.save(update_fields=["title", "updated"])
+    if request.headers.get("HX-Request"):
+        return organize.renamed(request, conversation)
     return _back_to(request, redirect("conversation", conversation_id=conversation.id))
 
 

@@ -79,6 +79,30 @@ def test_an_answer_shows_what_its_calls_used_live_and_after_a_reload(new_context
     assert page.inner_text(cost) == live
 
 
+def test_an_answer_without_text_yet_leaves_no_htmx_error_in_the_console(new_context,
+                                                                         fresh_model):  # fmt: skip
+    """The demanding-user pass: a model call that ended before the answer had a text part
+    (a tool call first, a stop mid-stream) sent its cost to an action row the page did not
+    have yet, and htmx logged ``htmx:oobErrorNoTarget`` for ``.answer-cost``."""
+    page = sign_in(new_context(), "alice")
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    fresh_model.enqueue(tool_reply(("list_dir", {"path": "."})), text_reply("Listed."))
+    send(page, "list the workspace, no words first")
+    wait_idle(page)
+    cost = "[data-part=text].answer-end .answer-cost"
+    assert page.inner_text(cost).startswith("60 tokens")  # both calls, in the one text part
+    fresh_model.enqueue(text_reply("streaming slowly " * 200, delay=0.03))
+    send(page, "talk, then be stopped")
+    page.wait_for_selector("#live-text")
+    page.click("#cancel")
+    page.wait_for_selector("[data-part=error][data-code=cancelled]")
+    page.wait_for_selector("#messages [data-part=text] >> nth=1")  # its partial text, kept
+    assert errors == []
+
+
 def test_prompt_history_survives_a_new_browser_session(new_context, fresh_model):
     page = sign_in(new_context(), "bob")
     for prompt in ("first prompt", "second\nprompt"):
@@ -179,12 +203,21 @@ def test_conversation_list_new_rename_switch_delete(new_context, fresh_model):
     page.wait_for_selector("body[data-ws=open]")
     send(page, "a prompt that becomes the title")
     wait_idle(page)
+    # The heading and the tab's title are named live, without a reload.
+    page.wait_for_selector("#conv-title:text-is('a prompt that becomes the title')")
+    page.wait_for_function("() => document.title === 'a prompt that becomes the title · Harness'")
     page.reload()
     assert page.inner_text("#conv-title") == "a prompt that becomes the title"
+    page.fill("#prompt", "half-typed thought")
     page.click(".conv-actions summary")
     page.fill(".conv-actions input[name=title]", "Renamed chat")
     page.click(".conv-actions button:text('Rename')")
-    assert page.inner_text("#conv-title") == "Renamed chat"
+    page.wait_for_selector("#conv-title:text-is('Renamed chat')")
+    page.wait_for_selector("#conv-list .conv-link.current:text-is('Renamed chat')")
+    assert page.title() == "Renamed chat · Harness"
+    assert not page.is_visible(".conv-actions .menu-panel")  # the menu closed
+    assert page.input_value("#prompt") == "half-typed thought"  # the page never left
+    page.fill("#prompt", "")
     current = page.url
     page.click(".new-conv")
     assert page.url != current

@@ -28,3 +28,22 @@ def test_compact_from_the_menu_shows_the_summary_and_the_gauge(new_context, fres
     page.wait_for_selector("[data-part=compaction] >> text=Context compacted")
     kinds = [p.get_attribute("data-part") for p in page.query_selector_all("#messages > .part")]
     assert kinds[-1] == "compaction" and kinds.count("user") == 3  # the transcript keeps all
+
+
+def test_nothing_to_compact_is_a_notice_not_an_error(new_context, fresh_model):
+    """The demanding-user pass: Compact context on a short conversation said "Notice" in an
+    error's red box; the transcript's other notices (a limit, not a failure) are amber."""
+    page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    page.click(".conv-actions summary")
+    page.click(".compact-form button")
+    notice = page.wait_for_selector("[data-part=error][data-code=nothing_to_compact]")
+    assert notice.query_selector(".error-label").inner_text() == "Notice"
+    colours = "el => [getComputedStyle(el).color, getComputedStyle(el).backgroundColor]"
+    error = page.evaluate(
+        "() => { const el = document.createElement('div'); el.className = 'part error';"
+        " document.querySelector('#messages').append(el); const s = getComputedStyle(el);"
+        " const c = [s.color, s.backgroundColor]; el.remove(); return c; }"
+    )
+    assert notice.evaluate(colours) != error

@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo")
+    live.create_users("pia", "ivo", "noa", "kai", "lea")
 
 
 def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
@@ -85,3 +85,98 @@ def test_instructions_are_edited_in_a_dialog_and_a_refusal_keeps_the_text(new_co
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
     assert page.input_value("#instructions") == "Answer like a pirate."
+
+
+def current(page) -> str:
+    return page.get_attribute("main", "data-conversation")
+
+
+def test_new_conversation_never_reopens_an_archived_or_configured_empty_one(new_context, live,
+                                                                             users):  # fmt: skip
+    page = sign_in(new_context(), "noa")  # the home page made an empty one
+    archived = current(page)
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{archived}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{archived}']", state="detached")
+    page.click(".new-conv")
+    page.wait_for_function("id => document.querySelector('main').dataset.conversation !== id",
+                           arg=archived)  # fmt: skip
+    page.wait_for_selector("body[data-ws=open]")
+    fresh = current(page)  # a new one, in the list and marked as the open one
+    assert page.locator(f"#conv-list [data-conversation-id='{fresh}'] .conv-link.current").count()
+    page.click(".conv-actions > summary")
+    page.click("#instructions-open")
+    page.fill("#instructions", "Answer in haiku.")
+    page.click("#instructions-form button[type=submit]")
+    page.wait_for_selector("#instructions-dialog", state="hidden")
+    page.click(".new-conv")  # this one has instructions: not blank
+    page.wait_for_function("id => document.querySelector('main').dataset.conversation !== id",
+                           arg=fresh)  # fmt: skip
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.text_content("#instructions-open").strip() == "Instructions…"
+    blank = current(page)
+    page.click(".new-conv")  # a blank one is still reused rather than piling up
+    page.wait_for_selector("body[data-ws=open]")
+    assert current(page) == blank
+
+
+def focused(page) -> str:
+    return page.evaluate("() => { const e = document.activeElement; const item ="
+                         " e.closest('.conv-item'); return [e.tagName, e.id, item &&"
+                         " item.dataset.conversationId].filter(Boolean).join(' '); }")  # fmt: skip
+
+
+def test_the_focus_stays_in_the_list_when_it_is_redrawn(new_context, live, users):
+    """The demanding-user pass: by keyboard, Pin, Archive or Rename redrew the list and the
+    focus fell to the page's top (the body): the next Tab started again from the start."""
+    older, newer = new_conversations(live, "kai", 2)
+    page = sign_in(new_context(), "kai")
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{older}']")
+    entry.locator("summary").focus()
+    page.keyboard.press("Enter")
+    entry.locator("button.pin-toggle").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{older}'][data-pinned]")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page) == f"SUMMARY {older}"  # its ⋯ again, in the redrawn list
+    page.keyboard.press("Enter")
+    entry.locator("input[name=title]").focus()
+    page.keyboard.press("Control+a")
+    page.keyboard.type("Typed title")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#conv-list .conv-link:text-is('Typed title')")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page) == f"SUMMARY {older}"
+    page.keyboard.press("Enter")
+    entry.locator("button.archive-toggle").focus()
+    page.keyboard.press("Enter")  # it leaves the list: the focus goes to the list's first
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{older}']", state="detached")
+    page.wait_for_function("() => document.activeElement !== document.body")
+    assert focused(page).startswith("A conv-link-")
+
+
+def test_renaming_an_archived_conversation_from_its_page(new_context, live, users):
+    """Its ⋯ menu's Rename redraws the list as the page shows it (the archived view or not)
+    and the heading; no out-of-band swap for an entry the list does not show."""
+    (archived,) = new_conversations(live, "lea", 1)
+    page = sign_in(new_context(), "lea")
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{archived}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()
+    page.wait_for_selector(f"#conv-list [data-conversation-id='{archived}']", state="detached")
+    page.click(".conv-actions > summary")
+    page.fill(".conv-actions input[name=title]", "Put away, renamed")
+    page.click(".conv-actions button:text('Rename')")
+    page.wait_for_selector("#conv-title:text-is('Put away, renamed')")
+    assert page.get_attribute("#conv-list", "data-archived") == "0"
+    page.click("#archive-view-toggle")
+    page.wait_for_selector("#conv-list[data-archived='1']")
+    page.click(".conv-actions > summary")
+    page.fill(".conv-actions input[name=title]", "Renamed in the archived view")
+    page.click(".conv-actions button:text('Rename')")
+    page.wait_for_selector("#conv-list .conv-link:text-is('Renamed in the archived view')")
+    assert page.get_attribute("#conv-list", "data-archived") == "1"  # the view it was in
+    assert errors == []

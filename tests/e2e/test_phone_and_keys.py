@@ -347,3 +347,18 @@ def test_the_attach_button_is_drawn_without_an_emoji_font(new_context, fresh_mod
     icon = page.locator("#attach svg").bounding_box()
     assert icon["width"] >= 14 and icon["height"] >= 14
     assert page.get_attribute("#attach", "aria-label").startswith("Attach files")
+
+
+@pytest.mark.parametrize("form", [".rename-form", ".compact-form"])
+def test_a_form_that_closes_the_menu_gives_the_focus_back_to_it(new_context, fresh_model, form):
+    """The demanding-user pass: Rename and Compact context close the ⋯ menu, and the focus,
+    hidden with it, fell to the page's body (Tab started again from the top)."""
+    page = sign_in(new_context(), "alice")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    page.focus(".conv-actions > summary")
+    page.keyboard.press("Enter")
+    page.focus(f".conv-actions {form} button")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".conv-actions .menu-panel", state="hidden")
+    assert page.evaluate("() => document.activeElement.matches('.conv-actions > summary')")

@@ -141,6 +141,11 @@ def test_the_changes_panel_at_phone_width(new_context, fresh_model):
     bash(fresh_model, f"printf '{long_line}\\n' > wide.txt")
     send(page, "write it")
     wait_idle(page)
+    # The everyday controls come before the project's wide badge (it pushed them all off).
+    for control in ("#menu-toggle", ".conv-actions > summary", "#share-toggle", "#files-toggle"):
+        box = page.locator(control).bounding_box()
+        assert box["x"] + box["width"] <= PHONE["width"], control
+    assert page.locator("#changes-toggle").bounding_box()["x"] < PHONE["width"]  # in sight
     page.click("#changes-toggle")
     page.wait_for_selector(".change-file[data-path='wide.txt']")
     panel = page.locator("#changes-panel").bounding_box()

@@ -48,3 +48,28 @@ def test_the_search_page_shows_its_results_whole(new_context, fresh_model):
     results = page.locator("main #search-results")
     assert results.locator(".search-hit").count() >= 8
     assert results.evaluate("el => el.scrollHeight <= el.clientHeight")  # nothing hidden inside
+
+
+def test_a_hit_in_this_conversation_closes_the_phone_drawer(new_context, fresh_model):
+    """The demanding-user pass: on a phone, a hit in the conversation already open only
+    changed the address's #seq-<n>, and the conversations drawer it was in stayed over the
+    part it had scrolled to."""
+    page = sign_in(new_context(viewport={"width": 390, "height": 844}, has_touch=True), "bob")
+    page.click("#menu-toggle")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "the pangolin inventory")
+    wait_idle(page)
+    for _ in range(4):
+        send(page, "filler " * 60)
+        wait_idle(page)
+    page.click("#menu-toggle")
+    page.fill("#search", "pangolin")
+    page.locator(".search-hit", has_text="pangolin").first.click()
+    found = page.wait_for_selector("#messages > .part.found")
+    page.wait_for_function("() => !document.body.classList.contains('sidebar-open')")
+    page.wait_for_function(  # in sight, not under the drawer (once it has slid away)
+        "el => { const r = el.getBoundingClientRect(); const hit = document.elementFromPoint("
+        "r.left + r.width / 2, r.top + r.height / 2); return el.contains(hit); }",
+        arg=found,
+    )

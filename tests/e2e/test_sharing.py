@@ -36,6 +36,8 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     share_with(alice, "mallory", "collaborator")
 
     bob = sign_in(new_context(), "bob")
+    errors = []
+    bob.on("console", lambda m: m.type == "error" and errors.append(m.text))
     bob.goto(url)
     bob.wait_for_selector("body[data-ws=open]")
     assert bob.is_disabled("#prompt") and bob.is_visible("#read-only-note")
@@ -47,6 +49,10 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     send(alice, "tell the team")
     bob.wait_for_selector("#live-text")  # live, while it is still being written
     wait_idle(bob)
+    # The first prompt names it on the reader's page too: heading, tab, "Shared with me"
+    # (whose entry was no target: htmx logged oobErrorNoTarget, and it said the old name).
+    bob.wait_for_selector("#shared-list .conv-link.current:text-is('tell the team')")
+    assert bob.title() == "tell the team · Harness" and errors == []
     assert bob.locator('[data-part=user][data-author="alice"]').count() == 1
     assert "streaming to every reader" in bob.locator("[data-part=text]").last.inner_text()
 

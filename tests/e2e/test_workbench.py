@@ -77,10 +77,22 @@ def test_conversations_are_renamed_and_deleted_from_the_sidebar(demo_context):
     entry = page.locator(f".conv-item[data-conversation-id='{other_id}']")
     entry.locator("summary").click()
     entry.locator("input[name=title]").fill("From the sidebar")
-    with page.expect_navigation():
-        entry.locator("button:text('Rename')").click()
+    page.fill("#prompt", "half-typed thought")
+    heading = page.inner_text("#conv-title")
+    entry.locator("button:text('Rename')").click()
     page.wait_for_selector("a.conv-link:text('From the sidebar')")
-    assert page.url == here  # the page stays where it was
+    assert page.url == here  # the page stays where it was, the list redrawn in place
+    assert page.input_value("#prompt") == "half-typed thought"
+    assert page.inner_text("#conv-title") == heading  # another one's: this heading stays
+    assert page.locator(f"a.conv-link.current[href$='{here.split('/c/')[1]}']").count() == 1
+    mine = page.locator(".conv-item:has(a.conv-link.current)")
+    mine.locator("summary").click()
+    mine.locator("input[name=title]").fill("This one")
+    mine.locator("button:text('Rename')").click()  # the page's own: its heading and tab too
+    page.wait_for_selector("#conv-title:text-is('This one')")
+    assert page.title() == "This one · Harness"
+    assert page.input_value("#prompt") == "half-typed thought"
+    page.fill("#prompt", "")
     count = entries.count()
     messages = []
     page.once("dialog", lambda dialog: (messages.append(dialog.message), dialog.dismiss()))

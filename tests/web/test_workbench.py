@@ -8,7 +8,7 @@ import json
 import pytest
 from django.core.cache import cache
 
-from agent.models import Conversation, Event
+from agent.models import Conversation, Event, Project
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +43,18 @@ def test_a_used_conversation_is_not_reused(client, ada, bob):
     location = client.post("/c/new/")["Location"]
     made = Conversation.objects.get(owner=ada, title="", last_seq=0)
     assert location == f"/c/{made.id}/" and made.id not in (titled.id, spoken.id)
+
+
+def test_an_archived_configured_or_project_empty_one_is_not_reused(client, ada):
+    project = Project.objects.create(owner=ada, name="p", state=Project.State.READY)
+    put_away = [
+        Conversation.objects.create(owner=ada, model="m", archived=True),
+        Conversation.objects.create(owner=ada, model="m", instructions="Be brief."),
+        Conversation.objects.create(owner=ada, model="m", project=project),
+    ]
+    location = client.post("/c/new/")["Location"]
+    made = Conversation.objects.exclude(id__in=[c.id for c in put_away]).get(owner=ada)
+    assert location == f"/c/{made.id}/"
 
 
 # -- 6. Export from the page ----------------------------------------------------------------
