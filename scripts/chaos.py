@@ -44,14 +44,15 @@ FINAL_PARTS = ("user", "text", "error")  # a streaming answer's live block is tr
 class Frame(HTMLParser):
     """What a frame's HTML says, read from its elements' attributes (never from the markup's
     layout): its batch marker (the first element), the final parts with their seq, the
-    approvals with their state, the status line's state."""
+    approvals with their state, the status line's last state (a frame may carry a run's
+    end and the next run's start: the page shows the last)."""
 
     def __init__(self, html: str) -> None:
         super().__init__(convert_charrefs=True)
         self.marker: dict[str, str | None] | None = None
         self.parts: list[tuple[str, int]] = []
         self.approvals: dict[str, str] = {}
-        self.states: set[str] = set()
+        self.state: str | None = None
         self.first = True
         self.feed(html)
         self.close()
@@ -68,8 +69,8 @@ class Frame(HTMLParser):
             self.parts.append((kind, int(found["data-seq"])))
         if found.get("data-approval-id"):
             self.approvals[found["data-approval-id"]] = found.get("data-approval-state") or ""
-        if found.get("data-state"):
-            self.states.add(found["data-state"])
+        if found.get("id") == "status" and found.get("data-state"):
+            self.state = found["data-state"]
 
 
 APPROVE_ME = "[write a file]"  # a prompt with this makes the test model call write
@@ -174,7 +175,7 @@ class Client:
         if users:
             self.accepted = True
             self.users += users
-        if frame.states & {"idle", "error"}:
+        if frame.state in ("idle", "error"):
             self.finished = self.accepted and self.users >= self.expected_users
         if end >= start:
             self.s.applied.append((start, end))
