@@ -10,8 +10,10 @@ ANSWER = " ".join(f"w{i}" for i in range(400))
 
 
 def test_reload_mid_run_catches_up_exactly(new_context, fresh_model):
+    # Nine seconds of text: the reload comes about a third of the way in, and a loaded
+    # machine's reload must still find the block streaming.
     fresh_model.enqueue(tool_reply(("list_dir", {"path": "."})),
-                        text_reply(ANSWER, delay=0.01))  # fmt: skip
+                        text_reply(ANSWER, delay=0.03))  # fmt: skip
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
