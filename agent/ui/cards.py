@@ -94,6 +94,22 @@ class ToolView:
         # Made when a card is drawn: a long conversation's page draws only its latest ones.
         return json.dumps(self.input, indent=2, ensure_ascii=False)
 
+    @property
+    def input_text(self) -> str:
+        """The parameters as the card shows them: one a line, its value as JSON, except a
+        string of several lines (a file's content, an edit's texts, a script), shown as
+        its lines under its name rather than as one line of ``\\n`` escapes."""
+        if not isinstance(self.input, dict) or not self.input:
+            return self.input_json
+        lines = []
+        for name, value in self.input.items():
+            if isinstance(value, str) and "\n" in value.rstrip("\n"):
+                lines.append(f"{name}:")
+                lines += [f"  {line}" for line in value.rstrip("\n").split("\n")]
+            else:
+                lines.append(f"{name}: {json.dumps(value, ensure_ascii=False)}")
+        return "\n".join(lines)
+
 
 def _clip(text: str, limit: int = TARGET_CHARS) -> str:
     first, *more = text.strip().splitlines() or [""]

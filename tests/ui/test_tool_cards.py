@@ -52,6 +52,19 @@ def test_the_target_is_escaped_in_the_header():
     assert '<code class="tool-target" title="echo &lt;script&gt;' in html
 
 
+def test_a_parameter_of_several_lines_is_shown_as_its_lines_not_as_escapes():
+    """A write's content, an edit's texts, a script: read as the file would be, under the
+    parameter's name; the other parameters one a line, as JSON (strings quoted)."""
+    html = card("write", {"path": "src/app.py", "content": "def f():\n    return '<b>'\n",
+                          "mode": None}, "")  # fmt: skip
+    shown = html.split('<pre class="tool-input">', 1)[1].split("</pre>", 1)[0]
+    assert shown == ('path: &quot;src/app.py&quot;\ncontent:\n  def f():\n'
+                     '      return &#x27;&lt;b&gt;&#x27;\nmode: null')  # fmt: skip
+    assert "\\n" not in shown
+    one_line = card("bash", {"command": "ls -la", "timeout": 30}, "")
+    assert '<pre class="tool-input">command: &quot;ls -la&quot;\ntimeout: 30</pre>' in one_line
+
+
 def test_a_short_result_is_open_and_a_long_one_starts_collapsed():
     short = card("bash", {"command": "ls"}, "a\nb\n")
     assert 'class="tool-long"' not in short and '<pre class="tool-output">a\nb\n</pre>' in short
