@@ -79,11 +79,16 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     alice.click('#share-members [data-member="mallory"] button')
     alice.wait_for_selector('#share-members [data-member="mallory"]', state="detached")
     alice.focus("#share-team")  # the checkbox redraws the panel too; its focus stays on it
+    # (the box ticks at the key, before the server's panel replaces it: the next key waits
+    # for that panel, or it would tick the old box while the first answer is on its way)
+    old = "() => { document.getElementById('share-team').dataset.old = '1'; }"
+    alice.evaluate(old)
     alice.keyboard.press("Space")
-    alice.wait_for_selector("#share-team:checked")
+    alice.wait_for_selector("#share-team:checked:not([data-old])")
     alice.wait_for_function("() => document.activeElement.id === 'share-team'")
+    alice.evaluate(old)
     alice.keyboard.press("Space")
-    alice.wait_for_selector("#share-team:not(:checked)")
+    alice.wait_for_selector("#share-team:not(:checked):not([data-old])")
 
 
 def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):
