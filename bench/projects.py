@@ -56,6 +56,11 @@ def _stats(values: list[float]) -> dict:
     return {"p50_ms": at(50), "p99_ms": at(99), "count": len(values)}
 
 
+def _timed(values: list[float]) -> dict:
+    """``_stats`` and the median, which the clone ratios compare."""
+    return {**_stats(values), "median_ms": round(statistics.median(values), 1)}
+
+
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
 
@@ -160,8 +165,8 @@ def _product(mode: str, remote: str, runs: int, restores: int, clones: int) -> d
     return {
         "path": f"{path}, {as_uid}; the clone through the git relay",
         **result,
-        "clone": {**_stats(clone_ms), "median_ms": round(statistics.median(clone_ms), 1)},
-        "ready": {**_stats(ready_ms), "median_ms": round(statistics.median(ready_ms), 1)},
+        "clone": _timed(clone_ms),
+        "ready": _timed(ready_ms),
     }
 
 
@@ -274,10 +279,7 @@ def _measure(remote, files: int, runs: int, restores: int, clones: int) -> dict:
               "repository_made_s": round(made_s, 1), "targets": TARGETS,
               # Other work on the machine moves these figures by 2x: said beside them.
               "load_average_1m": round(os.getloadavg()[0], 2),
-              "plain_clone": {**_stats(plain),
-                              "median_ms": round(statistics.median(plain), 1)},
-              "plain_clone_checked_out": {**_stats(checked_out), "median_ms": round(
-                  statistics.median(checked_out), 1)},
+              "plain_clone": _timed(plain), "plain_clone_checked_out": _timed(checked_out),
               "paths": {}}  # fmt: skip
     skipped = {"oneshot": "bubblewrap (bwrap) is not installed",
                "host": "the broker needs root (the bench runs unprivileged)"}  # fmt: skip
