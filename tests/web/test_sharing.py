@@ -253,24 +253,13 @@ def ws_url(live: LiveServer, cid: str) -> str:
     return f"{live.url.replace('http://', 'ws://')}/ws/c/{cid}/"
 
 
-async def frames_for(ws, seconds: float = 1.0) -> str:
-    received = ""
-    try:
-        async with asyncio.timeout(seconds):
-            while True:
-                received += await ws.recv()
-    except TimeoutError:
-        pass
-    return received
-
-
-async def frames_until(ws, text: str, seconds: float = 15.0) -> str:
-    """Frames up to the first that holds ``text`` (what a loaded server answers late is
-    still its answer), or all of them when ``seconds`` pass first."""
+async def frames_for(ws, seconds: float = 1.0, until: str | None = None) -> str:
+    """Frames received within ``seconds``; with ``until``, up to the first that holds it
+    (what a loaded server answers late is still its answer)."""
     received = ""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
-            while text not in received:
+            while until is None or until not in received:
                 received += await ws.recv()
     return received
 
@@ -311,7 +300,7 @@ async def test_ownership_matrix_of_the_socket_and_its_actions(live, apis, fresh,
                 answer = await frames_for(ws, 0.5)
                 assert 'data-code="forbidden"' not in answer, (frame, answer)
             else:  # each refused action is answered once, in order
-                answer = await frames_until(ws, 'data-code="forbidden"')
+                answer = await frames_for(ws, 15, until='data-code="forbidden"')
                 assert 'data-code="forbidden"' in answer, (frame, answer)
             if role in DRIVES:  # a prompt, a compaction: each run to its end
                 await asyncio.to_thread(wait_quiet, apis["owner"], cid)
@@ -484,7 +473,8 @@ async def test_a_collaborator_made_viewer_keeps_watching_but_can_no_longer_drive
         )
         assert status == 200
         await ws.send(json.dumps({"content": "still driving?"}))
-        assert 'data-code="forbidden"' in await frames_until(ws, 'data-code="forbidden"')
+        forbidden = 'data-code="forbidden"'
+        assert forbidden in await frames_for(ws, 15, until=forbidden)
         await ws.send(json.dumps({"action": "sync", "after": 0}))  # still open: it may read
         assert "forbidden" not in await frames_for(ws, 0.5)
     status, body = await asyncio.to_thread(
