@@ -103,9 +103,10 @@ class ToolView:
             return self.input_json
         lines = []
         for name, value in self.input.items():
-            if isinstance(value, str) and "\n" in value.rstrip("\n"):
+            text = value.rstrip("\n") if isinstance(value, str) else ""
+            if "\n" in text:
                 lines.append(f"{name}:")
-                lines += [f"  {line}" for line in value.rstrip("\n").split("\n")]
+                lines += [f"  {line}" for line in text.split("\n")]
             else:
                 lines.append(f"{name}: {json.dumps(value, ensure_ascii=False)}")
         return "\n".join(lines)
