@@ -359,6 +359,10 @@ HARNESS_EGRESS = env_choice("HARNESS_EGRESS", ("off", "proxy"), "off")
 HARNESS_EGRESS_MB_PER_DAY = env_int("HARNESS_EGRESS_MB_PER_DAY", 1024, minimum=1)
 # Open connections one conversation's sandboxes may hold through the proxy at once.
 HARNESS_EGRESS_CONNECTIONS = env_int("HARNESS_EGRESS_CONNECTIONS", 32, minimum=1)
+# ...and all of one user's conversations together, so one user's many downloads cannot
+# take every connection this process has from the others.
+HARNESS_EGRESS_CONNECTIONS_PER_USER = env_int("HARNESS_EGRESS_CONNECTIONS_PER_USER", 64,
+                                              minimum=1)  # fmt: skip
 # Rows of the Egress log kept; the oldest are deleted past it.
 HARNESS_EGRESS_LOG_ROWS = env_int("HARNESS_EGRESS_LOG_ROWS", 100_000, minimum=100)
 # A git clone, fetch or push through the relay (agent/runs/git_relay.py): its time and the

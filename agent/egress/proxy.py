@@ -4,8 +4,9 @@ socket, never anything the sandbox says. It runs as asyncio tasks in the process
 starts the sandboxes (the run workers), never in a web request's path.
 
 A connection is admitted when a rule for its user admits the host and port, the user's
-bytes today are under ``HARNESS_EGRESS_MB_PER_DAY`` and the sandbox holds fewer than
-``HARNESS_EGRESS_CONNECTIONS``; the name is resolved here (``resolve_checked``) and only
+bytes today are under ``HARNESS_EGRESS_MB_PER_DAY``, the sandbox holds fewer than
+``HARNESS_EGRESS_CONNECTIONS`` and its user, over all their conversations, fewer than
+``HARNESS_EGRESS_CONNECTIONS_PER_USER``; the name is resolved here (``resolve_checked``) and only
 the checked addresses are connected to (no second lookup: no DNS rebinding). A refusal
 is ``403`` with a short text body naming the host and why; every connection is logged.
 
@@ -55,20 +56,22 @@ class Who:
 
 class EgressProxy:
     def __init__(self, *, resolve=socket.getaddrinfo, connections: int | None = None,
-                 bound_bytes: int | None = None,
+                 user_connections: int | None = None, bound_bytes: int | None = None,
                  credential: Callable[[int, str, int], str | None] | None = None,
                  ) -> None:  # fmt: skip
         self.resolve = resolve
         self.credential = credential
         self.connections = connections
+        self.user_connections = user_connections
         self.bound_bytes = bound_bytes
         self._open: Counter = Counter()  # open connections per socket (a conversation's sandboxes)
+        self._open_by_user: Counter = Counter()
         self._live: Counter = Counter()  # bytes per user moved and not yet in the ledger
         self._paces: defaultdict[Who, TokenBucket] = defaultdict(
             lambda: TokenBucket(PACE, PACE_BURST)
         )
         self._flood_rows: dict[Who, float] = {}  # when a sandbox's last pace row was written
-        self._servers: dict[str, asyncio.Server] = {}
+        self._servers: dict[str, tuple[asyncio.Server, Who]] = {}
 
     async def listen(self, path: str, who: Who) -> None:
         """A Unix socket at ``path`` for one sandbox (bound into it by its starter, who
@@ -76,12 +79,16 @@ class EgressProxy:
         server = await asyncio.start_unix_server(
             lambda r, w: self.handle(r, w, who), path, limit=http_head.MAX_HEAD
         )
-        self._servers[path] = server
+        self._servers[path] = (server, who)
 
     async def close(self, path: str | None = None) -> None:
         for key in [path] if path else list(self._servers):
-            server = self._servers.pop(key, None)
+            server, who = self._servers.pop(key, (None, None))
             if server is not None:
+                # A conversation's pace goes with its socket: this process sees an
+                # unbounded number of conversations over its life.
+                self._paces.pop(who, None)
+                self._flood_rows.pop(who, None)
                 server.close()
                 await server.wait_closed()
 
@@ -89,18 +96,28 @@ class EgressProxy:
         from django.conf import settings
 
         bound = self.connections or settings.HARNESS_EGRESS_CONNECTIONS
+        user_bound = self.user_connections or settings.HARNESS_EGRESS_CONNECTIONS_PER_USER
         paced = self._paces[who].take()
         self._open[who] += 1
+        self._open_by_user[who.user_id] += 1
         try:
+            held = self._open[who] <= bound and self._open_by_user[who.user_id] <= user_bound
             if not paced:
-                await self._flood(reader, writer, who, held=self._open[who] <= bound)
+                await self._flood(reader, writer, who, held=held)
             elif self._open[who] > bound:
                 await self._refuse(writer, who, "-", 0, f"this sandbox has {bound} "
                                    "connections open, the most it may")  # fmt: skip
+            elif self._open_by_user[who.user_id] > user_bound:
+                await self._refuse(writer, who, "-", 0, f"this user has {user_bound} "
+                                   "connections open across their conversations, the most "
+                                   "they may")  # fmt: skip
             else:
                 await self._serve(reader, writer, who)
         finally:
-            self._open[who] -= 1
+            for counts, key in ((self._open, who), (self._open_by_user, who.user_id)):
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]
             with contextlib.suppress(Exception):
                 writer.close()
                 await writer.wait_closed()

@@ -70,8 +70,11 @@ class Proxied:
 async def proxied(tmp_path):
     made: list[EgressProxy] = []
 
-    async def start(user, *, conversation=None, **options) -> Proxied:
-        proxy = EgressProxy(**options)
+    async def start(user, *, conversation=None, beside: Proxied | None = None,
+                    **options) -> Proxied:  # fmt: skip
+        """A sandbox's socket on a new proxy, or on ``beside``'s (as one process serves
+        all its conversations)."""
+        proxy = beside.proxy if beside else EgressProxy(**options)
         path = str(tmp_path / f"egress-{len(made)}.sock")
         await proxy.listen(path, Who(user.id if user else None, conversation))
         made.append(proxy)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from agent.models import EgressDay, EgressLog, EgressRule, User
+from agent.models import Conversation, EgressDay, EgressLog, EgressRule, User
 from agent.runs import git_credentials
 from agent.runs.egress import credential
 from agent.server import metrics
@@ -104,6 +104,31 @@ async def test_one_sandbox_holds_at_most_its_connections(ada, allow, origin, pro
     await writer.wait_closed()
     other = await proxied(ada, connections=1)  # another sandbox has its own bound
     assert BODY in await other.ask(get(f"127.0.0.1:{origin}"))
+
+
+async def test_one_user_holds_at_most_their_connections_across_conversations(
+    ada, allow, origin, proxied
+):
+    """Many conversations each under their own bound still cannot take every connection
+    of the process: their user's are bounded together, and another user's go on."""
+    allow(f"127.0.0.1:{origin}")
+    one, two = [await Conversation.objects.acreate(owner=ada) for _ in range(2)]
+    first = await proxied(ada, conversation=one.id, user_connections=1)
+    second = await proxied(ada, conversation=two.id, beside=first)
+    reader, writer = await asyncio.open_unix_connection(first.path)
+    writer.write(f"CONNECT 127.0.0.1:{origin} HTTP/1.1\r\n\r\n".encode())
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+    answer = await second.ask(get(f"127.0.0.1:{origin}"))
+    assert answer.startswith(b"HTTP/1.1 403") and b"across their conversations" in answer
+    bob = await User.objects.acreate_user("bob", password="x")
+    assert BODY in await (await proxied(bob, beside=first)).ask(get(f"127.0.0.1:{origin}"))
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(100):  # the proxy sees the tunnel's end on its own time
+        if BODY in (answer := await second.ask(get(f"127.0.0.1:{origin}"))):
+            break
+        await asyncio.sleep(0.05)
+    assert BODY in answer
 
 
 async def test_the_credential_goes_to_its_host_over_plain_http_only(ada, allow, origin, proxied):
