@@ -24,7 +24,9 @@ from agent.core.tools.search import GrepTool, ListDirTool
 from agent.core.tools.workspace import PathError, Workspace
 from agent.ui import browse
 
-RACE_SECONDS = 3.0
+RACE_SECONDS = 3.0  # at least this long, and at least MIN_CALLS tool calls...
+MIN_CALLS = 25
+RACE_CAP_SECONDS = 60.0  # ...but no longer than this (a loaded machine's calls are slow)
 CANARY = "CANARY: a root-owned file outside the workspace\n"
 INSIDE = "inside: old_str here\n"
 
@@ -32,13 +34,18 @@ INSIDE = "inside: old_str here\n"
 # it exchanges `d` (a directory) and `s` (a symlink to the outside directory) atomically,
 # and also replaces `d` by a symlink the plain way (rename over it), like a racing `mv`.
 SWAPPER = r"""
-import ctypes, os, sys, time
+import ctypes, os, signal, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD, RENAME_EXCHANGE = -100, 2
 os.chdir(sys.argv[1])
 deadline = time.monotonic() + float(sys.argv[2])
+stopped = False
+def stop(*_):
+    global stopped
+    stopped = True
+signal.signal(signal.SIGTERM, stop)
 swaps = 0
-while time.monotonic() < deadline:
+while not stopped and time.monotonic() < deadline:
     if libc.renameat2(AT_FDCWD, b"d", AT_FDCWD, b"s", RENAME_EXCHANGE) == 0:
         swaps += 1
 print(swaps)
@@ -86,21 +93,25 @@ def arena(request, tmp_path):
 
 
 def _race(root: Path, work) -> tuple[int, list]:
-    """Run ``work()`` over and over while the swapper races it; (swaps, results)."""
+    """Run ``work()`` over and over while the swapper races it (for RACE_SECONDS and
+    MIN_CALLS calls, whichever comes last); (swaps, results)."""
     swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(root), str(RACE_SECONDS)],
+        [sys.executable, "-c", SWAPPER, str(root), str(RACE_CAP_SECONDS + 30)],
         stdout=subprocess.PIPE,
         text=True,
     )
     results = []
-    deadline = time.monotonic() + RACE_SECONDS
+    started = time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        while (elapsed := time.monotonic() - started) < RACE_CAP_SECONDS and (
+            elapsed < RACE_SECONDS or len(results) < MIN_CALLS
+        ):
             try:
                 results.append(work())
             except Exception as exc:  # a crash is a failure too, asserted after the canaries
                 results.append(f"CRASHED: {exc!r}")
     finally:
+        swapper.terminate()
         out, _ = swapper.communicate(timeout=30)
     return int(out), results
 
@@ -134,7 +145,7 @@ def test_racing_a_symlink_swap_never_reaches_outside_the_workspace(arena, name):
 
     swaps, results = _race(root, work)
     assert swaps > 100, "the swapper did not race"
-    assert len(results) > 20, "the tool did not race"
+    assert len(results) >= MIN_CALLS, "the tool did not race"
     assert _snapshot(outside) == before, "something outside the workspace changed"
     assert not any("CANARY" in r for r in results), "a tool read outside the workspace"
     assert not any(r.startswith("CRASHED") for r in results), "a tool crashed under the race"
@@ -160,7 +171,7 @@ def test_racing_a_symlink_swap_never_shows_outside_in_the_file_browser(arena, pa
         return " ".join(entry.name for entry in shown)
 
     swaps, results = _race(root, work)
-    assert swaps > 100 and len(results) > 20
+    assert swaps > 100 and len(results) >= MIN_CALLS
     assert _snapshot(outside) == before
     assert not any("CANARY" in r or "canary.txt" in r for r in results)
     assert not any(r.startswith("CRASHED") for r in results)
