@@ -127,8 +127,17 @@
     if (focused && copy.contains(focused)) focused.focus();
   }
 
+  // htmx's own backoff ("full-jitter") grows to 64 s after a few failed tries, so a page
+  // could sit on "Reconnecting…" for a minute after the server came back. Here the wait
+  // grows to at most 4 s, still jittered so that a restart's pages do not all come at once.
+  const RECONNECT_MAX_MS = 4000;
+  function reconnectDelay(tries) {
+    return Math.min(RECONNECT_MAX_MS, 250 * 2 ** tries) * (0.5 + Math.random() / 2);
+  }
+
   // body[data-ws] and the banners follow the socket; every (re)open syncs.
   function trackConnection(seqSync, outcomes) {
+    window.htmx.config.wsReconnectDelay = reconnectDelay;
     const reconnecting = $("#reconnecting");
     let wasOpen = false;
     function end(banner) {
