@@ -657,6 +657,26 @@
     fitPromptPlaceholder = apply;
   }
 
+  // The prompt grows with its text up to its max-height (then it scrolls) and shrinks back
+  // as it empties (after a send too). By script: CSS field-sizing: content hung Chromium
+  // here. One measurement a change; the box collapses to be measured only when the text got
+  // shorter. The transcript, if it was at its end, stays there (see createAutoScroll).
+  function growWithText(prompt) {
+    const style = getComputedStyle(prompt);
+    const borders = parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+    let length = 0;
+    function fit() {
+      const shorter = prompt.value.length < length;
+      length = prompt.value.length;
+      if (shorter || !length) prompt.style.height = "";
+      if (length && prompt.scrollHeight > prompt.clientHeight) {
+        prompt.style.height = `${prompt.scrollHeight + borders}px`;
+      }
+    }
+    prompt.addEventListener("input", fit);
+    fit();
+  }
+
   // --- the alert beside the composer --------------------------------------------------------
   // #composer-alert says why a prompt was not sent: the server's refusals replace it whole
   // (htmx), the page's own set its text. Looked up each time, since a swap replaces it.
@@ -786,6 +806,7 @@
         } else if (event.ctrlKey) { // Ctrl+Enter: a newline (Shift+Enter is native)
           event.preventDefault();
           prompt.setRangeText("\n", prompt.selectionStart, prompt.selectionEnd, "end");
+          prompt.dispatchEvent(new Event("input")); // (as typing: the box grows, the counter follows)
         }
       } else if (event.key === "ArrowUp" && plain && caretOnFirstLine(prompt) && historyWalk.canGoOlder()) {
         event.preventDefault();
@@ -1142,6 +1163,13 @@
       if (stickToBottom) newContent.hidden = true;
     }, { passive: true });
     newContent.addEventListener("click", jumpToBottom);
+    // The transcript's box shrinks when the composer grows (or a terminal opens): a reader at
+    // its end stays there.
+    let measured = false; // (the observer's first call is the page's first layout)
+    new ResizeObserver(() => {
+      if (measured && stickToBottom) scrollToBottom();
+      measured = true;
+    }).observe(messages);
     // Just above the transcript's end, whatever is between it and the composer (the
     // Terminal and Preview rows, an open terminal): it covered them, at a fixed height.
     function showPill() {
@@ -1697,6 +1725,7 @@
     jumpToBottomOnSend(form, autoScroll);
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
+    growWithText(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
     const steer = $("#steer");
     if (steer) steer.addEventListener("click", () => { send(true); prompt.focus(); });
