@@ -93,7 +93,7 @@ def set_instructions(request: HttpRequest, conversation_id) -> HttpResponse:
     if len(text) > INSTRUCTIONS_MAX:
         return refusal(f"Instructions are limited to {INSTRUCTIONS_MAX} characters.", 400)
     conversation.instructions = text.strip()
-    conversation.save(update_fields=["instructions", "updated"])
+    conversation.save(update_fields=["instructions"])  # (not activity: the list's order stays)
     if request.headers.get("HX-Request"):
         return HttpResponse(status=204)
     return redirect("conversation", conversation_id=conversation.id)

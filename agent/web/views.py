@@ -267,7 +267,7 @@ def create_conversation(request: HttpRequest) -> HttpResponse:
 def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
-    conversation.save(update_fields=["title", "updated"])
+    conversation.save(update_fields=["title"])  # its place among the recently active stays
     if request.headers.get("HX-Request"):
         return organize.renamed(request, conversation)
     return _back_to(request, redirect("conversation", conversation_id=conversation.id))
