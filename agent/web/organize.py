@@ -41,7 +41,11 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation.save(update_fields=[field])  # its place among the recent ones stays
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
-        return _list(request, current, request.POST.get("view") == "archived")
+        response = _list(request, current, request.POST.get("view") == "archived")
+        if field == "archived" and current.id == conversation.id:  # its header's mark too
+            context = {"conversation": conversation, "role": "owner", "oob": True}
+            response.content += render_to_string("agent/_archived.html", context, request).encode()
+        return response
     return redirect("conversation", conversation_id=current.id)
 
 
