@@ -1698,6 +1698,22 @@
     if (holder.querySelector("[data-load-now]") || holder.querySelector("details[open]")) load();
   }
 
+  // At phone width the header's one row scrolls sideways: a fade at an edge (CSS, by
+  // data-more: "start", "end" or both) says more controls are that way.
+  function hintHeaderScroll(head) {
+    if (!head) return;
+    const update = () => {
+      const more = [];
+      if (head.scrollLeft > 1) more.push("start");
+      if (head.scrollLeft + head.clientWidth < head.scrollWidth - 1) more.push("end");
+      const value = more.join(" ");
+      if ((head.dataset.more || "") !== value) head.dataset.more = value;
+    };
+    head.addEventListener("scroll", update, { passive: true });
+    new ResizeObserver(update).observe(head);
+    update();
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     document.querySelectorAll("[data-load]").forEach(bindOnDemand);
@@ -1782,6 +1798,7 @@
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();
+    hintHeaderScroll($(".chat-head"));
     redrawOnRoleChange(prompt);
   }
 
