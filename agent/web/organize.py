@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
 from agent.web.reach import reach, refusal
+from agent.web.revocation import refresh_shared_lists
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
 
@@ -39,6 +40,8 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
     conversation.save(update_fields=[field])  # its place among the recent ones stays
+    if field == "archived":  # it leaves, or comes back to, its members' "Shared with me"
+        refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
         response = _list(request, current, request.POST.get("view") == "archived")

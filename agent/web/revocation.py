@@ -83,6 +83,13 @@ def recheck_conversation(conversation_id) -> None:
     transaction.on_commit(lambda: _send(group, "access.recheck"))
 
 
+def refresh_shared_lists(user_ids) -> None:
+    """The pages of these users redraw their "Shared with me" (a conversation was shared
+    with them, taken back, archived…), once the caller's transaction commits."""
+    groups = [user_group(user_id) for user_id in user_ids]
+    transaction.on_commit(lambda: [_send(group, "shared.changed") for group in groups])
+
+
 def revoke_user(user) -> None:
     from django.db.models import Q
 
