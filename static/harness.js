@@ -674,6 +674,13 @@
       }
     }
     prompt.addEventListener("input", fit);
+    let width = prompt.clientWidth; // a narrower box wraps its lines anew: fitted again
+    new ResizeObserver(() => {
+      if (prompt.clientWidth === width) return; // (its own height's changes: nothing to do)
+      width = prompt.clientWidth;
+      length = Infinity; // measured from the collapsed box, as after a deletion
+      fit();
+    }).observe(prompt);
     fit();
   }
 

@@ -146,6 +146,11 @@ def test_the_prompt_grows_with_its_lines_up_to_a_limit_then_scrolls_and_shrinks_
     assert height() > empty + 40
     page.keyboard.press("Control+u")
     assert height() == empty
+    page.fill("#prompt", "a long line that wraps " * 12)  # a narrower window wraps it more
+    wide = height()
+    page.set_viewport_size({"width": 700, "height": 900})
+    page.wait_for_function("h => document.querySelector('#prompt').offsetHeight > h", arg=wide)
+    assert not prompt.evaluate(scrolls)
     wait_idle(page)
 
 
