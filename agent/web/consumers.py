@@ -51,7 +51,13 @@ from agent.web.feed import (
     Switched,
 )
 from agent.web.rechecks import Recheck, Watch
-from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
+from agent.web.revocation import (
+    EVERYONE_GROUP,
+    NOT_FOUND,
+    session_group,
+    socket_access,
+    user_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +143,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
+            EVERYONE_GROUP,  # a conversation opened to the team: "Shared with me" redrawn
             *([session_group(session.session_key)] if session and session.session_key else []),
         ]
         for group in self.groups_joined:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
 from agent.web.reach import reach, refusal
-from agent.web.revocation import refresh_shared_lists
+from agent.web.revocation import refresh_everyones_shared_lists, refresh_shared_lists
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
 
@@ -40,7 +40,9 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
     conversation.save(update_fields=[field])  # its place among the recent ones stays
-    if field == "archived":  # it leaves, or comes back to, its members' "Shared with me"
+    if field == "archived" and conversation.team:  # it leaves, or comes back to, the
+        refresh_everyones_shared_lists()  # "Shared with me" of everyone, or of its members
+    elif field == "archived":
         refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):

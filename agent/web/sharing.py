@@ -17,7 +17,11 @@ from agent.models import Conversation, Membership, User
 from agent.runs import terminals
 from agent.runs.cli_sessions import end_session_sync
 from agent.runs.manager import drop_author_from_sync
-from agent.web.revocation import recheck_conversation, refresh_shared_lists
+from agent.web.revocation import (
+    recheck_conversation,
+    refresh_everyones_shared_lists,
+    refresh_shared_lists,
+)
 
 ROLES = tuple(Membership.Role.values)
 USERNAME_MAX = 150
@@ -108,6 +112,7 @@ def set_team(conversation: Conversation, team: bool) -> None:
         if conversation.team and not team:
             recheck_conversation(conversation.pk)
         if conversation.team != team:
+            refresh_everyones_shared_lists()  # it is in (or out of) everyone's sidebar
             action = audit.Action.TEAM_OPENED if team else audit.Action.TEAM_CLOSED
             audit.record(action, target=_shared(conversation), actor=conversation.owner)
     conversation.team = team

@@ -163,6 +163,23 @@ def test_shared_with_me_follows_a_share_live(new_context, fresh_model):
     assert bob.input_value("#prompt") == "half-typed"  # the page never left
 
 
+def test_shared_with_me_follows_a_conversation_opened_to_the_team_live(new_context, fresh_model):
+    reader = sign_in(new_context(), "mallory")  # no member: a reader as one of the team
+    reader.click(".new-conv")
+    reader.wait_for_selector("body[data-ws=open]")
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    cid = alice.evaluate("document.querySelector('main').dataset.conversation")
+    entry = reader.locator(f"#shared-list .conv-item[data-conversation-id='{cid}']")
+    alice.click("#share-toggle")
+    alice.check("#share-team")
+    entry.wait_for()
+    assert entry.get_attribute("data-role") == "viewer"
+    alice.uncheck("#share-team")
+    entry.wait_for(state="detached")
+
+
 def archive_toggle(page) -> None:
     """Archive or Unarchive, from the header's ⋯ menu."""
     if page.get_attribute(".conv-actions", "open") is None:
