@@ -1159,7 +1159,7 @@
 
   // --- auto-scroll that pauses when the user scrolls up --------------------------------
   // While the user reads further up, new content shows the "↓ New content" pill instead.
-  function createAutoScroll(messages, newContent) {
+  function createAutoScroll(messages, newContent, composer) {
     let stickToBottom = true;
     function atBottom() { return messages.scrollHeight - messages.scrollTop - messages.clientHeight < 40; }
     function scrollToBottom() { messages.scrollTop = messages.scrollHeight; newContent.hidden = true; }
@@ -1170,13 +1170,13 @@
       if (stickToBottom) newContent.hidden = true;
     }, { passive: true });
     newContent.addEventListener("click", jumpToBottom);
-    // The transcript's box shrinks when the composer grows (or a terminal opens): a reader at
-    // its end stays there.
+    // The transcript's box shrinks as the composer grows: a reader at its end stays there.
+    // (Only then: a panel opened from a card leaves the card where it was, in sight.)
     let measured = false; // (the observer's first call is the page's first layout)
     new ResizeObserver(() => {
       if (measured && stickToBottom) scrollToBottom();
       measured = true;
-    }).observe(messages);
+    }).observe(composer);
     // Just above the transcript's end, whatever is between it and the composer (the
     // Terminal and Preview rows, an open terminal): it covered them, at a fixed height.
     function showPill() {
@@ -1740,7 +1740,7 @@
     bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 
-    const autoScroll = createAutoScroll(messages, $("#new-content"));
+    const autoScroll = createAutoScroll(messages, $("#new-content"), $(".composer"));
     const limit = Number(prompt.dataset.maxChars);
     const modes = createPromptModes(form);
     const send = (steer) => submitPrompt(form, prompt, limit, outcomes, modes, steer);
