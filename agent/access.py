@@ -243,6 +243,11 @@ def shared_with(user) -> QuerySet[Conversation]:
     return others.select_related("owner").order_by("-updated")
 
 
+def shared_list(user) -> list[Conversation]:
+    """The sidebar's "Shared with me" as shown: archived ones left out, the newest 200."""
+    return list(shared_with(user).filter(archived=False)[:200])
+
+
 def listed_for(user) -> QuerySet[Conversation]:
     """Own and shared conversations, pinned ones first, then the newest, each with ``role``
     (the API's list)."""

@@ -134,6 +134,11 @@ class ConversationAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # conversations are made by their owners, not by admins
 
+    def save_model(self, request, obj, form, change):
+        # Only the fields edited: a whole save sets ``updated``, the conversation's last
+        # activity, which orders its owner's list.
+        obj.save(update_fields=[name for name in form.changed_data if name in self.fields])
+
     @admin.display(description="Transcript")
     def transcript(self, conversation: Conversation):
         parts = build_parts(from_stored(_events(conversation)))

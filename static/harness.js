@@ -666,6 +666,33 @@
     fitPromptPlaceholder = apply;
   }
 
+  // The prompt grows with its text up to its max-height (then it scrolls) and shrinks back
+  // as it empties (after a send too). By script: CSS field-sizing: content hung Chromium
+  // here. One measurement a change; the box collapses to be measured only when the text got
+  // shorter. The transcript, if it was at its end, stays there (see createAutoScroll).
+  function growWithText(prompt) {
+    const style = getComputedStyle(prompt);
+    const borders = parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+    let length = 0;
+    function fit() {
+      const shorter = prompt.value.length < length;
+      length = prompt.value.length;
+      if (shorter || !length) prompt.style.height = "";
+      if (length && prompt.scrollHeight > prompt.clientHeight) {
+        prompt.style.height = `${prompt.scrollHeight + borders}px`;
+      }
+    }
+    prompt.addEventListener("input", fit);
+    let width = prompt.clientWidth; // a narrower box wraps its lines anew: fitted again
+    new ResizeObserver(() => {
+      if (prompt.clientWidth === width) return; // (its own height's changes: nothing to do)
+      width = prompt.clientWidth;
+      length = Infinity; // measured from the collapsed box, as after a deletion
+      fit();
+    }).observe(prompt);
+    fit();
+  }
+
   // --- the alert beside the composer --------------------------------------------------------
   // #composer-alert says why a prompt was not sent: the server's refusals replace it whole
   // (htmx), the page's own set its text. Looked up each time, since a swap replaces it.
@@ -795,6 +822,7 @@
         } else if (event.ctrlKey) { // Ctrl+Enter: a newline (Shift+Enter is native)
           event.preventDefault();
           prompt.setRangeText("\n", prompt.selectionStart, prompt.selectionEnd, "end");
+          prompt.dispatchEvent(new Event("input")); // (as typing: the box grows, the counter follows)
         }
       } else if (event.key === "ArrowUp" && plain && caretOnFirstLine(prompt) && historyWalk.canGoOlder()) {
         event.preventDefault();
@@ -1140,7 +1168,7 @@
 
   // --- auto-scroll that pauses when the user scrolls up --------------------------------
   // While the user reads further up, new content shows the "↓ New content" pill instead.
-  function createAutoScroll(messages, newContent) {
+  function createAutoScroll(messages, newContent, composer) {
     let stickToBottom = true;
     function atBottom() { return messages.scrollHeight - messages.scrollTop - messages.clientHeight < 40; }
     function scrollToBottom() { messages.scrollTop = messages.scrollHeight; newContent.hidden = true; }
@@ -1151,6 +1179,13 @@
       if (stickToBottom) newContent.hidden = true;
     }, { passive: true });
     newContent.addEventListener("click", jumpToBottom);
+    // The transcript's box shrinks as the composer grows: a reader at its end stays there.
+    // (Only then: a panel opened from a card leaves the card where it was, in sight.)
+    let measured = false; // (the observer's first call is the page's first layout)
+    new ResizeObserver(() => {
+      if (measured && stickToBottom) scrollToBottom();
+      measured = true;
+    }).observe(composer);
     // Just above the transcript's end, whatever is between it and the composer (the
     // Terminal and Preview rows, an open terminal): it covered them, at a fixed height.
     function showPill() {
@@ -1679,6 +1714,22 @@
     if (holder.querySelector("[data-load-now]") || holder.querySelector("details[open]")) load();
   }
 
+  // At phone width the header's one row scrolls sideways: a fade at an edge (CSS, by
+  // data-more: "start", "end" or both) says more controls are that way.
+  function hintHeaderScroll(head) {
+    if (!head) return;
+    const update = () => {
+      const more = [];
+      if (head.scrollLeft > 1) more.push("start");
+      if (head.scrollLeft + head.clientWidth < head.scrollWidth - 1) more.push("end");
+      const value = more.join(" ");
+      if ((head.dataset.more || "") !== value) head.dataset.more = value;
+    };
+    head.addEventListener("scroll", update, { passive: true });
+    new ResizeObserver(update).observe(head);
+    update();
+  }
+
   // --- wiring ----------------------------------------------------------------------------
   function init() {
     document.querySelectorAll("[data-load]").forEach(bindOnDemand);
@@ -1698,7 +1749,7 @@
     bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 
-    const autoScroll = createAutoScroll(messages, $("#new-content"));
+    const autoScroll = createAutoScroll(messages, $("#new-content"), $(".composer"));
     const limit = Number(prompt.dataset.maxChars);
     const modes = createPromptModes(form);
     const send = (steer) => submitPrompt(form, prompt, limit, outcomes, modes, steer);
@@ -1706,6 +1757,7 @@
     jumpToBottomOnSend(form, autoScroll);
     showPromptLength(prompt, $("#prompt-count"), limit);
     fitPlaceholder(prompt);
+    growWithText(prompt);
     bindSendStop($("#cancel"), $("#cancel-form"), () => send(false));
     const steer = $("#steer");
     if (steer) steer.addEventListener("click", () => { send(true); prompt.focus(); });
@@ -1762,6 +1814,7 @@
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();
+    hintHeaderScroll($(".chat-head"));
     redrawOnRoleChange(prompt);
   }
 

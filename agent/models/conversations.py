@@ -94,6 +94,8 @@ class Conversation(models.Model):
     # Who answers: "harness", the built-in loop, or an external CLI agent.
     agent = models.CharField(max_length=20, default="harness")
     created = models.DateTimeField(auto_now_add=True)
+    # Its last activity, which orders the lists: set when a run starts (agent/runs/claim.py).
+    # A rename or a setting saves only its own field (update_fields), leaving this one.
     updated = models.DateTimeField(auto_now=True)
     # The highest seq handed out so far; the next event gets last_seq + 1 (never reused).
     last_seq = models.PositiveBigIntegerField(default=0)

@@ -158,7 +158,10 @@ def _keep_images(conversation_id, owner_id: int, images: list[attachments.Snapsh
 def _claiming(conversation_id, branch, process, until, title=None):
     """The claim's UPDATE: running, leased to this process; only if no prompt runs and
     its branch is still the one read."""
-    changes = {"state": Conversation.State.RUNNING, "lease_owner": process, "lease_until": until}
+    # ``updated`` is the conversation's last activity, which orders the lists: a run started
+    # (a prompt, a regenerate, a compaction) is activity; renaming or settings are not.
+    changes = {"state": Conversation.State.RUNNING, "lease_owner": process, "lease_until": until,
+               "updated": timezone.now()}  # fmt: skip
     if title is not None:
         changes["title"] = title
     idle = Conversation.objects.filter(id=conversation_id, active_branch=branch)

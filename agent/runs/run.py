@@ -70,6 +70,16 @@ def _only_deltas(batch: list[Event]) -> bool:
     return all(isinstance(event, TextDeltaEvent) for event in batch)
 
 
+# Notices of the moment, not of the conversation: sent to the pages on it, never stored, so
+# a reload does not bring them back ("Nothing to compact yet" answers a click, and stayed in
+# the transcript for good). Their seq is skipped in the log: a catch-up reads after a seq.
+TRANSIENT_NOTICES = frozenset({"nothing_to_compact"})
+
+
+def _stored(batch: list[Event]) -> list[Event]:
+    return [e for e in batch if not (isinstance(e, ErrorEvent) and e.code in TRANSIENT_NOTICES)]
+
+
 class Run:
     def __init__(self, setup: Setup, content: str | None, workspace: Workspace, system: str,
                  again: bool = False, rewind_to: int | None = None):  # fmt: skip
@@ -273,7 +283,8 @@ class Run:
                     if any(isinstance(e, HISTORY_CHANGES) for e in batch):
                         history = self.agent.messages
                     await self._stored_partial()
-                    fresh = await self._store(unsaved + batch, history)
+                    stored = unsaved + _stored(batch)
+                    fresh = await self._store(stored, history) if stored else None
                     conversation = fresh or conversation
                     unsaved, last_save = [], time.monotonic()
                     await self._send(batch, conversation)

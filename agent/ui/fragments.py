@@ -61,6 +61,12 @@ def role_changed(role: str) -> str:
     return render_to_string("agent/_role_changed.html", {"role": role, "oob": True})
 
 
+def shared_list_fragment(shared: list, current_id) -> str:
+    """The sidebar's "Shared with me" (``#shared-list``), whole, after a share changed it."""
+    context = {"shared": shared, "current_id": current_id, "oob": True}
+    return render_to_string("agent/_shared_list.html", context)
+
+
 def status_fragment(view: StatusView) -> str:
     context = {
         "status_state": view.state, "status_text": view.text, "status_code": view.code,

@@ -50,7 +50,8 @@ def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -
     users = sorted({row.username for row in rows})
     colour = {name: PALETTE[n % len(PALETTE)] for n, name in enumerate(users)}
     slot = max(1, len(users)) * BAR + GAP
-    top = max((getattr(row, metric) for row in rows), default=0) or 1
+    largest = max((getattr(row, metric) for row in rows), default=0)
+    top = largest or 1  # (the scale: all bars flat when every figure is zero)
     column = {day: n for n, day in enumerate(days)}
     bars = []
     for row in rows:
@@ -76,13 +77,20 @@ def chart(rows: list[Row], days: list[datetime.date], metric: str, label: str) -
     if ticks:
         ticks[-1].update(x=LEFT + len(days) * slot, anchor="end")
     return render_to_string("admin/agent/_usage_chart.html", {
-        "metric": metric, "label": label,
-        "top": f"${top:.4f}" if metric == "cost_usd" else f"{top:,}",
+        "metric": metric, "label": label, "top": _top(largest, metric),
         "width": width, "height": TOP + HEIGHT + BOTTOM,
         "axis": {"x1": LEFT, "x2": width - LEFT, "y": TOP + HEIGHT},
         "bars": bars, "ticks": ticks,
         "legend": [(user, colour[user]) for user in users],
     })  # fmt: skip
+
+
+def _top(largest, metric: str) -> str:
+    """The caption's figure: the largest bar's, or plainly nothing (the offline demo's calls
+    cost nothing; the caption said "top: $1.0000", the scale's stand-in)."""
+    if metric == "cost_usd":
+        return f"top: ${largest:.4f}" if largest else "no spend in these days"
+    return f"top: {largest:,}" if largest else "no tokens in these days"
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")

@@ -172,9 +172,8 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     if changes:
         for name, value in changes.items():
             setattr(conversation, name, value)
-        # Pinning or archiving it leaves its place among the recently updated as it was.
-        touched = ["updated"] if set(changes) - {"pinned", "archived"} else []
-        await conversation.asave(update_fields=[*changes, *touched])
+        # No setting is activity: its place among the recently active stays as it was.
+        await conversation.asave(update_fields=list(changes))
     if team is not None:  # closing it re-checks every reader's connections
         await sync_to_async(set_team)(conversation, team)
     return JsonResponse(conversation_detail(conversation))

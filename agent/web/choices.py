@@ -22,7 +22,7 @@ def _set_choice(request: HttpRequest, conversation_id, field: str, choices) -> H
     known = value in choices
     if known:
         setattr(conversation, field, value)
-        conversation.save(update_fields=[field, "updated"])
+        conversation.save(update_fields=[field])  # (not activity: the list's order stays)
     if request.headers.get("HX-Request"):
         return HttpResponse(status=204 if known else 400)
     return redirect("conversation", conversation_id=conversation.id)

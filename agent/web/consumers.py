@@ -33,12 +33,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY
 
-from agent.access import conversation_for
+from agent.access import conversation_for, shared_list
 from agent.runs.manager import runs
 from agent.runs.terminals import panes
 from agent.server import logs, metrics
 from agent.server.user_connections import connections, refused_message
-from agent.ui.fragments import composer_alert, role_changed
+from agent.ui.fragments import composer_alert, role_changed, shared_list_fragment
 from agent.web import socket_frames, terminal_frames, terminal_tail, viewers
 from agent.web.feed import (
     Batch,
@@ -51,7 +51,13 @@ from agent.web.feed import (
     Switched,
 )
 from agent.web.rechecks import Recheck, Watch
-from agent.web.revocation import NOT_FOUND, session_group, socket_access, user_group
+from agent.web.revocation import (
+    EVERYONE_GROUP,
+    NOT_FOUND,
+    session_group,
+    socket_access,
+    user_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,11 @@ def _owned(conversation_id, user, session=None):
     # account is still active from the database, in the same query.
     conversation = conversation_for(user, conversation_id)
     return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _shared_list(user, current_id) -> str:
+    return shared_list_fragment(shared_list(user), current_id)
 
 
 class Admission:
@@ -132,6 +143,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
+            EVERYONE_GROUP,  # a conversation opened to the team: "Shared with me" redrawn
             *([session_group(session.session_key)] if session and session.session_key else []),
         ]
         for group in self.groups_joined:
@@ -196,6 +208,12 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def user_revoked(self, message: dict) -> None:
         """The user was deactivated or this session signed out: the feed ends."""
         self._to_feed(message)
+
+    async def shared_changed(self, message: dict) -> None:
+        """Something was shared with the user, or no longer is (agent/web/sharing.py): the
+        sidebar's "Shared with me", redrawn (it changed only on a reload)."""
+        if not self.refused:
+            await self.send(text_data=await _shared_list(self.user, self.conversation_id))
 
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: the feed ends unless this socket's session was

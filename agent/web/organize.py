@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
 from agent.web.reach import reach, refusal
+from agent.web.revocation import refresh_everyones_shared_lists, refresh_shared_lists
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
 
@@ -39,9 +40,17 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
     conversation.save(update_fields=[field])  # its place among the recent ones stays
+    if field == "archived" and conversation.team:  # it leaves, or comes back to, the
+        refresh_everyones_shared_lists()  # "Shared with me" of everyone, or of its members
+    elif field == "archived":
+        refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
-        return _list(request, current, request.POST.get("view") == "archived")
+        response = _list(request, current, request.POST.get("view") == "archived")
+        if field == "archived" and current.id == conversation.id:  # its header's mark too
+            context = {"conversation": conversation, "role": "owner", "oob": True}
+            response.content += render_to_string("agent/_archived.html", context, request).encode()
+        return response
     return redirect("conversation", conversation_id=current.id)
 
 
@@ -93,7 +102,7 @@ def set_instructions(request: HttpRequest, conversation_id) -> HttpResponse:
     if len(text) > INSTRUCTIONS_MAX:
         return refusal(f"Instructions are limited to {INSTRUCTIONS_MAX} characters.", 400)
     conversation.instructions = text.strip()
-    conversation.save(update_fields=["instructions", "updated"])
+    conversation.save(update_fields=["instructions"])  # (not activity: the list's order stays)
     if request.headers.get("HX-Request"):
         return HttpResponse(status=204)
     return redirect("conversation", conversation_id=conversation.id)

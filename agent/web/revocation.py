@@ -55,6 +55,11 @@ DB_SESSION_ENGINES = (
 )
 
 
+# Every page's socket, of every user: for what changes everyone's sidebar (a conversation
+# opened to the team, or closed again).
+EVERYONE_GROUP = "users.all"
+
+
 def user_group(user_id) -> str:
     return f"user.{int(user_id)}"
 
@@ -81,6 +86,23 @@ def recheck_conversation(conversation_id) -> None:
 
     group = group_name(conversation_id)
     transaction.on_commit(lambda: _send(group, "access.recheck"))
+
+
+def refresh_shared_lists(user_ids) -> None:
+    """The pages of these users redraw their "Shared with me" (a conversation was shared
+    with them, taken back, archived…), once the caller's transaction commits."""
+    groups = [user_group(user_id) for user_id in user_ids]
+    _refresh_on_commit(groups)
+
+
+def refresh_everyones_shared_lists() -> None:
+    """Every open page redraws its "Shared with me" (a conversation opened to the team, or
+    closed again), once the caller's transaction commits."""
+    _refresh_on_commit([EVERYONE_GROUP])
+
+
+def _refresh_on_commit(groups: list[str]) -> None:
+    transaction.on_commit(lambda: [_send(group, "shared.changed") for group in groups])
 
 
 def revoke_user(user) -> None:

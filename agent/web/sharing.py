@@ -17,7 +17,11 @@ from agent.models import Conversation, Membership, User
 from agent.runs import terminals
 from agent.runs.cli_sessions import end_session_sync
 from agent.runs.manager import drop_author_from_sync
-from agent.web.revocation import recheck_conversation
+from agent.web.revocation import (
+    recheck_conversation,
+    refresh_everyones_shared_lists,
+    refresh_shared_lists,
+)
 
 ROLES = tuple(Membership.Role.values)
 USERNAME_MAX = 150
@@ -64,6 +68,7 @@ def set_member(conversation: Conversation, username, role) -> Membership:
             membership.save(update_fields=["role"])
         if created or changed:  # their open pages (a team reader's) re-draw for the role
             recheck_conversation(conversation.pk)
+            refresh_shared_lists([user.pk])  # and their other pages list it, with the role
         if lowered:  # a collaborator made viewer: what they queued does not run
             _drop_queued(conversation, user.get_username())
     return membership
@@ -74,11 +79,12 @@ def remove_member(conversation: Conversation, username) -> bool:
     if not isinstance(username, str) or len(username) > USERNAME_MAX:
         return False
     with transaction.atomic():
-        removed, _ = Membership.objects.filter(
-            conversation=conversation, user__username=username
-        ).delete()
+        memberships = Membership.objects.filter(conversation=conversation, user__username=username)
+        members = list(memberships.values_list("user_id", flat=True))
+        removed, _ = memberships.delete()
         if removed:
             recheck_conversation(conversation.pk)
+            refresh_shared_lists(members)
             _drop_queued(conversation, username)
             audit.record(audit.Action.MEMBER_REMOVED, target=_shared(conversation, username),
                          actor=conversation.owner)  # fmt: skip
@@ -106,6 +112,7 @@ def set_team(conversation: Conversation, team: bool) -> None:
         if conversation.team and not team:
             recheck_conversation(conversation.pk)
         if conversation.team != team:
+            refresh_everyones_shared_lists()  # it is in (or out of) everyone's sidebar
             action = audit.Action.TEAM_OPENED if team else audit.Action.TEAM_CLOSED
             audit.record(action, target=_shared(conversation), actor=conversation.owner)
     conversation.team = team

@@ -26,7 +26,7 @@ from agent.access import (
     new_conversation,
     own_list,
     projects_of,
-    shared_with,
+    shared_list,
 )
 from agent.core.config import MODELS, THINKING_LEVELS
 from agent.models import Conversation, Membership, User
@@ -152,7 +152,7 @@ def conversation_page(request: HttpRequest, conversation_id) -> HttpResponse:
         "max_instructions": INSTRUCTIONS_MAX,
         "projects": projects_of(request.user).order_by("name")[:200],
         "max_upload_mb": settings.HARNESS_MAX_UPLOAD_MB,  # a project's archive, said before sent
-        "shared": shared_with(request.user).filter(archived=False)[:200],
+        "shared": shared_list(request.user),
         "role": role,
         "can_drive": allows(role, DRIVE),
         **(_share_context(conversation, members=members) if role == OWN else {}),
@@ -267,7 +267,7 @@ def create_conversation(request: HttpRequest) -> HttpResponse:
 def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
     conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
-    conversation.save(update_fields=["title", "updated"])
+    conversation.save(update_fields=["title"])  # its place among the recently active stays
     if request.headers.get("HX-Request"):
         return organize.renamed(request, conversation)
     return _back_to(request, redirect("conversation", conversation_id=conversation.id))

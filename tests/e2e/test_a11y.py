@@ -85,6 +85,18 @@ def test_axe_on_the_empty_chat(axe_context, fresh_model):
     assert axe(page, "chat, empty") == []
 
 
+def test_axe_on_an_archived_conversation(axe_context, fresh_model):
+    page = sign_in(axe_context(), "alice")
+    new_conversation(page)
+    page.click(".conv-actions > summary")
+    page.click("#archive-form button")
+    page.wait_for_selector("#archived-mark:not([hidden])")
+    violations = axe(page, "chat, archived")
+    page.click("#archived-mark button")  # unarchived: other tests' lists as they were
+    page.wait_for_selector("#archived-mark[hidden]", state="attached")
+    assert violations == []
+
+
 def test_axe_mid_run(axe_context, fresh_model):
     fresh_model.enqueue(text_reply("streaming **slowly** " * 200, delay=0.03))
     page = sign_in(axe_context(), "alice")

@@ -47,3 +47,18 @@ def test_nothing_to_compact_is_a_notice_not_an_error(new_context, fresh_model):
         " const c = [s.color, s.backgroundColor]; el.remove(); return c; }"
     )
     assert notice.evaluate(colours) != error
+    # A notice of the moment: not kept in the conversation (it stayed there for good, and
+    # came back with every reload), and the page's sequence goes on past it.
+    wait_idle_status(page)
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    assert page.locator("#messages [data-part=error]").count() == 0
+    send(page, "still here")
+    wait_idle(page)
+    page.reload()
+    page.wait_for_selector("#messages [data-part=user] >> text=still here")
+    assert page.locator("#messages [data-part=error]").count() == 0
+
+
+def wait_idle_status(page) -> None:
+    page.wait_for_function("() => document.querySelector('#status').dataset.state === 'idle'")

@@ -105,6 +105,55 @@ def test_a_retry_does_not_take_the_text_being_typed(new_context, fresh_model):
     assert page.input_value("#prompt") == "my next prompt, half typed"
 
 
+def test_the_prompt_grows_with_its_lines_up_to_a_limit_then_scrolls_and_shrinks_after_send(
+    new_context, fresh_model
+):
+    """The demanding-user pass: the box stayed two rows high however many lines were typed."""
+    long = "\n\n".join(f"Paragraph {n}." for n in range(60))
+    fresh_model.enqueue(text_reply(long), text_reply("Noted."))
+    page = sign_in(new_context(), "bob")
+    new_conversation(page)
+    send(page, "a long answer, please")
+    wait_idle(page)
+    at_end = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 2"
+    height = lambda: page.eval_on_selector("#prompt", "el => el.getBoundingClientRect().height")  # noqa: E731
+    scrolls = "el => el.scrollHeight > el.clientHeight"
+    empty = height()
+    prompt = page.locator("#prompt")
+    prompt.focus()
+    for line in ("one", "two", "three", "four"):
+        page.keyboard.type(line)
+        page.keyboard.press("Shift+Enter")
+    page.keyboard.type("five")
+    grown = height()
+    assert grown > empty + 40 and not prompt.evaluate(scrolls)  # every line shown
+    # the transcript still at its end
+    page.wait_for_function(f"() => ({at_end})(document.querySelector('#messages'))")
+    page.keyboard.press("Control+Enter")  # a newline by the page's own key, grown too
+    assert height() > grown
+    for _ in range(3):  # shorter text, a shorter box
+        page.keyboard.press("Backspace")
+    assert empty < height() <= grown
+    for _ in range(60):
+        page.keyboard.press("Shift+Enter")
+    limit = page.evaluate("innerHeight * 0.4")
+    assert abs(height() - limit) < 2 and prompt.evaluate(scrolls)  # at its limit, it scrolls
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#messages [data-part=user]")
+    page.wait_for_function("() => document.querySelector('#prompt').value === ''")
+    assert height() == empty
+    page.fill("#prompt", "a\nb\nc\nd\ne")  # text put in by the page (history, a restore) too
+    assert height() > empty + 40
+    page.keyboard.press("Control+u")
+    assert height() == empty
+    page.fill("#prompt", "a long line that wraps " * 12)  # a narrower window wraps it more
+    wide = height()
+    page.set_viewport_size({"width": 700, "height": 900})
+    page.wait_for_function("h => document.querySelector('#prompt').offsetHeight > h", arg=wide)
+    assert not prompt.evaluate(scrolls)
+    wait_idle(page)
+
+
 def test_the_rate_limit_refuses_beside_the_composer_and_keeps_the_text(strict_context, fresh_model):
     page = sign_in(strict_context(), "rita")
     for n in range(2):

@@ -180,3 +180,29 @@ def test_renaming_an_archived_conversation_from_its_page(new_context, live, user
     page.wait_for_selector("#conv-list .conv-link:text-is('Renamed in the archived view')")
     assert page.get_attribute("#conv-list", "data-archived") == "1"  # the view it was in
     assert errors == []
+
+
+def test_an_open_archived_conversation_is_marked_in_its_header_live(new_context, live, users):
+    """The demanding-user pass: an open archived conversation said nothing of it."""
+    (mine,) = new_conversations(live, "noa", 1)
+    page = sign_in(new_context(), "noa")
+    page.goto(f"/c/{mine}/")
+    page.wait_for_selector("body[data-ws=open]")
+    mark = page.locator("#archived-mark")
+    assert mark.is_hidden()
+    entry = page.locator(f"#conv-list .conv-item[data-conversation-id='{mine}']")
+    entry.locator("summary").click()
+    entry.locator("button.archive-toggle").click()  # from the list: the header follows
+    mark.wait_for(state="visible")
+    assert mark.locator(".archived-label").inner_text() == "Archived"
+    assert page.locator("#archive-form button").text_content() == "Unarchive conversation"
+    page.reload()
+    mark.wait_for(state="visible")
+    mark.get_by_role("button", name="Unarchive this conversation").click()  # from the mark
+    mark.wait_for(state="hidden")
+    page.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{mine}']")
+    page.click(".conv-actions > summary")
+    page.click("#archive-form button")  # from the header's ⋯ menu
+    mark.wait_for(state="visible")
+    entry.wait_for(state="detached")  # (the list's view is the unarchived one)
+    assert page.locator("#archive-form button").text_content() == "Unarchive conversation"

@@ -222,6 +222,39 @@ def test_the_phone_header_is_one_row_and_the_title_keeps_its_room(new_context, f
     assert page.locator(".conv-heading").bounding_box()["width"] >= 300
 
 
+def test_the_desktop_header_stays_one_row_with_the_files_panel_open(new_context, fresh_model):
+    """The demanding-user pass: at 1440 px with the Files panel open the header wrapped to
+    two rows; the title gives way (ellipsized), the controls stay whole and in the chat."""
+    page = sign_in(new_context(viewport={"width": 1440, "height": 900}), "alice")
+    one_row = page.locator(".chat-head").bounding_box()["height"]
+    page.click("#files-toggle")
+    page.wait_for_selector("#files-panel:not([hidden])")
+    assert page.locator(".chat-head").bounding_box()["height"] == one_row
+    chat = page.locator(".chat").bounding_box()
+    for control in (".conv-actions > summary", "#model", "#thinking", "#approval", "#share-toggle",
+                    "#files-toggle", "#help-toggle"):  # fmt: skip
+        box = page.locator(control).bounding_box()
+        assert box["x"] + box["width"] <= chat["x"] + chat["width"], control
+    assert page.locator(".conv-heading").bounding_box()["width"] >= 100
+    for button in ("#files-toggle", "#help-toggle"):  # whole: not squeezed
+        assert page.eval_on_selector(button, "el => el.scrollWidth <= el.clientWidth"), button
+
+
+def test_the_phone_header_shows_a_fade_where_more_controls_are(new_context, fresh_model):
+    """The demanding-user pass: the phone header's row scrolls sideways with no hint that
+    the model, thinking and approval selects are there."""
+    page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
+    fade = "([side, shown]) => getComputedStyle(document.querySelector('.chat-head'), side)" \
+        ".opacity === (shown ? '1' : '0')"  # fmt: skip
+    page.wait_for_function(fade, arg=["::after", True])  # more at the end
+    assert page.get_attribute(".chat-head", "data-more") == "end"
+    page.wait_for_function(fade, arg=["::before", False])
+    page.eval_on_selector(".chat-head", "head => { head.scrollLeft = head.scrollWidth; }")
+    page.wait_for_function(fade, arg=["::after", False])
+    page.wait_for_function(fade, arg=["::before", True])
+    assert page.locator(".chat-head").bounding_box()["height"] <= 56  # the fades take no room
+
+
 def test_a_touch_control_sends_steering_while_a_prompt_runs(new_context, fresh_model):
     page = sign_in(new_context(viewport=PHONE, has_touch=True, is_mobile=True), "alice")
     page.tap("#menu-toggle")

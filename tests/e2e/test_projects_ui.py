@@ -161,6 +161,22 @@ def test_the_changes_panel_at_phone_width(new_context, fresh_model):
     assert page.evaluate("document.activeElement.id") == "changes-toggle"
 
 
+def test_the_header_stays_one_row_with_the_changes_panel_open(new_context, fresh_model):
+    """The demanding-user pass: at 1440 px with the Changes panel open the header wrapped to
+    two rows (a project's conversation has its badge and the Changes button more)."""
+    page = sign_in(new_context(viewport={"width": 1440, "height": 900}), "alice")
+    new_project_conversation(page)
+    one_row = page.locator(".chat-head").bounding_box()["height"]
+    page.click("#changes-toggle")
+    page.wait_for_selector("#changes-panel:not([hidden])")
+    assert page.locator(".chat-head").bounding_box()["height"] == one_row
+    chat = page.locator(".chat").bounding_box()
+    for control in ("#share-toggle", "#files-toggle", "#changes-toggle", "#help-toggle"):
+        box = page.locator(control).bounding_box()
+        assert box["x"] + box["width"] <= chat["x"] + chat["width"], control
+    assert page.eval_on_selector(".chat-head", "h => h.scrollWidth <= h.clientWidth")
+
+
 def test_a_clone_that_fails_shows_gits_message_without_a_reload(new_context):
     page = sign_in(new_context(), "alice")
     name = f"remote {uuid.uuid4().hex[:6]}"

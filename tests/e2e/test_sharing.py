@@ -134,3 +134,54 @@ def test_axe_on_the_open_share_dialog_and_a_viewers_page(axe_context, fresh_mode
     assert axe(bob, "a viewer's page") == []
     alice.click('#share-members [data-member="bob"] button')
     alice.wait_for_selector('#share-members [data-member="bob"]', state="detached")
+
+
+def test_shared_with_me_follows_a_share_live(new_context, fresh_model):
+    """The demanding-user pass: "Shared with me" changed only on a reload."""
+    bob = sign_in(new_context(), "bob")
+    bob.click(".new-conv")
+    bob.wait_for_selector("body[data-ws=open]")
+    bob.fill("#prompt", "half-typed")
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    cid = alice.evaluate("document.querySelector('main').dataset.conversation")
+    entry = bob.locator(f"#shared-list .conv-item[data-conversation-id='{cid}']")
+    share_with(alice, "bob", "viewer")
+    entry.wait_for()
+    assert bob.is_visible("#shared-list") and entry.get_attribute("data-role") == "viewer"
+    share_with(alice, "bob", "collaborator")  # a new role: said there too
+    bob.wait_for_selector(f"#shared-list [data-conversation-id='{cid}'][data-role='collaborator']")
+    alice.keyboard.press("Escape")  # (the share panel closed)
+    archive_toggle(alice)  # archived: out of its members' lists
+    entry.wait_for(state="detached")
+    archive_toggle(alice)
+    entry.wait_for()
+    share_with(alice, "bob", "collaborator")  # (the panel open again)
+    alice.locator("#share-members").get_by_role("button", name="Remove bob").click()
+    entry.wait_for(state="detached")
+    assert bob.input_value("#prompt") == "half-typed"  # the page never left
+
+
+def test_shared_with_me_follows_a_conversation_opened_to_the_team_live(new_context, fresh_model):
+    reader = sign_in(new_context(), "mallory")  # no member: a reader as one of the team
+    reader.click(".new-conv")
+    reader.wait_for_selector("body[data-ws=open]")
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    cid = alice.evaluate("document.querySelector('main').dataset.conversation")
+    entry = reader.locator(f"#shared-list .conv-item[data-conversation-id='{cid}']")
+    alice.click("#share-toggle")
+    alice.check("#share-team")
+    entry.wait_for()
+    assert entry.get_attribute("data-role") == "viewer"
+    alice.uncheck("#share-team")
+    entry.wait_for(state="detached")
+
+
+def archive_toggle(page) -> None:
+    """Archive or Unarchive, from the header's ⋯ menu."""
+    if page.get_attribute(".conv-actions", "open") is None:
+        page.click(".conv-actions > summary")
+    page.click("#archive-form button")

@@ -44,6 +44,10 @@ def test_a_staff_member_reads_the_usage_charts_and_downloads_the_csv(new_context
     tallest = page.locator("figure.usage-chart[data-metric=cost_usd] rect[data-user=bob] title")
     assert "bob" in tallest.first.text_content() and "3.00" in tallest.first.text_content()
     assert not [url for url in scripts if "chart" in url.lower()]  # no chart library
+    # The legend is its swatches: no list bullet before each (the demanding-user pass).
+    legend = page.locator("figure.usage-chart .usage-legend li").first
+    assert legend.evaluate("li => getComputedStyle(li).listStyleType") == "none"
+    assert legend.evaluate("li => getComputedStyle(li, '::marker').content") in ("none", "normal")
     with page.expect_download() as download:
         page.click("#usage-csv")
     assert download.value.suggested_filename.endswith(".csv")

@@ -63,6 +63,13 @@ def test_claims_sent_together_are_one_group_and_a_refusal_undoes_only_its_own(gr
     assert Conversation.objects.get(id=busy.id).title == ""  # the refused one: untouched
 
 
+def test_a_run_started_is_activity_which_orders_the_lists(groups, settings):
+    older, newer = _conversations(2)
+    assert list(Conversation.objects.values_list("id", flat=True)) == [newer.id, older.id]
+    assert isinstance(_sent_together([older])[0], Setup)
+    assert list(Conversation.objects.values_list("id", flat=True)) == [older.id, newer.id]
+
+
 def test_a_refusal_after_the_claims_update_leaves_that_conversation_idle(groups, settings):
     settings.HARNESS_CONCURRENT_RUNS = 2
     conversations = _conversations(3)

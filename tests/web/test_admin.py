@@ -56,6 +56,19 @@ def test_conversation_change_page_shows_the_full_transcript(client, staff, chat)
     assert re.search(r'class="part text answer-end".*?940 tokens · \$0\.0031', page, re.S)
 
 
+def test_an_admins_edit_leaves_the_conversations_place_among_the_recently_active(
+    client, staff, chat
+):
+    before = Conversation.objects.get(pk=chat.pk).updated
+    form = {"title": "edited by staff", "instructions": "",
+            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+            "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000"}  # fmt: skip
+    response = client.post(f"/admin/agent/conversation/{chat.id}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    edited = Conversation.objects.get(pk=chat.pk)
+    assert edited.title == "edited by staff" and edited.updated == before
+
+
 def test_conversation_list_filters_and_shows_totals(client, staff, chat):
     page = client.get("/admin/agent/conversation/?state__exact=idle").content.decode()
     assert "Carol&#x27;s bug hunt" in page and "carol" in page

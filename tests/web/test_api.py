@@ -322,3 +322,7 @@ def test_pinned_ones_list_first_and_archived_ones_only_when_asked(alice):
     assert alice.call("GET", "/api/conversations?archived=maybe")[0] == 400
     status, body = alice.call("PATCH", f"/api/conversations/{first}", {"pinned": "yes"})
     assert status == 400 and "'pinned' must be true or false" in body["message"]
+    # A rename or a setting is not activity: the order of the others stays.
+    before = [c["id"] for c in alice.call("GET", "/api/conversations")[1]["conversations"]]
+    alice.call("PATCH", f"/api/conversations/{before[-1]}", {"title": "renamed", "thinking": "low"})
+    assert [c["id"] for c in alice.call("GET", "/api/conversations")[1]["conversations"]] == before

@@ -39,6 +39,23 @@ def test_pinning_puts_it_first_and_keeps_its_place_among_the_recent(client, thre
     assert listed(page)[0] == str(first.id)
 
 
+def test_renaming_or_a_setting_keeps_its_place_among_the_recently_active(client, three):
+    """The demanding-user pass: a rename put the conversation first on the next page load."""
+    oldest, middle, newest = three
+    before = list(Conversation.objects.values_list("id", "updated"))
+    client.post(f"/c/{oldest.id}/rename", {"title": "renamed"}, **HX)
+    client.post(f"/c/{middle.id}/model", {"model": oldest.model}, **HX)
+    client.post(f"/c/{middle.id}/approval", {"approval": "ask"}, **HX)
+    client.post(f"/c/{oldest.id}/instructions", {"instructions": "Be brief."}, **HX)
+    client.post(f"/c/{middle.id}/pin", {"pinned": "1"}, **HX)
+    client.post(f"/c/{middle.id}/pin", {"pinned": "0"}, **HX)
+    assert Conversation.objects.get(pk=oldest.pk).title == "renamed"
+    assert Conversation.objects.get(pk=middle.pk).approval == "ask"
+    assert list(Conversation.objects.values_list("id", "updated")) == before
+    page = client.get(f"/c/{newest.id}/").content.decode()
+    assert listed(page) == [str(newest.id), str(middle.id), str(oldest.id)]
+
+
 def test_archiving_hides_it_from_the_list_until_the_archived_view(client, three):
     _, middle, newest = three
     html = client.post(f"/c/{middle.id}/archive", {"archived": "1", "current": newest.id},

@@ -136,3 +136,18 @@ def test_the_last_day_label_ends_inside_the_chart():
     assert last_label == "27 Nov" and last_anchor == "end" and float(last_x) <= width
     for x, anchor, label in earlier:  # each starts at its day, room to spare before the edge
         assert anchor == "start" and float(x) + 10 * len(label) <= width, label
+
+
+def test_the_caption_names_the_largest_figure_or_says_plainly_there_is_none(client, staff):
+    """The demanding-user pass: with every cost zero (the offline demo) the caption said
+    "top: $1.0000", the scale's stand-in."""
+    ada = User.objects.create_user("ada", password="pw-ada-123")
+    UsageDay.objects.create(user=ada, date=TODAY, cost_usd=Decimal("0"), input_tokens=1200,
+                            output_tokens=34)  # fmt: skip
+    page = client.get("/admin/agent/usageday/chart/").content.decode()
+    captions = re.findall(r"<figcaption>([^<]*)</figcaption>", page)
+    assert captions == ["Cost (USD) per user per day (no spend in these days)",
+                        "Tokens (in + out) per user per day (top: 1,234)"]  # fmt: skip
+    UsageDay.objects.filter(user=ada).update(cost_usd=Decimal("0.25"))
+    page = client.get("/admin/agent/usageday/chart/").content.decode()
+    assert "Cost (USD) per user per day (top: $0.2500)" in page
