@@ -65,6 +65,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
 CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
 TOO_MANY_REASON = "too many connections"
+SHARED_REDRAW_SECONDS = 2.0  # a socket redraws "Shared with me" at most once in this time
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -141,6 +142,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
+        self.shared_redraw: asyncio.Future | None = None
+        self.shared_redraw_due = False
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             EVERYONE_GROUP,  # a conversation opened to the team: "Shared with me" redrawn
@@ -184,6 +187,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def _stop_watching(self) -> None:
         for tail in getattr(self, "tails", []):
             tail.cancel()
+        if getattr(self, "shared_redraw", None) is not None:
+            self.shared_redraw.cancel()
         if getattr(self, "watching", False):
             self.watching = False
             following = getattr(self, "following", None)
@@ -211,9 +216,25 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
 
     async def shared_changed(self, message: dict) -> None:
         """Something was shared with the user, or no longer is (agent/web/sharing.py): the
-        sidebar's "Shared with me", redrawn (it changed only on a reload)."""
-        if not self.refused:
-            await self.send(text_data=await _shared_list(self.user, self.conversation_id))
+        sidebar's "Shared with me", redrawn (it changed only on a reload). Notices coming
+        faster (an owner opening a conversation to the team and closing it again, over and
+        over) are coalesced: one redraw now, then at most one per SHARED_REDRAW_SECONDS,
+        reading the list as it is then, so nobody can make every open page of the
+        deployment query the database at their own pace."""
+        if self.refused:
+            return
+        self.shared_redraw_due = True
+        if self.shared_redraw is None:
+            self.shared_redraw = asyncio.ensure_future(self._redraw_shared())
+
+    async def _redraw_shared(self) -> None:
+        try:
+            while self.shared_redraw_due and not self.refused:
+                self.shared_redraw_due = False
+                await self.send(text_data=await _shared_list(self.user, self.conversation_id))
+                await asyncio.sleep(SHARED_REDRAW_SECONDS)
+        finally:
+            self.shared_redraw = None
 
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: the feed ends unless this socket's session was

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -725,3 +726,39 @@ async def test_a_live_frame_is_written_without_the_socket_pausing():
     with pytest.raises(StopIteration) as finished:
         step.send(None)
     assert finished.value is not None and written == ["<frame 1>"]
+
+
+async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_end(
+    alice, monkeypatch
+):
+    """Opening a conversation to the team and closing it, over and over, reaches every open
+    page: each socket redraws "Shared with me" at once, then at most once per interval,
+    with the list as it is by then (not once per notice: that many queries per page)."""
+    import agent.web.consumers as consumers
+    from agent.models import Membership
+    from agent.web.revocation import EVERYONE_GROUP
+
+    monkeypatch.setattr(consumers, "SHARED_REDRAW_SECONDS", 0.5)
+    user, conversation = alice
+    bob = await sync_to_async(make_user)("bob")
+    bobs = await Conversation.objects.acreate(owner=bob, title="Bob's notes")
+    ws = await connected(conversation, user)
+    layer = get_channel_layer()
+    redraws: list[str] = []
+
+    async def read(seconds: float) -> None:
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            async with asyncio.timeout(seconds):
+                while True:
+                    frame = await ws.receive_from(timeout=seconds)
+                    if 'id="shared-list"' in frame:
+                        redraws.append(frame)
+
+    for n in range(20):
+        if n == 10:  # the list changes mid-burst: the last redraw shows it
+            await Membership.objects.acreate(conversation=bobs, user=user, role="viewer")
+        await layer.group_send(EVERYONE_GROUP, {"type": "shared.changed"})
+    await read(1.5)
+    assert len(redraws) == 2, len(redraws)
+    assert "Bob&#x27;s notes" in redraws[-1] or "Bob's notes" in redraws[-1]
+    await ws.disconnect()
