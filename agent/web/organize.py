@@ -40,10 +40,11 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
     conversation.save(update_fields=[field])  # its place among the recent ones stays
-    if field == "archived" and conversation.team:  # it leaves, or comes back to, the
-        refresh_everyones_shared_lists()  # "Shared with me" of everyone, or of its members
-    elif field == "archived":
-        refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
+    if field == "archived":  # it leaves, or comes back to, its readers' "Shared with me"
+        if conversation.team:
+            refresh_everyones_shared_lists()
+        else:
+            refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
         response = _list(request, current, request.POST.get("view") == "archived")
