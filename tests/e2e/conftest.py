@@ -132,10 +132,13 @@ def send(page, text: str) -> None:
     )
 
 
-def wait_idle(page, timeout: float = 20_000) -> None:
+def wait_idle(page, timeout: float = 20_000, prompted: bool = True) -> None:
+    """The status idle, after a prompt was shown (``prompted``) or, for what runs without
+    one (Compact context on a new conversation), at all."""
     page.wait_for_function(
-        "() => document.querySelector('#status').dataset.state === 'idle' && "
-        "document.querySelectorAll('#messages [data-part=user]').length > 0",
+        "prompted => document.querySelector('#status').dataset.state === 'idle' && "
+        "(!prompted || document.querySelectorAll('#messages [data-part=user]').length > 0)",
+        arg=prompted,
         timeout=timeout,
     )
 

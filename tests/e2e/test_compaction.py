@@ -49,7 +49,7 @@ def test_nothing_to_compact_is_a_notice_not_an_error(new_context, fresh_model):
     assert notice.evaluate(colours) != error
     # A notice of the moment: not kept in the conversation (it stayed there for good, and
     # came back with every reload), and the page's sequence goes on past it.
-    wait_idle_status(page)
+    wait_idle(page, prompted=False)
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
     assert page.locator("#messages [data-part=error]").count() == 0
@@ -58,7 +58,3 @@ def test_nothing_to_compact_is_a_notice_not_an_error(new_context, fresh_model):
     page.reload()
     page.wait_for_selector("#messages [data-part=user] >> text=still here")
     assert page.locator("#messages [data-part=error]").count() == 0
-
-
-def wait_idle_status(page) -> None:
-    page.wait_for_function("() => document.querySelector('#status').dataset.state === 'idle'")

@@ -747,7 +747,7 @@ async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_e
     redraws: list[str] = []
 
     async def read(seconds: float) -> None:
-        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 while True:
                     frame = await ws.receive_from(timeout=seconds)
