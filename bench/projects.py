@@ -5,8 +5,14 @@ repository), and the repository ready to work in (the clone, then a conversation
 worktree checked out) against a plain ``git clone`` (which checks the files out too).
 
 The remote is testkit/git_server.py on loopback (git's own http-backend), holding one
-commit of ``files`` small files. Each path is measured in a child process of its own
-(``python -m bench.projects``) with a throwaway SQLite database and workspaces:
+commit of ``files`` small files, and a larger repository of the same tree whose files
+carry ``LARGE_BYTES`` more of incompressible text each (about 40 MB at 10,000 files): the
+product's clone costs a fixed amount over git's, which a small repository's transfer does
+not hide. Each product clone is paired with a plain one just before it, in the same
+process, so that the machine's load at that moment weighs on both alike.
+
+Each path is measured in a child process of its own (``python -m bench.projects``) with a
+throwaway SQLite database and workspaces:
 
 - ``core``: agent/core/projects/ops.py called in-process on a plain directory, no sandbox:
   git's own cost, the floor of the others;
@@ -38,6 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"checkpoint_p50_ms": 100.0, "restore_p50_ms": 1000.0, "clone_ratio": 1.2}
 CHANGED = "src/d000/f00000.txt"  # the file every run changes
+LARGE_BYTES = 3000
 CHILD_TIMEOUT = 1800
 
 
@@ -45,6 +52,17 @@ def _files(count: int) -> dict[str, str]:
     """``count`` small text files, 100 to a directory (a source tree's shape)."""
     return {f"src/d{n // 100:03d}/f{n:05d}.txt": f"file {n}\n" + f"x = compute({n})\n" * 12
             for n in range(count)}  # fmt: skip
+
+
+def _large_files(count: int) -> dict[str, str]:
+    """``_files`` with ``LARGE_BYTES`` of random text appended to each (random, so that
+    the pack is as large as the tree: a real source tree compresses less than ours)."""
+    import base64
+    import random
+
+    noise = random.Random(31)
+    return {path: text + base64.b64encode(noise.randbytes(LARGE_BYTES * 3 // 4)).decode()
+            for path, text in _files(count).items()}  # fmt: skip
 
 
 def _stats(values: list[float]) -> dict:
@@ -123,28 +141,46 @@ def _core(remote: str, runs: int, restores: int) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _product(mode: str, remote: str, runs: int, restores: int, clones: int) -> dict:
+def _clone(user, remote: str, name: str):
+    """The product's clone of ``remote`` (a project row, the relay, git in the sandbox,
+    the outcome stored): the project, and the milliseconds it took."""
     import asyncio
 
-    from agent.models import Conversation, Project, User
+    from agent.models import Project
     from agent.runs import git_remote
+    from agent.runs import projects as projects_
+
+    project = projects_.reserve(user, name=name, git_url=remote)
+    started = time.perf_counter()
+    asyncio.run(git_remote.clone_project(project.id))
+    took = _ms(started)
+    project.refresh_from_db()
+    if project.state != Project.State.READY:
+        raise RuntimeError(f"the clone failed: {project.error}")
+    return project, took
+
+
+def _product(mode: str, remote: str, large: str, runs: int, restores: int,
+             clones: int) -> dict:  # fmt: skip
+    from agent.models import Conversation, User
     from agent.runs import projects as projects_
     from agent.runs.workspaces import conversation_workspace, workspace_for
 
     user = User.objects.create(username="bench-projects")
-    clone_ms, ready_ms, conversation = [], [], None
+    clone_ms, plain_ms, ready_ms, conversation = [], [], [], None
     for n in range(clones):
-        project = projects_.reserve(user, name=f"bench {n}", git_url=remote)
-        started = time.perf_counter()
-        asyncio.run(git_remote.clone_project(project.id))
-        clone_ms.append(_ms(started))
-        project.refresh_from_db()
-        if project.state != Project.State.READY:
-            raise RuntimeError(f"the clone failed: {project.error}")
+        plain_ms += _plain_clones(remote, 1)
+        project, took = _clone(user, remote, f"bench {n}")
+        clone_ms.append(took)
         # Ready to work in: a conversation's worktree checked out (as `git clone` does).
+        started = time.perf_counter()
         conversation = Conversation.objects.create(owner=user, model="bench", project=project)
         projects_.add_worktree(conversation, project.default_branch)
-        ready_ms.append(_ms(started))
+        ready_ms.append(took + _ms(started))
+    large_ms, large_plain_ms = [], []
+    for n in range(clones):
+        large_plain_ms += _plain_clones(large, 1)
+        large_ms.append(_clone(user, large, f"bench large {n}")[1])
     workspace = conversation_workspace(conversation)
 
     def write(data: bytes) -> None:
@@ -166,14 +202,17 @@ def _product(mode: str, remote: str, runs: int, restores: int, clones: int) -> d
         "path": f"{path}, {as_uid}; the clone through the git relay",
         **result,
         "clone": _timed(clone_ms),
+        "plain_clone": _timed(plain_ms),
         "ready": _timed(ready_ms),
+        "clone_large": _timed(large_ms),
+        "plain_clone_large": _timed(large_plain_ms),
     }
 
 
 def child(argv: list[str]) -> None:
-    """``python -m bench.projects MODE REMOTE RUNS RESTORES CLONES``: one path measured,
-    its figures as JSON on the last line of stdout."""
-    mode, remote, runs, restores, clones = argv[0], argv[1], *map(int, argv[2:5])
+    """``python -m bench.projects MODE REMOTE LARGE RUNS RESTORES CLONES``: one path
+    measured, its figures as JSON on the last line of stdout."""
+    mode, remote, large, runs, restores, clones = argv[0], argv[1], argv[2], *map(int, argv[3:6])
     if mode == "core":
         print(json.dumps(_core(remote, runs, restores)), flush=True)
         return
@@ -189,7 +228,11 @@ def child(argv: list[str]) -> None:
 
         if drop.start() is None:
             raise RuntimeError("no broker: the file host path needs the bench to run as root")
-    print(json.dumps(_product(mode, remote, runs, restores, clones)), flush=True)
+    try:
+        print(json.dumps(_product(mode, remote, large, runs, restores, clones)), flush=True)
+    finally:  # the paired plain clones
+        for path in _leftovers:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # -- in the benchmark's process ------------------------------------------------------------
@@ -215,8 +258,8 @@ def _run_child(mode: str, remote, runs: int, restores: int, clones: int) -> dict
     })  # fmt: skip
     _leftovers.append(str(root))
     done = subprocess.run(
-        [sys.executable, "-m", "bench.projects", mode, remote.url("big.git"), str(runs),
-         str(restores), str(clones)],
+        [sys.executable, "-m", "bench.projects", mode, remote.url("big.git"),
+         remote.url("large.git"), str(runs), str(restores), str(clones)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
     )  # fmt: skip
     lines = done.stdout.strip().splitlines()
@@ -272,6 +315,7 @@ def _measure(remote, files: int, runs: int, restores: int, clones: int) -> dict:
     remote.public = True  # no credential: the plain clone and the product's alike
     started = time.perf_counter()
     remote.make_repository("big.git", _files(files))
+    remote.make_repository("large.git", _large_files(files))
     made_s = time.perf_counter() - started
     plain = _plain_clones(remote.url("big.git"), clones)
     checked_out = _plain_clones(remote.url("big.git"), clones, bare=False)
@@ -288,10 +332,14 @@ def _measure(remote, files: int, runs: int, restores: int, clones: int) -> dict:
             result["paths"][mode] = {"skipped": skipped[mode]}
             continue
         figures = _run_child(mode, remote, runs, restores, clones)
-        if "clone" in figures:
+        if "clone" in figures:  # against the plain clones paired with the product's
             figures["clone_ratio"] = round(
-                figures["clone"]["median_ms"] / result["plain_clone"]["median_ms"], 2
+                figures["clone"]["median_ms"] / figures["plain_clone"]["median_ms"], 2
             )
+            figures["clone_large_ratio"] = round(
+                figures["clone_large"]["median_ms"]
+                / figures["plain_clone_large"]["median_ms"], 2
+            )  # fmt: skip
             figures["ready_ratio"] = round(
                 figures["ready"]["median_ms"] / result["plain_clone_checked_out"]["median_ms"],
                 2,
@@ -309,9 +357,12 @@ def _summary(figures: dict) -> str:
             f"({cp['count']} runs; first {figures['first_ms']} ms); restore p50 "
             f"{restore['p50_ms']} ms")  # fmt: skip
     if "clone_ratio" in figures:
-        text += (f"; clone {figures['clone']['median_ms']} ms (x{figures['clone_ratio']}); "
+        text += (f"; clone {figures['clone']['median_ms']} ms (x{figures['clone_ratio']} "
+                 f"its paired plain clones' {figures['plain_clone']['median_ms']}); "
                  f"ready to work in {figures['ready']['median_ms']} ms "
-                 f"(x{figures['ready_ratio']})")  # fmt: skip
+                 f"(x{figures['ready_ratio']}); the larger repository's clone "
+                 f"{figures['clone_large']['median_ms']} ms (x{figures['clone_large_ratio']} "
+                 f"{figures['plain_clone_large']['median_ms']})")  # fmt: skip
     return text
 
 
@@ -322,7 +373,8 @@ def lines(report: dict) -> list[str]:
         f"projects: a worktree of {report['files']:,} files; targets: checkpoint after a "
         f"one-file change <= {TARGETS['checkpoint_p50_ms']:g} ms p50, restore <= "
         f"{TARGETS['restore_p50_ms']:g} ms p50, clone <= x{TARGETS['clone_ratio']} a plain "
-        f"`git clone --bare` ({plain['median_ms']} ms, median of {plain['count']}); ready "
+        f"`git clone --bare` ({plain['median_ms']} ms, median of {plain['count']}; each "
+        f"product clone is set against a plain one made just before it); ready "
         f"to work in (the clone and a worktree) against a plain `git clone` with its checkout "
         f"({report['plain_clone_checked_out']['median_ms']} ms); load average before: "
         f"{report['load_average_1m']}",

@@ -81,7 +81,11 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
         assert figures["first_ms"] > 0 and figures["restore"]["p50_ms"] > 0
         if mode != "core":  # the product's clone, against the plain one
             assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
-            assert f"(x{figures['clone_ratio']})" in proc.stdout
+            assert f"(x{figures['clone_ratio']} its paired" in proc.stdout
+            assert figures["plain_clone"]["count"] == 5  # one before each of the product's
+            assert figures["clone_large"]["count"] == figures["plain_clone_large"]["count"] == 5
+            assert figures["clone_large_ratio"] > 0
+            assert f"(x{figures['clone_large_ratio']} " in proc.stdout
             assert figures["ready"]["p50_ms"] > figures["clone"]["p50_ms"]  # plus the worktree
             assert f"ready to work in {figures['ready']['median_ms']} ms" in proc.stdout
 
