@@ -61,6 +61,14 @@ def role_changed(role: str) -> str:
     return render_to_string("agent/_role_changed.html", {"role": role, "oob": True})
 
 
+def archived_fragment(conversation_id, archived: bool, role: str) -> str:
+    """The open conversation's "Archived" mark and, for its owner, the ⋯ menu's Archive or
+    Unarchive, out of band (their forms carry no CSRF token: htmx sends the page's)."""
+    conversation = {"id": conversation_id, "archived": archived}
+    context = {"conversation": conversation, "role": role, "oob": True}
+    return render_to_string("agent/_archived.html", context)
+
+
 def shared_list_fragment(shared: list, current_id) -> str:
     """The sidebar's "Shared with me" (``#shared-list``), whole, after a share changed it."""
     context = {"shared": shared, "current_id": current_id, "oob": True}
