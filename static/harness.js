@@ -259,14 +259,19 @@
       shown.onclick = () => { window.focus(); shown.close(); };
     };
   }
-  // The tab's title follows the heading (the first prompt names the chat, a rename), as a
-  // reload would show it; a notice's mark stays.
+  // The tab's title and the list's entry of the open conversation (its own list's or
+  // "Shared with me") follow the heading (the first prompt names the chat, a rename, a
+  // catch-up bringing a name the page missed), as a reload would show them; a notice's mark
+  // stays.
   function tabTitleFollowsHeading() {
     document.addEventListener("htmx:oobAfterSwap", (event) => {
       const heading = $("#conv-title");
       if (!event.target || event.target.id !== "conv-title" || !heading) return;
+      const title = heading.textContent.trim();
       const mark = (document.title.match(NOTICE_MARK) || [""])[0];
-      document.title = `${mark}${heading.textContent.trim()} · Harness`;
+      document.title = `${mark}${title} · Harness`;
+      const entry = document.getElementById(`conv-link-${$("main.chat").dataset.conversation}`);
+      if (entry && entry.textContent !== title) entry.textContent = title;
     });
   }
   function bindNotifyToggle(toggle, note) {

@@ -61,6 +61,14 @@ def role_changed(role: str) -> str:
     return render_to_string("agent/_role_changed.html", {"role": role, "oob": True})
 
 
+def archived_fragment(conversation_id, archived: bool, role: str) -> str:
+    """The open conversation's "Archived" mark and, for its owner, the ⋯ menu's Archive or
+    Unarchive, out of band (their forms carry no CSRF token: htmx sends the page's)."""
+    conversation = {"id": conversation_id, "archived": archived}
+    context = {"conversation": conversation, "role": role, "oob": True}
+    return render_to_string("agent/_archived.html", context)
+
+
 def shared_list_fragment(shared: list, current_id) -> str:
     """The sidebar's "Shared with me" (``#shared-list``), whole, after a share changed it."""
     context = {"shared": shared, "current_id": current_id, "oob": True}
@@ -288,6 +296,12 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
     renderer = FragmentRenderer(transcript, live=True, live_unsure=True)
     missing = [e for e in events if after < e.seq and not isinstance(e, TextDeltaEvent)]
     html = renderer.render(missing, conversation) if missing else ""
+    if any(isinstance(e, UserEvent) for e in missing) and conversation.title:
+        # A prompt may have named the conversation, and its name goes out with that prompt's
+        # live batch only, which this page did not apply (its sync was in flight, or the
+        # batch was lost): the heading, which the tab's title and the list's entry follow.
+        context = {"conversation": conversation, "oob": True}
+        html = render_to_string("agent/_title.html", context) + html
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
         renderer.dropped_live = True

@@ -38,7 +38,12 @@ from agent.runs.manager import runs
 from agent.runs.terminals import panes
 from agent.server import logs, metrics
 from agent.server.user_connections import connections, refused_message
-from agent.ui.fragments import composer_alert, role_changed, shared_list_fragment
+from agent.ui.fragments import (
+    archived_fragment,
+    composer_alert,
+    role_changed,
+    shared_list_fragment,
+)
 from agent.web import socket_frames, terminal_frames, terminal_tail, viewers
 from agent.web.feed import (
     Batch,
@@ -226,6 +231,14 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.shared_redraw_due = True
         if self.shared_redraw is None:
             self.shared_redraw = asyncio.ensure_future(self._redraw_shared())
+
+    async def conversation_archived(self, message: dict) -> None:
+        """The conversation was archived or brought back (agent/web/revocation.py, from the
+        page, the API or the admin): its header's mark, and its owner's ⋯ menu entry,
+        redrawn for this reader's role (only an owner's have Unarchive)."""
+        if not self.refused:
+            fragment = archived_fragment(self.conversation_id, message["archived"], self.role)
+            await self.send(text_data=fragment)
 
     async def _redraw_shared(self) -> None:
         try:

@@ -17,7 +17,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
 from agent.web.reach import reach, refusal
-from agent.web.revocation import refresh_everyones_shared_lists, refresh_shared_lists
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
 
@@ -39,12 +38,9 @@ def conversation_list(request: HttpRequest, conversation_id) -> HttpResponse:
 def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse:
     conversation = reach(request, conversation_id, OWN)
     setattr(conversation, field, request.POST.get(field) == "1")
-    conversation.save(update_fields=[field])  # its place among the recent ones stays
-    if field == "archived":  # it leaves, or comes back to, its readers' "Shared with me"
-        if conversation.team:
-            refresh_everyones_shared_lists()
-        else:
-            refresh_shared_lists(conversation.memberships.values_list("user_id", flat=True))
+    # Its place among the recent ones stays. (An archive leaves, or comes back to, its
+    # readers' "Shared with me", and its open pages' headers follow: revocation.py's signal.)
+    conversation.save(update_fields=[field])
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
         response = _list(request, current, request.POST.get("view") == "archived")

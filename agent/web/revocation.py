@@ -17,6 +17,12 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 - revoking an API token (``agent.web.api_tokens.revoke_tokens``, which the admin uses; or saving
   or deleting the token) ends the streams opened with it.
 
+The same groups carry what is not a withdrawal but changes what a page shows: "Shared with
+me" redrawn (``shared.changed``) when a membership, a conversation's archived flag, title or
+team, or its owner's account changes, wherever (the pages, the API, the admin, a shell: the
+signals at the end), and an archive or unarchive redrawing the conversation's open pages'
+mark (``conversation.archived``).
+
 A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
 connection also re-checks its credential in the database: a socket on each frame it
 receives (``socket_access``), a stream at each heartbeat
@@ -72,9 +78,9 @@ def token_group(token_id) -> str:
     return f"token.{int(token_id)}"
 
 
-def _send(group: str, kind: str = "user.revoked") -> None:
+def _send(group: str, kind: str = "user.revoked", **fields) -> None:
     try:
-        async_to_sync(get_channel_layer().group_send)(group, {"type": kind})
+        async_to_sync(get_channel_layer().group_send)(group, {"type": kind, **fields})
     except Exception:  # a layer outage must not break an admin's save; frames re-check
         log.exception("could not notify %s", group)
 
@@ -103,6 +109,39 @@ def refresh_everyones_shared_lists() -> None:
 
 def _refresh_on_commit(groups: list[str]) -> None:
     transaction.on_commit(lambda: [_send(group, "shared.changed") for group in groups])
+
+
+def refresh_readers_lists(conversation) -> None:
+    """The "Shared with me" of those the conversation is shared with: everyone's when it
+    is the team's, else its members'."""
+    from agent.models import Membership
+
+    if conversation.team:
+        refresh_everyones_shared_lists()
+    else:
+        members = Membership.objects.filter(conversation_id=conversation.pk)
+        refresh_shared_lists(members.values_list("user_id", flat=True))
+
+
+def _refresh_owners_readers(owner_id) -> None:
+    """The "Shared with me" of everyone reading what this user shares (their account
+    deactivated or back: it leaves, or comes back to, those lists)."""
+    from agent.models import Conversation, Membership
+
+    if Conversation.objects.filter(owner_id=owner_id, team=True).exists():
+        refresh_everyones_shared_lists()
+    else:
+        members = Membership.objects.filter(conversation__owner_id=owner_id)
+        refresh_shared_lists(members.values_list("user_id", flat=True).distinct())
+
+
+def announce_archived(conversation) -> None:
+    """Every open page of the conversation shows or hides its "Archived" mark (and its
+    owner's ⋯ menu offers Archive or Unarchive), once the caller's transaction commits."""
+    from agent.runs.groups import group_name
+
+    group, archived = group_name(conversation.pk), bool(conversation.archived)
+    transaction.on_commit(lambda: _send(group, "conversation.archived", archived=archived))
 
 
 def revoke_user(user) -> None:
@@ -141,6 +180,8 @@ def _on_user_saved(sender, instance, created, update_fields=None, **kwargs) -> N
         update_fields is not None and "password" in update_fields
     ):
         _send(user_group(instance.pk), "session.recheck")
+    if update_fields is None or "is_active" in update_fields:  # (the admin saves it whole)
+        _refresh_owners_readers(instance.pk)
 
 
 @receiver(post_delete, dispatch_uid="harness-revoke-deleted-user")
@@ -159,6 +200,38 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
     if sender is Conversation:  # once it is committed: a socket's check must not still see it
         group = group_name(instance.pk)
         transaction.on_commit(lambda: _send(group, "conversation.deleted"))
+        if instance.team:  # (its members': their memberships' deletion, below)
+            refresh_everyones_shared_lists()
+
+
+# "Shared with me" follows its rows wherever they change: the pages and the API, the admin
+# (its forms, inline or not, and bulk deletes), a shell. A membership made, changed or
+# deleted (a conversation's or a user's deletion deletes theirs); a conversation archived
+# or not, renamed, or opened to the team, by a save that names the field or saves it whole
+# (``set_team``'s update() sends no signal: it calls the notifier itself).
+LISTED = frozenset({"archived", "title", "team"})
+
+
+@receiver(post_save, dispatch_uid="harness-shared-membership-saved")
+@receiver(post_delete, dispatch_uid="harness-shared-membership-deleted")
+def _on_membership_changed(sender, instance, **kwargs) -> None:
+    from agent.models import Membership
+
+    if sender is Membership:
+        refresh_shared_lists([instance.user_id])
+
+
+@receiver(post_save, dispatch_uid="harness-shared-conversation-saved")
+def _on_conversation_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
+    from agent.models import Conversation
+
+    if sender is not Conversation or created:
+        return
+    saved = LISTED if update_fields is None else LISTED.intersection(update_fields)
+    if saved:
+        refresh_readers_lists(instance)
+    if "archived" in saved:
+        announce_archived(instance)
 
 
 @receiver(post_save, dispatch_uid="harness-revoke-token-saved")

@@ -6,6 +6,8 @@ stream of the conversation to re-check it at once, once the change is committed
 (``access.recheck`` to its group, agent/web/revocation.py): a reader who lost access is
 closed, a collaborator made viewer can no longer drive (that is checked on every frame),
 and an open page whose reader's role changed re-draws itself for the new one.
+The members' "Shared with me" follow a membership's every change wherever it is made (the
+signals in agent/web/revocation.py); the team's, ``set_team``'s notice.
 """
 
 from __future__ import annotations
@@ -17,11 +19,7 @@ from agent.models import Conversation, Membership, User
 from agent.runs import terminals
 from agent.runs.cli_sessions import end_session_sync
 from agent.runs.manager import drop_author_from_sync
-from agent.web.revocation import (
-    recheck_conversation,
-    refresh_everyones_shared_lists,
-    refresh_shared_lists,
-)
+from agent.web.revocation import recheck_conversation, refresh_everyones_shared_lists
 
 ROLES = tuple(Membership.Role.values)
 USERNAME_MAX = 150
@@ -67,8 +65,7 @@ def set_member(conversation: Conversation, username, role) -> Membership:
             membership.role = role
             membership.save(update_fields=["role"])
         if created or changed:  # their open pages (a team reader's) re-draw for the role
-            recheck_conversation(conversation.pk)
-            refresh_shared_lists([user.pk])  # and their other pages list it, with the role
+            recheck_conversation(conversation.pk)  # (their "Shared with me": a signal's)
         if lowered:  # a collaborator made viewer: what they queued does not run
             _drop_queued(conversation, user.get_username())
     return membership
@@ -80,11 +77,9 @@ def remove_member(conversation: Conversation, username) -> bool:
         return False
     with transaction.atomic():
         memberships = Membership.objects.filter(conversation=conversation, user__username=username)
-        members = list(memberships.values_list("user_id", flat=True))
         removed, _ = memberships.delete()
         if removed:
             recheck_conversation(conversation.pk)
-            refresh_shared_lists(members)
             _drop_queued(conversation, username)
             audit.record(audit.Action.MEMBER_REMOVED, target=_shared(conversation, username),
                          actor=conversation.owner)  # fmt: skip

@@ -48,7 +48,7 @@ def test_a_frame_that_ends_one_run_and_starts_the_next_does_not_finish_the_promp
     events = [StatusEvent(state="idle").with_seq(228),
               UserEvent(content="chaos follow-up 1").with_seq(229),
               StatusEvent(state="thinking").with_seq(230)]  # fmt: skip
-    html = render_catch_up(events, 227, SimpleNamespace(last_seq=230, id=None))
+    html = render_catch_up(events, 227, SimpleNamespace(last_seq=230, id=None, title=""))
     frame = chaos.Frame(html)
     assert frame.parts == [("user", 229)]
     client = chaos.Client(chaos.UserStats("u", "c", "s", last_seq=227), "ws://x", "http://x")

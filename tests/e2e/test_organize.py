@@ -29,7 +29,10 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo", "noa", "kai", "lea")
+    live.create_users("pia", "ivo", "noa", "kai", "lea", "oda", "uma")
+    code = ("from agent.models import User\n"
+            "User.objects.create_superuser('sam', password='pw-sam-1234')")  # fmt: skip
+    live.manage("shell", "-c", code)
 
 
 def test_pin_and_archive_redraw_the_list_in_place(new_context, live, users):
@@ -206,3 +209,69 @@ def test_an_open_archived_conversation_is_marked_in_its_header_live(new_context,
     mark.wait_for(state="visible")
     entry.wait_for(state="detached")  # (the list's view is the unarchived one)
     assert page.locator("#archive-form button").text_content() == "Unarchive conversation"
+
+
+def share(live, conversation: str, username: str, role: str) -> None:
+    code = ("from agent.models import Membership, User\n"
+            f"Membership.objects.create(conversation_id='{conversation}', role='{role}', "
+            f"user=User.objects.get(username='{username}'))")  # fmt: skip
+    live.manage("shell", "-c", code)
+
+
+def opened(page, conversation: str):
+    page.goto(f"/c/{conversation}/")
+    page.wait_for_selector("body[data-ws=open]")
+    return page
+
+
+def test_the_archived_mark_follows_live_on_every_open_page_of_it(new_context, live, users):
+    """The demanding-user pass: archived in one tab, the conversation's other tabs and its
+    readers' pages said nothing of it until a reload. Each page's mark is drawn for its
+    reader (Unarchive only for the owner); the pushed forms carry no CSRF token, the page's
+    goes as a header."""
+    (mine,) = new_conversations(live, "oda", 1)
+    share(live, mine, "uma", "viewer")
+    first = opened(sign_in(new_context(), "oda"), mine)
+    second = opened(first.context.new_page(), mine)
+    reader = opened(sign_in(new_context(), "uma"), mine)
+    listed = reader.locator(f"#shared-list .conv-item[data-conversation-id='{mine}']")
+    listed.wait_for()
+    first.click(".conv-actions > summary")
+    first.click("#archive-form button")  # the ⋯ menu
+    for page in (first, second, reader):
+        page.locator("#archived-mark").wait_for(state="visible")
+    listed.wait_for(state="detached")  # out of the reader's "Shared with me" too
+    assert second.locator("#archive-form button").text_content() == "Unarchive conversation"
+    assert reader.locator("#archived-mark .archived-label").inner_text() == "Archived"
+    assert reader.locator("#archived-mark form, #archive-form").count() == 0  # not theirs
+    # Unarchive beside the mark, in the tab whose mark came over the socket (no token in it).
+    assert second.locator("#archived-mark [name=csrfmiddlewaretoken]").count() == 0
+    second.get_by_role("button", name="Unarchive this conversation").click()
+    for page in (first, second, reader):
+        page.locator("#archived-mark").wait_for(state="hidden")
+    listed.wait_for()
+    assert first.locator("#archive-form button").text_content() == "Archive conversation"
+    second.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{mine}']")
+
+
+def test_the_admins_edits_reach_the_readers_open_pages(new_context, live, users):
+    """Staff archiving or deleting a shared conversation in the admin: its reader's mark and
+    "Shared with me" follow, as when its owner does it on the page."""
+    shown, other = new_conversations(live, "oda", 2)
+    share(live, shown, "uma", "viewer")
+    share(live, other, "uma", "collaborator")
+    reader = opened(sign_in(new_context(), "uma"), shown)
+
+    def entry(conversation):
+        return reader.locator(f"#shared-list .conv-item[data-conversation-id='{conversation}']")
+
+    entry(other).wait_for()
+    staff = sign_in(new_context(), "sam")
+    staff.goto(f"/admin/agent/conversation/{shown}/change/")
+    staff.check("#id_archived")
+    staff.click("input[name=_save]")
+    reader.locator("#archived-mark").wait_for(state="visible")
+    entry(shown).wait_for(state="detached")
+    staff.goto(f"/admin/agent/conversation/{other}/delete/")
+    staff.click("#content form input[type=submit]")  # "Yes, I'm sure"
+    entry(other).wait_for(state="detached")

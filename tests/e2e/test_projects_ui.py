@@ -177,6 +177,46 @@ def test_the_header_stays_one_row_with_the_changes_panel_open(new_context, fresh
     assert page.eval_on_selector(".chat-head", "h => h.scrollWidth <= h.clientWidth")
 
 
+# Every control of the header (a direct child drawn): its box, and whether its text is cut.
+HEADER_BOXES = """() => [...document.querySelector('.chat-head').children]
+  .filter((el) => el.getClientRects().length)
+  .map((el) => { const r = el.getBoundingClientRect(); return [el.id || el.className, r.left,
+    r.right, el.matches('button') && el.scrollWidth > el.clientWidth]; })"""
+
+
+@pytest.mark.parametrize("width", [760, 1024, 1100, 1280])
+def test_the_header_fits_the_chat_at_every_desktop_width_with_a_panel_open(
+    new_context, fresh_model, width
+):
+    """The demanding-user pass: at 1,100 px (1,024, 1,280 and below) with the Files or the
+    Changes panel open the chat kept ~380 px and the header's controls ran past it (at 900
+    and below, even with no panel). A project's conversation: its header has the most."""
+    page = sign_in(new_context(viewport={"width": 1440, "height": 900}), "alice")
+    new_project_conversation(page)
+    one_row = page.locator(".chat-head").bounding_box()["height"]
+    page.set_viewport_size({"width": width, "height": 900})
+    for panel in (None, "files", "changes"):
+        if panel:
+            page.click(f"#{panel}-toggle")
+            page.wait_for_selector(f"#{panel}-panel:not([hidden])")
+            box = page.locator(f"#{panel}-panel").bounding_box()
+            assert box["width"] >= 240 and box["x"] + box["width"] <= width + 0.5, (panel, box)
+        chat = page.locator(".chat").bounding_box()
+        assert chat["x"] >= 0 and chat["width"] >= 400, (panel, chat)
+        assert page.locator(".chat-head").bounding_box()["height"] == one_row, panel
+        start, end = chat["x"] - 0.5, chat["x"] + chat["width"] + 0.5
+        for name, left, right, cut in page.evaluate(HEADER_BOXES):
+            assert start <= left and right <= end, (panel, name)
+            assert not cut, (panel, name)  # a button whole: never squeezed
+        assert page.locator(".conv-heading").bounding_box()["width"] >= 40, panel
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, panel
+        if panel:
+            page.click(f"#{panel}-close")
+            page.wait_for_selector(f"#{panel}-panel", state="hidden")
+    # Closed again: the list is back beside the chat.
+    assert page.locator("#sidebar").is_visible()
+
+
 def test_a_clone_that_fails_shows_gits_message_without_a_reload(new_context):
     page = sign_in(new_context(), "alice")
     name = f"remote {uuid.uuid4().hex[:6]}"

@@ -185,3 +185,38 @@ def archive_toggle(page) -> None:
     if page.get_attribute(".conv-actions", "open") is None:
         page.click(".conv-actions > summary")
     page.click("#archive-form button")
+
+
+# Drops the first frame that names the conversation before the page's own handler sees it,
+# as the page drops every batch while its sync is in flight (the reply is to cover it).
+DROP_THE_NAMING_BATCH = """() => document.addEventListener("htmx:wsBeforeMessage", (event) => {
+  if (window.namingDropped || !event.detail.message.includes('id="conv-title"')) return;
+  window.namingDropped = true;
+  event.stopImmediatePropagation();
+  event.preventDefault();
+}, true)"""
+
+
+def test_a_page_that_missed_the_naming_batch_gets_the_name_with_its_catch_up(
+    new_context, fresh_model
+):
+    """Why test_a_viewer_watches_live… failed once under load: the reader's page connected,
+    its first sync still in flight when the owner's first prompt went out, so it dropped that
+    batch, the only one with the conversation's new name; the sync reply brought the prompt
+    but not the name (heading, tab and "Shared with me" kept "New conversation")."""
+    alice = sign_in(new_context(), "alice")
+    alice.click(".new-conv")
+    alice.wait_for_selector("body[data-ws=open]")
+    share_with(alice, "bob", "viewer")
+    bob = sign_in(new_context(), "bob")
+    bob.goto(alice.url)
+    bob.wait_for_selector("body[data-ws=open]")
+    bob.evaluate(DROP_THE_NAMING_BATCH)
+    fresh_model.enqueue(text_reply("a named answer " * 20, chunk=4, delay=0.02))
+    send(alice, "name it now")
+    wait_idle(bob)
+    assert bob.evaluate("window.namingDropped")
+    bob.wait_for_selector("#conv-title:text-is('name it now')")
+    assert bob.title() == "name it now · Harness"
+    assert bob.inner_text("#shared-list .conv-link.current") == "name it now"
+    assert bob.locator('[data-part=user][data-author="alice"]').count() == 1

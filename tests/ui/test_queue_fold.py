@@ -15,7 +15,7 @@ from tests.xss_corpus import xss_payloads
 
 TOTALS = ("input_tokens", "output_tokens", "cost_usd", "cache_read_input_tokens",
           "cache_creation_input_tokens")  # fmt: skip
-CONVERSATION = SimpleNamespace(last_seq=0, **dict.fromkeys(TOTALS, 0))
+CONVERSATION = SimpleNamespace(last_seq=0, title="", **dict.fromkeys(TOTALS, 0))
 
 
 def queued(seq, qid, content, mode="follow_up"):

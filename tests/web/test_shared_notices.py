@@ -1,0 +1,181 @@
+"""What "Shared with me" is made of, changed anywhere (the admin's change forms, its delete
+pages and bulk delete action, a shell), tells the pages that show it, as the app's own share
+actions do: ``shared.changed`` to each reader's group, or to everyone's for a conversation of
+the team; an archive also tells the conversation's open pages (``conversation.archived``).
+
+The real admin views on the test client, the in-memory channel layer listened to per group."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from agent.models import Conversation, Membership, User
+from agent.runs.groups import group_name
+from agent.web.revocation import EVERYONE_GROUP, user_group
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Groups:
+    """A channel of its own in each group named: what each group was sent, by type."""
+
+    def __init__(self, *groups: str) -> None:
+        self.groups, self.layer, self.channels = groups, get_channel_layer(), {}
+
+    async def __aenter__(self) -> Groups:
+        for group in self.groups:
+            self.channels[group] = await self.layer.new_channel()
+            await self.layer.group_add(group, self.channels[group])
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for group, channel in self.channels.items():
+            await self.layer.group_discard(group, channel)
+
+    async def sent(self, seconds: float = 0.3) -> dict[str, list[dict]]:
+        got: dict[str, list[dict]] = {group: [] for group in self.groups}
+        for group, channel in self.channels.items():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    while True:
+                        got[group].append(await self.layer.receive(channel))
+        return got
+
+
+def kinds(messages: list[dict]) -> list[str]:
+    return [message["type"] for message in messages]
+
+
+@pytest.fixture
+def staff(client):
+    client.force_login(User.objects.create_superuser("root", password="pw-root-123"))
+    return client
+
+
+@pytest.fixture
+def shared():
+    """carol's conversation, shared with dan (viewer); erin reads nothing of hers."""
+    carol, dan, erin = (User.objects.create_user(name, password=f"pw-{name}-123")
+                        for name in ("carol", "dan", "erin"))  # fmt: skip
+    conversation = Conversation.objects.create(owner=carol, model="m", title="Carol's notes")
+    Membership.objects.create(conversation=conversation, user=dan, role="viewer")
+    return conversation, carol, dan, erin
+
+
+def change_form(title: str, archived: bool) -> dict:
+    form = {"title": title, "instructions": "", "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0", "memberships-MIN_NUM_FORMS": "0",
+            "memberships-MAX_NUM_FORMS": "1000"}  # fmt: skip
+    return {**form, "archived": "on"} if archived else form
+
+
+async def test_archiving_in_the_admin_tells_the_readers_and_the_open_pages(staff, shared):
+    conversation, carol, dan, erin = shared
+    pages = group_name(conversation.pk)
+    watched = (user_group(dan.pk), user_group(erin.pk), EVERYONE_GROUP, pages)
+    url = f"/admin/agent/conversation/{conversation.pk}/change/"
+    async with Groups(*watched) as groups:
+        response = await sync_to_async(staff.post)(url, change_form("Carol's notes", True))
+        assert response.status_code == 302
+        got = await groups.sent()
+        assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+        assert got[pages] == [{"type": "conversation.archived", "archived": True}]
+        assert got[user_group(erin.pk)] == got[EVERYONE_GROUP] == []
+        response = await sync_to_async(staff.post)(url, change_form("Carol's notes", False))
+        got = await groups.sent()
+        assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+        assert got[pages] == [{"type": "conversation.archived", "archived": False}]
+        # Another field (the instructions, pinned): not in anyone's list, nothing sent.
+        form = {**change_form("Carol's notes", False), "instructions": "be brief"}
+        await sync_to_async(staff.post)(url, form)
+        assert not any((await groups.sent()).values())
+
+
+async def test_a_rename_in_the_admin_redraws_the_readers_lists(staff, shared):
+    conversation, carol, dan, erin = shared
+    url = f"/admin/agent/conversation/{conversation.pk}/change/"
+    async with Groups(user_group(dan.pk), group_name(conversation.pk)) as groups:
+        await sync_to_async(staff.post)(url, change_form("Renamed by staff", False))
+        got = await groups.sent()
+    assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+    assert got[group_name(conversation.pk)] == []  # (not archived: the mark stays as it was)
+
+
+async def test_deleting_in_the_admin_tells_the_members_or_everyone_for_the_team(staff, shared):
+    conversation, carol, dan, erin = shared
+    team = await Conversation.objects.acreate(owner=carol, model="m", team=True, title="All")
+    async with Groups(user_group(dan.pk), user_group(erin.pk), EVERYONE_GROUP) as groups:
+        url = f"/admin/agent/conversation/{conversation.pk}/delete/"
+        response = await sync_to_async(staff.post)(url, {"post": "yes"})
+        assert response.status_code == 302
+        got = await groups.sent()
+        assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+        assert got[user_group(erin.pk)] == got[EVERYONE_GROUP] == []
+        url = f"/admin/agent/conversation/{team.pk}/delete/"
+        await sync_to_async(staff.post)(url, {"post": "yes"})
+        got = await groups.sent()
+        assert kinds(got[EVERYONE_GROUP]) == ["shared.changed"]
+    assert not await Conversation.objects.filter(owner=carol).aexists()
+
+
+async def test_the_admins_bulk_delete_tells_every_member(staff, shared):
+    conversation, carol, dan, erin = shared
+    other = await Conversation.objects.acreate(owner=carol, model="m", title="More")
+    await Membership.objects.acreate(conversation=other, user=erin, role="collaborator")
+    form = {"action": "delete_selected", "post": "yes",
+            "_selected_action": [str(conversation.pk), str(other.pk)]}  # fmt: skip
+    async with Groups(user_group(dan.pk), user_group(erin.pk)) as groups:
+        response = await sync_to_async(staff.post)("/admin/agent/conversation/", form)
+        assert response.status_code == 302
+        got = await groups.sent()
+    assert kinds(got[user_group(dan.pk)]) == kinds(got[user_group(erin.pk)]) == ["shared.changed"]
+    assert not await Conversation.objects.filter(owner=carol).aexists()
+
+
+async def test_an_owner_deactivated_or_back_in_the_admin_leaves_and_rejoins_the_lists(
+    staff, shared
+):
+    conversation, carol, dan, erin = shared
+    url = f"/admin/agent/user/{carol.pk}/change/"
+    page = await sync_to_async(staff.get)(url)
+    assert page.status_code == 200
+    form = {"username": "carol", "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00",
+            "monthly_budget_usd": "", "bash_enabled": "on"}  # fmt: skip
+    async with Groups(user_group(dan.pk), user_group(erin.pk)) as groups:
+        response = await sync_to_async(staff.post)(url, form)  # is_active unticked
+        assert response.status_code == 302, response.content.decode()[:3000]
+        assert not (await User.objects.aget(pk=carol.pk)).is_active
+        got = await groups.sent()
+        assert "shared.changed" in kinds(got[user_group(dan.pk)])
+        assert got[user_group(erin.pk)] == []
+        await sync_to_async(staff.post)(url, {**form, "is_active": "on"})
+        assert "shared.changed" in kinds((await groups.sent())[user_group(dan.pk)])
+
+
+async def test_deleting_an_owner_in_the_admin_tells_their_readers(staff, shared):
+    conversation, carol, dan, erin = shared
+    async with Groups(user_group(dan.pk)) as groups:
+        url = f"/admin/agent/user/{carol.pk}/delete/"
+        response = await sync_to_async(staff.post)(url, {"post": "yes"})
+        assert response.status_code == 302
+        assert kinds((await groups.sent())[user_group(dan.pk)]) == ["shared.changed"]
+
+
+async def test_a_membership_changed_anywhere_tells_its_member(shared):
+    """A shell, a data migration, a future admin form: the rows, not the views, hold it."""
+    conversation, carol, dan, erin = shared
+    async with Groups(user_group(dan.pk), user_group(erin.pk)) as groups:
+        added = await Membership.objects.acreate(conversation=conversation, user=erin,
+                                                 role="viewer")  # fmt: skip
+        assert kinds((await groups.sent())[user_group(erin.pk)]) == ["shared.changed"]
+        added.role = "collaborator"
+        await added.asave(update_fields=["role"])
+        assert kinds((await groups.sent())[user_group(erin.pk)]) == ["shared.changed"]
+        await Membership.objects.filter(conversation=conversation).adelete()
+        got = await groups.sent()
+    assert kinds(got[user_group(dan.pk)]) == kinds(got[user_group(erin.pk)]) == ["shared.changed"]
