@@ -1156,6 +1156,8 @@
         helpOverlay.toggle();
       } else if (isSearchKey(event) && $("#search")) {
         event.preventDefault();
+        // A panel open on a mid-size screen takes the list's place: it closes to show it.
+        if (!$("#search").getClientRects().length) drawers.closeOpen();
         $("#search").focus();
         $("#search").select();
       } else if (event.key === "Escape") {
@@ -1736,8 +1738,20 @@
   }
 
   // --- wiring ----------------------------------------------------------------------------
+  // The page's CSRF token on every htmx request (a form the server pushed over the socket,
+  // such as the Archived mark's Unarchive, carries none: a socket has no token to give).
+  // Not on the socket's own messages (htmx:wsConfigSend): the server has no use for it there.
+  function sendCsrfTokenWithRequests() {
+    const chat = $("main[data-csrf]");
+    if (!chat) return;
+    document.addEventListener("htmx:configRequest", (event) => {
+      event.detail.headers["X-CSRFToken"] = chat.dataset.csrf;
+    });
+  }
+
   function init() {
     document.querySelectorAll("[data-load]").forEach(bindOnDemand);
+    sendCsrfTokenWithRequests();
     const messages = $("#messages");
     const prompt = $("#prompt");
     const form = $("#prompt-form");

@@ -169,6 +169,8 @@ async def conversation(request: HttpRequest, conversation: Conversation) -> Json
     if problem:
         return api_error(400, "bad_request", problem)
     team = changes.pop("team", None)
+    # Only what changes is saved (a save of a listed field tells its readers' pages).
+    changes = {k: v for k, v in changes.items() if getattr(conversation, k) != v}
     if changes:
         for name, value in changes.items():
             setattr(conversation, name, value)

@@ -37,10 +37,12 @@ def conversation_list(request: HttpRequest, conversation_id) -> HttpResponse:
 
 def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse:
     conversation = reach(request, conversation_id, OWN)
-    setattr(conversation, field, request.POST.get(field) == "1")
-    # Its place among the recent ones stays. (An archive leaves, or comes back to, its
-    # readers' "Shared with me", and its open pages' headers follow: revocation.py's signal.)
-    conversation.save(update_fields=[field])
+    value = request.POST.get(field) == "1"
+    if getattr(conversation, field) != value:
+        setattr(conversation, field, value)
+        # Its place among the recent ones stays. (An archive leaves, or comes back to, its
+        # readers' "Shared with me", and its open pages' headers follow: revocation.py.)
+        conversation.save(update_fields=[field])
     current = _current(request, conversation)
     if request.headers.get("HX-Request"):
         response = _list(request, current, request.POST.get("view") == "archived")

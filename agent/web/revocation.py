@@ -166,11 +166,12 @@ def notify_token_revoked(token_id) -> None:
     _send(token_group(token_id), "token.revoked")
 
 
-@receiver(post_save, dispatch_uid="harness-revoke-inactive-user")
+# Each receiver names its model (lazily, by label): one without a sender would run on every
+# model's saves and deletes, and its mere presence makes Django load every row a delete
+# cascades to (a conversation's events) instead of deleting them in one query.
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="harness-revoke-inactive-user")
 def _on_user_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
-    from agent.models import User
-
-    if sender is not User or created:
+    if created:
         return
     if not instance.is_active:
         revoke_user(instance)
@@ -184,24 +185,21 @@ def _on_user_saved(sender, instance, created, update_fields=None, **kwargs) -> N
         _refresh_owners_readers(instance.pk)
 
 
-@receiver(post_delete, dispatch_uid="harness-revoke-deleted-user")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="harness-revoke-deleted-user")
 def _on_user_deleted(sender, instance, **kwargs) -> None:
-    from agent.models import User
-
-    if sender is User:
-        _send(user_group(instance.pk))
+    _send(user_group(instance.pk))
 
 
-@receiver(post_delete, dispatch_uid="harness-close-deleted-conversation")
+@receiver(post_delete, sender="agent.Conversation",
+          dispatch_uid="harness-close-deleted-conversation")  # fmt: skip
 def _on_conversation_deleted(sender, instance, **kwargs) -> None:
-    from agent.models import Conversation
     from agent.runs.groups import group_name
 
-    if sender is Conversation:  # once it is committed: a socket's check must not still see it
-        group = group_name(instance.pk)
-        transaction.on_commit(lambda: _send(group, "conversation.deleted"))
-        if instance.team:  # (its members': their memberships' deletion, below)
-            refresh_everyones_shared_lists()
+    # Once it is committed: a socket's check must not still see it.
+    group = group_name(instance.pk)
+    transaction.on_commit(lambda: _send(group, "conversation.deleted"))
+    if instance.team:  # (its members': their memberships' deletion, below)
+        refresh_everyones_shared_lists()
 
 
 # "Shared with me" follows its rows wherever they change: the pages and the API, the admin
@@ -212,20 +210,16 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
 LISTED = frozenset({"archived", "title", "team"})
 
 
-@receiver(post_save, dispatch_uid="harness-shared-membership-saved")
-@receiver(post_delete, dispatch_uid="harness-shared-membership-deleted")
+@receiver(post_save, sender="agent.Membership", dispatch_uid="harness-shared-membership-saved")
+@receiver(post_delete, sender="agent.Membership",
+          dispatch_uid="harness-shared-membership-deleted")  # fmt: skip
 def _on_membership_changed(sender, instance, **kwargs) -> None:
-    from agent.models import Membership
-
-    if sender is Membership:
-        refresh_shared_lists([instance.user_id])
+    refresh_shared_lists([instance.user_id])
 
 
-@receiver(post_save, dispatch_uid="harness-shared-conversation-saved")
+@receiver(post_save, sender="agent.Conversation", dispatch_uid="harness-shared-conversation-saved")
 def _on_conversation_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
-    from agent.models import Conversation
-
-    if sender is not Conversation or created:
+    if created:
         return
     saved = LISTED if update_fields is None else LISTED.intersection(update_fields)
     if saved:
@@ -234,21 +228,16 @@ def _on_conversation_saved(sender, instance, created, update_fields=None, **kwar
         announce_archived(instance)
 
 
-@receiver(post_save, dispatch_uid="harness-revoke-token-saved")
+@receiver(post_save, sender="agent.ApiToken", dispatch_uid="harness-revoke-token-saved")
 def _on_token_saved(sender, instance, created, **kwargs) -> None:
-    from agent.models import ApiToken
-
     # The admin's change form, or token.revoked = now; token.save() in a shell.
-    if sender is ApiToken and instance.revoked is not None:
+    if instance.revoked is not None:
         notify_token_revoked(instance.pk)
 
 
-@receiver(post_delete, dispatch_uid="harness-revoke-token-deleted")
+@receiver(post_delete, sender="agent.ApiToken", dispatch_uid="harness-revoke-token-deleted")
 def _on_token_deleted(sender, instance, **kwargs) -> None:
-    from agent.models import ApiToken
-
-    if sender is ApiToken:
-        notify_token_revoked(instance.pk)
+    notify_token_revoked(instance.pk)
 
 
 @receiver(user_logged_out, dispatch_uid="harness-revoke-session")

@@ -266,8 +266,10 @@ def create_conversation(request: HttpRequest) -> HttpResponse:
 @require_POST
 def rename_conversation(request: HttpRequest, conversation_id) -> HttpResponse:
     conversation = _owned_or_404(request, conversation_id)
-    conversation.title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
-    conversation.save(update_fields=["title"])  # its place among the recently active stays
+    title = " ".join(request.POST.get("title", "").split())[:TITLE_MAX]
+    if title != conversation.title:  # (a save tells its readers' pages: revocation.py)
+        conversation.title = title
+        conversation.save(update_fields=["title"])  # its place among the recently active stays
     if request.headers.get("HX-Request"):
         return organize.renamed(request, conversation)
     return _back_to(request, redirect("conversation", conversation_id=conversation.id))

@@ -228,11 +228,13 @@ def test_the_archived_mark_follows_live_on_every_open_page_of_it(new_context, li
     """The demanding-user pass: archived in one tab, the conversation's other tabs and its
     readers' pages said nothing of it until a reload. Each page's mark is drawn for its
     reader (Unarchive only for the owner); the pushed forms carry no CSRF token, the page's
-    goes as a header."""
+    goes as a header of its HTTP requests, never in what the socket sends."""
     (mine,) = new_conversations(live, "oda", 1)
     share(live, mine, "uma", "viewer")
     first = opened(sign_in(new_context(), "oda"), mine)
-    second = opened(first.context.new_page(), mine)
+    second, sent = first.context.new_page(), []
+    second.on("websocket", lambda socket: socket.on("framesent", lambda f: sent.append(f)))
+    opened(second, mine)
     reader = opened(sign_in(new_context(), "uma"), mine)
     listed = reader.locator(f"#shared-list .conv-item[data-conversation-id='{mine}']")
     listed.wait_for()
@@ -252,6 +254,13 @@ def test_the_archived_mark_follows_live_on_every_open_page_of_it(new_context, li
     listed.wait_for()
     assert first.locator("#archive-form button").text_content() == "Archive conversation"
     second.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{mine}']")
+    # A message htmx sends on the socket (its HEADERS), next to the page's own ones.
+    second.click(".conv-actions > summary")
+    second.click(".compact-form button")
+    second.get_by_text("Nothing to compact").wait_for()
+    token = second.locator("main.chat").get_attribute("data-csrf")
+    assert token and any('"compact"' in str(frame) for frame in sent)
+    assert not [frame for frame in sent if token in str(frame) or "CSRF" in str(frame)]
 
 
 def test_the_admins_edits_reach_the_readers_open_pages(new_context, live, users):

@@ -215,6 +215,13 @@ def test_the_header_fits_the_chat_at_every_desktop_width_with_a_panel_open(
             page.wait_for_selector(f"#{panel}-panel", state="hidden")
     # Closed again: the list is back beside the chat.
     assert page.locator("#sidebar").is_visible()
+    if width > 720:  # the search key with a panel over the list: the panel makes way
+        page.click("#files-toggle")
+        page.wait_for_selector("#files-panel:not([hidden])")
+        page.locator("#prompt").blur()
+        page.keyboard.press("/")
+        page.wait_for_function("document.activeElement && document.activeElement.id === 'search'")
+        assert page.locator("#search").is_visible()
 
 
 def test_a_clone_that_fails_shows_gits_message_without_a_reload(new_context):

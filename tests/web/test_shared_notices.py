@@ -179,3 +179,43 @@ async def test_a_membership_changed_anywhere_tells_its_member(shared):
         await Membership.objects.filter(conversation=conversation).adelete()
         got = await groups.sent()
     assert kinds(got[user_group(dan.pk)]) == kinds(got[user_group(erin.pk)]) == ["shared.changed"]
+
+
+def test_deleting_a_conversation_deletes_its_events_in_one_query_without_loading_them():
+    """The notices' receivers name their models: a receiver of every model's deletes would
+    make Django load each of a long conversation's events before deleting it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agent.models import Event
+
+    owner = User.objects.create_user("owner-of-a-long-one")
+    conversation = Conversation.objects.create(owner=owner, model="m")
+    Event.objects.bulk_create(
+        Event(conversation=conversation, seq=n, type="text", payload={"n": n})
+        for n in range(1, 301)
+    )
+    with CaptureQueriesContext(connection) as queries:
+        conversation.delete()
+    touching = [q["sql"] for q in queries if '"agent_event"' in q["sql"]]
+    assert len(touching) == 1 and touching[0].startswith("DELETE"), touching
+    assert not Event.objects.filter(conversation_id=conversation.pk).exists()
+
+
+async def test_a_rename_or_archive_that_changes_nothing_tells_nobody(client, shared):
+    """A save of a listed field redraws every reader's list (everyone's, for the team's):
+    the page's and the API's forms save only what changes, so a loop of the same rename
+    or the same archive flag wakes no other page."""
+    conversation, carol, dan, erin = shared
+    await sync_to_async(client.force_login)(carol)
+    pages = group_name(conversation.pk)
+    async with Groups(user_group(dan.pk), pages) as groups:
+        for _ in range(3):
+            await sync_to_async(client.post)(f"/c/{conversation.pk}/rename",
+                                             {"title": "  Carol's   notes "})  # fmt: skip
+            await sync_to_async(client.post)(f"/c/{conversation.pk}/archive", {"archived": "0"})
+        assert not any((await groups.sent()).values())
+        await sync_to_async(client.post)(f"/c/{conversation.pk}/rename", {"title": "New name"})
+        assert kinds((await groups.sent())[user_group(dan.pk)]) == ["shared.changed"]
+    await sync_to_async(conversation.refresh_from_db)()
+    assert conversation.title == "New name"
