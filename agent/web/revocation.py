@@ -19,9 +19,11 @@ a message to the group, so it reaches every server process (Redis, with ``REDIS_
 
 The same groups carry what is not a withdrawal but changes what a page shows: "Shared with
 me" redrawn (``shared.changed``) when a membership, a conversation's archived flag, title or
-team, or its owner's account changes, wherever (the pages, the API, the admin, a shell: the
-signals at the end), and an archive or unarchive redrawing the conversation's open pages'
-mark (``conversation.archived``).
+team, or its owner's account changes by a save (the pages, the API, the admin, and a shell
+when the layer is Redis's: the signals at the end), and an archive or unarchive redrawing the
+conversation's open pages' mark (``conversation.archived``). Not by an ``update()``: the
+name a first prompt gives a conversation (the run's claim) shows in its readers' lists at
+their next redraw.
 
 A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
 connection also re-checks its credential in the database: a socket on each frame it
@@ -202,10 +204,11 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
         refresh_everyones_shared_lists()
 
 
-# "Shared with me" follows its rows wherever they change: the pages and the API, the admin
-# (its forms, inline or not, and bulk deletes), a shell. A membership made, changed or
-# deleted (a conversation's or a user's deletion deletes theirs); a conversation archived
-# or not, renamed, or opened to the team, by a save that names the field or saves it whole
+# "Shared with me" follows its rows wherever a save or delete changes them: the pages and
+# the API, the admin (its forms, inline or not, and bulk deletes), a shell. A membership
+# made, changed or deleted (a conversation's or a user's deletion deletes theirs); a
+# conversation archived or not, renamed, or opened to the team, by a save that names the
+# field or saves it whole
 # (``set_team``'s update() sends no signal: it calls the notifier itself).
 LISTED = frozenset({"archived", "title", "team"})
 
