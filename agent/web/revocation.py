@@ -208,8 +208,8 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
 # the API, the admin (its forms, inline or not, and bulk deletes), a shell. A membership
 # made, changed or deleted (a conversation's or a user's deletion deletes theirs); a
 # conversation archived or not, renamed, or opened to the team, by a save that names the
-# field or saves it whole
-# (``set_team``'s update() sends no signal: it calls the notifier itself).
+# field or saves it whole (``set_team``'s update() sends no signal: it calls the notifier
+# itself).
 LISTED = frozenset({"archived", "title", "team"})
 
 
