@@ -91,9 +91,8 @@ def test_a_viewer_watches_live_a_collaborator_prompts_and_authors_show(new_conte
     alice.wait_for_selector("#share-team:not(:checked):not([data-old])")
 
 
-def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):
-    """The first-use review: a viewer made collaborator kept a disabled composer until a
-    reload; and a viewer's disabled composer looked enabled."""
+def watched_by_a_viewer(new_context):
+    """alice's new conversation, open on her page and on bob's (her viewer's)."""
     alice = sign_in(new_context(), "alice")
     alice.click(".new-conv")
     alice.wait_for_selector("body[data-ws=open]")
@@ -101,6 +100,13 @@ def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):
     bob = sign_in(new_context(), "bob")
     bob.goto(alice.url)
     bob.wait_for_selector("body[data-ws=open]")
+    return alice, bob
+
+
+def test_a_role_change_redraws_the_readers_page_live(new_context, fresh_model):
+    """The first-use review: a viewer made collaborator kept a disabled composer until a
+    reload; and a viewer's disabled composer looked enabled."""
+    alice, bob = watched_by_a_viewer(new_context)
     assert bob.is_disabled("#prompt")
     looks = "s => getComputedStyle(document.querySelector(s)).opacity"
     assert float(bob.evaluate(looks, "#prompt")) < 1 and float(bob.evaluate(looks, "#cancel")) < 1
@@ -204,13 +210,7 @@ def test_a_page_that_missed_the_naming_batch_gets_the_name_with_its_catch_up(
     its first sync still in flight when the owner's first prompt went out, so it dropped that
     batch, the only one with the conversation's new name; the sync reply brought the prompt
     but not the name (heading, tab and "Shared with me" kept "New conversation")."""
-    alice = sign_in(new_context(), "alice")
-    alice.click(".new-conv")
-    alice.wait_for_selector("body[data-ws=open]")
-    share_with(alice, "bob", "viewer")
-    bob = sign_in(new_context(), "bob")
-    bob.goto(alice.url)
-    bob.wait_for_selector("body[data-ws=open]")
+    alice, bob = watched_by_a_viewer(new_context)
     bob.evaluate(DROP_THE_NAMING_BATCH)
     fresh_model.enqueue(text_reply("a named answer " * 20, chunk=4, delay=0.02))
     send(alice, "name it now")
