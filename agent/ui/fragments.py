@@ -69,6 +69,12 @@ def archived_fragment(conversation_id, archived: bool, role: str) -> str:
     return render_to_string("agent/_archived.html", context)
 
 
+def title_fragment(title: str) -> str:
+    """The open conversation's heading (``#conv-title``), out of band, after a rename."""
+    context = {"conversation": {"display_title": title}, "oob": True}
+    return render_to_string("agent/_title.html", context)
+
+
 def shared_list_fragment(shared: list, current_id) -> str:
     """The sidebar's "Shared with me" (``#shared-list``), whole, after a share changed it."""
     context = {"shared": shared, "current_id": current_id, "oob": True}

@@ -43,6 +43,7 @@ from agent.ui.fragments import (
     composer_alert,
     role_changed,
     shared_list_fragment,
+    title_fragment,
 )
 from agent.web import socket_frames, terminal_frames, terminal_tail, viewers
 from agent.web.feed import (
@@ -239,6 +240,12 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         if not self.refused:
             fragment = archived_fragment(self.conversation_id, message["archived"], self.role)
             await self.send(text_data=fragment)
+
+    async def conversation_renamed(self, message: dict) -> None:
+        """The conversation was renamed (revocation.py: the page, the API or the admin): its
+        heading, which the tab's title and the list's entry follow."""
+        if not self.refused:
+            await self.send(text_data=title_fragment(message["title"]))
 
     async def _redraw_shared(self) -> None:
         try:

@@ -146,6 +146,15 @@ def announce_archived(conversation) -> None:
     transaction.on_commit(lambda: _send(group, "conversation.archived", archived=archived))
 
 
+def announce_renamed(conversation) -> None:
+    """Every open page of the conversation shows its new name (heading, and from it the
+    tab's title and the list's entry), once the caller's transaction commits."""
+    from agent.runs.groups import group_name
+
+    group, title = group_name(conversation.pk), conversation.display_title
+    transaction.on_commit(lambda: _send(group, "conversation.renamed", title=title))
+
+
 def revoke_user(user) -> None:
     from django.db.models import Q
 
@@ -229,6 +238,8 @@ def _on_conversation_saved(sender, instance, created, update_fields=None, **kwar
         refresh_readers_lists(instance)
     if "archived" in saved:
         announce_archived(instance)
+    if "title" in saved:
+        announce_renamed(instance)
 
 
 @receiver(post_save, sender="agent.ApiToken", dispatch_uid="harness-revoke-token-saved")

@@ -277,6 +277,13 @@ def test_the_admins_edits_reach_the_readers_open_pages(new_context, live, users)
     entry(other).wait_for()
     staff = sign_in(new_context(), "sam")
     staff.goto(f"/admin/agent/conversation/{shown}/change/")
+    staff.fill("#id_title", "Renamed by staff")
+    staff.click("input[name=_save]")
+    # The reader's heading, tab title and list follow.
+    reader.wait_for_selector("#conv-title:text-is('Renamed by staff')")
+    assert reader.title() == "Renamed by staff · Harness"
+    entry(shown).filter(has_text="Renamed by staff").wait_for()
+    staff.goto(f"/admin/agent/conversation/{shown}/change/")
     staff.check("#id_archived")
     staff.click("input[name=_save]")
     reader.locator("#archived-mark").wait_for(state="visible")

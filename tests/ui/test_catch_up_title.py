@@ -18,3 +18,11 @@ def test_a_catch_up_with_a_prompt_brings_the_name_and_one_without_does_not():
     assert '<span id="conv-title" class="conv-title" hx-swap-oob="true">name it now</span>' in html
     assert 'id="conv-title"' not in render_catch_up(EVENTS, after=1, conversation=named)
     assert 'id="conv-title"' not in render_catch_up(EVENTS, 0, Conversation(model="m"))
+
+
+def test_a_renames_heading_is_escaped():
+    from agent.ui.fragments import title_fragment
+
+    html = title_fragment('<img src=x onerror="alert(1)"> & co')
+    assert html.strip() == ('<span id="conv-title" class="conv-title" hx-swap-oob="true">'
+                    "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; co</span>")  # fmt: skip

@@ -103,7 +103,9 @@ async def test_a_rename_in_the_admin_redraws_the_readers_lists(staff, shared):
         await sync_to_async(staff.post)(url, change_form("Renamed by staff", False))
         got = await groups.sent()
     assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
-    assert got[group_name(conversation.pk)] == []  # (not archived: the mark stays as it was)
+    # Its open pages' heading (not archived: the mark stays as it was).
+    assert got[group_name(conversation.pk)] == [
+        {"type": "conversation.renamed", "title": "Renamed by staff"}]  # fmt: skip
 
 
 async def test_deleting_in_the_admin_tells_the_members_or_everyone_for_the_team(staff, shared):
@@ -216,6 +218,8 @@ async def test_a_rename_or_archive_that_changes_nothing_tells_nobody(client, sha
             await sync_to_async(client.post)(f"/c/{conversation.pk}/archive", {"archived": "0"})
         assert not any((await groups.sent()).values())
         await sync_to_async(client.post)(f"/c/{conversation.pk}/rename", {"title": "New name"})
-        assert kinds((await groups.sent())[user_group(dan.pk)]) == ["shared.changed"]
+        got = await groups.sent()
+        assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+        assert got[pages] == [{"type": "conversation.renamed", "title": "New name"}]
     await sync_to_async(conversation.refresh_from_db)()
     assert conversation.title == "New name"
