@@ -5,8 +5,10 @@ its user and conversation; the CLI's model traffic still goes through the gatewa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -139,5 +141,9 @@ async def test_the_terminals_shell_reaches_the_named_origin_through_the_proxy(li
         await page.until(prompted)
         await page.typed(f"{curl(origin)}\r")
         await page.until(lambda s: BODY in s)
-    # (the home conversation may be the CLI test's: its rows are there too)
-    assert ["alice", origin, True] in logged(live, conversation)
+    # The row is written as the connection ends, which may be just after curl printed the
+    # body. (The home conversation may be the CLI test's: its rows are there too.)
+    deadline = time.monotonic() + 15
+    while ["alice", origin, True] not in (rows := logged(live, conversation)):
+        assert time.monotonic() < deadline, rows
+        await asyncio.sleep(0.2)
