@@ -70,7 +70,7 @@ def archived_fragment(conversation_id, archived: bool, role: str) -> str:
 
 
 def title_fragment(title: str) -> str:
-    """The open conversation's heading (``#conv-title``), out of band, after a rename."""
+    """The open conversation's heading (``#conv-title``), out of band: a name it was given."""
     context = {"conversation": {"display_title": title}, "oob": True}
     return render_to_string("agent/_title.html", context)
 
@@ -97,7 +97,7 @@ def queue_fragment(transcript: Transcript) -> str:
 def title_fragments(conversation: Any) -> str:
     """The header title and the sidebar entry, after the first prompt named the chat."""
     context = {"conversation": conversation, "oob": True}
-    return render_to_string("agent/_title.html", context) + render_to_string(
+    return title_fragment(conversation.display_title) + render_to_string(
         "agent/_conv_link.html", context
     )
 
@@ -306,8 +306,7 @@ def render_catch_up(events: list[Event], after: int, conversation: Any) -> str:
         # A prompt may have named the conversation, and its name goes out with that prompt's
         # live batch only, which this page did not apply (its sync was in flight, or the
         # batch was lost): the heading, which the tab's title and the list's entry follow.
-        context = {"conversation": conversation, "oob": True}
-        html = render_to_string("agent/_title.html", context) + html
+        html = title_fragment(conversation.display_title) + html
     live = Transcript.of(e for e in events if isinstance(e, TextDeltaEvent)).live
     if live is not None and live.last_seq > after:
         renderer.dropped_live = True

@@ -12,10 +12,10 @@ import uuid
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
 from agent.access import OWN, READ, conversations_of, own_list, settings_level
+from agent.ui.fragments import archived_fragment, title_fragment
 from agent.web.reach import reach, refusal
 
 INSTRUCTIONS_MAX = 4000  # a conversation's instructions, in characters: in every model call
@@ -47,8 +47,8 @@ def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse
     if request.headers.get("HX-Request"):
         response = _list(request, current, request.POST.get("view") == "archived")
         if field == "archived" and current.id == conversation.id:  # its header's mark too
-            context = {"conversation": conversation, "role": "owner", "oob": True}
-            response.content += render_to_string("agent/_archived.html", context, request).encode()
+            mark = archived_fragment(conversation.id, conversation.archived, "owner")
+            response.content += mark.encode()
         return response
     return redirect("conversation", conversation_id=current.id)
 
@@ -67,8 +67,7 @@ def renamed(request: HttpRequest, conversation) -> HttpResponse:
     current = _current(request, conversation)
     response = _list(request, current, request.POST.get("view") == "archived")
     if current.id == conversation.id:
-        context = {"conversation": conversation, "oob": True}
-        response.content += render_to_string("agent/_title.html", context).encode()
+        response.content += title_fragment(conversation.display_title).encode()
     return response
 
 

@@ -113,16 +113,20 @@ def _refresh_on_commit(groups: list[str]) -> None:
     transaction.on_commit(lambda: [_send(group, "shared.changed") for group in groups])
 
 
-def refresh_readers_lists(conversation) -> None:
-    """The "Shared with me" of those the conversation is shared with: everyone's when it
-    is the team's, else its members'."""
-    from agent.models import Membership
-
-    if conversation.team:
+def _refresh_readers(team: bool, memberships) -> None:
+    """The "Shared with me" of everyone when ``team`` (one of the conversations is the
+    team's), else of the users of ``memberships``."""
+    if team:
         refresh_everyones_shared_lists()
     else:
-        members = Membership.objects.filter(conversation_id=conversation.pk)
-        refresh_shared_lists(members.values_list("user_id", flat=True))
+        refresh_shared_lists(memberships.values_list("user_id", flat=True).distinct())
+
+
+def refresh_readers_lists(conversation) -> None:
+    """The "Shared with me" of those the conversation is shared with."""
+    from agent.models import Membership
+
+    _refresh_readers(conversation.team, Membership.objects.filter(conversation_id=conversation.pk))
 
 
 def _refresh_owners_readers(owner_id) -> None:
@@ -130,29 +134,19 @@ def _refresh_owners_readers(owner_id) -> None:
     deactivated or back: it leaves, or comes back to, those lists)."""
     from agent.models import Conversation, Membership
 
-    if Conversation.objects.filter(owner_id=owner_id, team=True).exists():
-        refresh_everyones_shared_lists()
-    else:
-        members = Membership.objects.filter(conversation__owner_id=owner_id)
-        refresh_shared_lists(members.values_list("user_id", flat=True).distinct())
+    team = Conversation.objects.filter(owner_id=owner_id, team=True).exists()
+    _refresh_readers(team, Membership.objects.filter(conversation__owner_id=owner_id))
 
 
-def announce_archived(conversation) -> None:
-    """Every open page of the conversation shows or hides its "Archived" mark (and its
-    owner's ⋯ menu offers Archive or Unarchive), once the caller's transaction commits."""
+def _tell_pages(conversation, kind: str, **fields) -> None:
+    """Every open page of the conversation gets ``kind`` (its consumer draws it), once the
+    caller's transaction commits: ``conversation.archived`` shows or hides the "Archived"
+    mark (and the owner's ⋯ menu entry), ``conversation.renamed`` the heading (which the
+    tab's title and the list's entry follow)."""
     from agent.runs.groups import group_name
 
-    group, archived = group_name(conversation.pk), bool(conversation.archived)
-    transaction.on_commit(lambda: _send(group, "conversation.archived", archived=archived))
-
-
-def announce_renamed(conversation) -> None:
-    """Every open page of the conversation shows its new name (heading, and from it the
-    tab's title and the list's entry), once the caller's transaction commits."""
-    from agent.runs.groups import group_name
-
-    group, title = group_name(conversation.pk), conversation.display_title
-    transaction.on_commit(lambda: _send(group, "conversation.renamed", title=title))
+    group = group_name(conversation.pk)
+    transaction.on_commit(lambda: _send(group, kind, **fields))
 
 
 def revoke_user(user) -> None:
@@ -237,9 +231,9 @@ def _on_conversation_saved(sender, instance, created, update_fields=None, **kwar
     if saved:
         refresh_readers_lists(instance)
     if "archived" in saved:
-        announce_archived(instance)
+        _tell_pages(instance, "conversation.archived", archived=bool(instance.archived))
     if "title" in saved:
-        announce_renamed(instance)
+        _tell_pages(instance, "conversation.renamed", title=instance.display_title)
 
 
 @receiver(post_save, sender="agent.ApiToken", dispatch_uid="harness-revoke-token-saved")
