@@ -145,6 +145,10 @@
       document.body.classList.add("ended");
       reconnecting.hidden = true;
       $(banner).hidden = false;
+      // The server's last word before closing says the same as the banner, which also
+      // says where to go: one notice, not two.
+      clearComposerAlert("forbidden");
+      clearComposerAlert("signed_out");
       dropSocket();
     }
     function opened(event) {
@@ -920,6 +924,7 @@
       const close = $(closeId);
       if (!toggle || !panel || !close) return;
       const drawer = {
+        panel,
         isOpen,
         open() {
           drawers.forEach((other) => { if (other !== drawer && other.isOpen()) other.close(false); });
@@ -946,6 +951,14 @@
       add,
       // Esc: the drawer open, if any, closes (true when one did).
       closeOpen() { const open = anyOpen(); if (open) open.close(); return Boolean(open); },
+      // Makes an element of a drawer's or the list's seen: a panel open on a mid-size
+      // screen takes the list's place (it closes); on a phone the list is a drawer (it opens).
+      reveal(element) {
+        const seen = () => element.checkVisibility({ visibilityProperty: true });
+        if (!seen()) this.closeOpen();
+        const holder = drawers.find((drawer) => drawer.panel.contains(element));
+        if (!seen() && holder) holder.open();
+      },
     };
   }
 
@@ -1009,6 +1022,53 @@
       if (event.target && event.target.id === "files-changed") refresh();
     });
     if (toggle) toggle.addEventListener("click", () => { if (stale) refresh(); });
+  }
+
+  // --- the list follows changes made elsewhere ------------------------------------------
+  // The socket swaps in #conv-list-refresh when one of the user's conversations was made,
+  // renamed, pinned, archived or deleted elsewhere; it fetches the list on its own. While
+  // the list is in use (a ⋯ menu open, a rename being typed) that would close the menu and
+  // lose the text: the fetch waits until the list is left. A list that came back as this
+  // page shows it (the change was this page's own) is not swapped in: the focus stays.
+  function listSignature(html) {
+    const list = new DOMParser().parseFromString(html, "text/html").getElementById("conv-list");
+    if (!list) return null;
+    list.querySelectorAll("[name=csrfmiddlewaretoken]").forEach((input) => input.remove());
+    return list.outerHTML;
+  }
+
+  function deferListRefreshWhileInUse() {
+    let waiting = null;
+    let shown = null; // the list as the page's last answer for it drew it
+    document.addEventListener("htmx:beforeSwap", (event) => {
+      const target = event.detail.target;
+      if (!target || target.id !== "conv-list" || !event.detail.shouldSwap) return;
+      const next = listSignature(event.detail.serverResponse);
+      const config = event.detail.requestConfig; // (detail.elt is the target here)
+      if (config && config.elt.id === "conv-list-refresh" && next !== null && next === shown) {
+        event.detail.shouldSwap = false;
+      }
+      shown = next;
+    });
+    function inUse() {
+      const list = $("#conv-list");
+      return Boolean(list && (list.contains(document.activeElement) || list.querySelector("details[open]")));
+    }
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      if (event.detail.elt.id !== "conv-list-refresh" || !inUse()) return;
+      event.preventDefault();
+      waiting = event.detail.elt;
+    });
+    function retry() {
+      setTimeout(() => { // once the focus has moved on
+        if (!waiting || inUse()) return;
+        const refresh = waiting;
+        waiting = null;
+        if (refresh.isConnected) window.htmx.trigger(refresh, "harness:refresh");
+      }, 0);
+    }
+    document.addEventListener("focusout", retry);
+    document.addEventListener("toggle", retry, true); // (a ⋯ menu closed)
   }
 
   // --- global keys ---------------------------------------------------------------------
@@ -1157,7 +1217,7 @@
       } else if (isSearchKey(event) && $("#search")) {
         event.preventDefault();
         // A panel open on a mid-size screen takes the list's place: it closes to show it.
-        if (!$("#search").getClientRects().length) drawers.closeOpen();
+        drawers.reveal($("#search"));
         $("#search").focus();
         $("#search").select();
       } else if (event.key === "Escape") {
@@ -1752,6 +1812,7 @@
   function init() {
     document.querySelectorAll("[data-load]").forEach(bindOnDemand);
     sendCsrfTokenWithRequests();
+    deferListRefreshWhileInUse();
     const messages = $("#messages");
     const prompt = $("#prompt");
     const form = $("#prompt-form");

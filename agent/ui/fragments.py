@@ -75,6 +75,13 @@ def title_fragment(title: str) -> str:
     return render_to_string("agent/_title.html", context)
 
 
+def list_refresh_fragment(conversation_id) -> str:
+    """Tells the page at ``conversation_id`` to fetch its own conversation list again, out of
+    band (its view, archived or not, is the page's to know)."""
+    return render_to_string("agent/_conv_list_refresh.html", {"conversation_id": conversation_id,
+                                                              "oob": True})  # fmt: skip
+
+
 def shared_list_fragment(shared: list, current_id) -> str:
     """The sidebar's "Shared with me" (``#shared-list``), whole, after a share changed it."""
     context = {"shared": shared, "current_id": current_id, "oob": True}

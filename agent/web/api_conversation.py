@@ -266,4 +266,4 @@ async def member(request: HttpRequest, conversation: Conversation, username: str
         found = await sync_to_async(set_member)(conversation, username, body.get("role"))
     except ShareRefused as refused:
         return api_error(400, refused.code, refused.message)
-    return JsonResponse({"username": username, "role": found.role})
+    return JsonResponse({"username": found.user.get_username(), "role": found.role})

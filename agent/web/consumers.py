@@ -41,6 +41,7 @@ from agent.server.user_connections import connections, refused_message
 from agent.ui.fragments import (
     archived_fragment,
     composer_alert,
+    list_refresh_fragment,
     role_changed,
     shared_list_fragment,
     title_fragment,
@@ -71,7 +72,9 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
 CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
 TOO_MANY_REASON = "too many connections"
-SHARED_REDRAW_SECONDS = 2.0  # a socket redraws "Shared with me" at most once in this time
+# A socket redraws the sidebar's lists ("Shared with me", its owner's list) at most once in
+# this time.
+SHARED_REDRAW_SECONDS = 2.0
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -148,8 +151,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
-        self.shared_redraw: asyncio.Future | None = None
-        self.shared_redraw_due = False
+        self.list_redraw: asyncio.Future | None = None
+        self.redraws_due: set[str] = set()  # "shared", "own": the sidebar's lists
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             EVERYONE_GROUP,  # a conversation opened to the team: "Shared with me" redrawn
@@ -193,8 +196,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def _stop_watching(self) -> None:
         for tail in getattr(self, "tails", []):
             tail.cancel()
-        if getattr(self, "shared_redraw", None) is not None:
-            self.shared_redraw.cancel()
+        if getattr(self, "list_redraw", None) is not None:
+            self.list_redraw.cancel()
         if getattr(self, "watching", False):
             self.watching = False
             following = getattr(self, "following", None)
@@ -222,16 +225,25 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
 
     async def shared_changed(self, message: dict) -> None:
         """Something was shared with the user, or no longer is (agent/web/sharing.py): the
-        sidebar's "Shared with me", redrawn (it changed only on a reload). Notices coming
-        faster (an owner opening a conversation to the team and closing it again, over and
-        over) are coalesced: one redraw now, then at most one per SHARED_REDRAW_SECONDS,
-        reading the list as it is then, so nobody can make every open page of the
-        deployment query the database at their own pace."""
+        sidebar's "Shared with me", redrawn (it changed only on a reload)."""
+        self._redraw_soon("shared")
+
+    async def own_list_changed(self, message: dict) -> None:
+        """One of the user's own conversations was made, renamed, pinned, archived or
+        deleted (another tab, the API, the admin): the page fetches its list again, in the
+        view it shows (its archived one or not), when its list is not in use."""
+        self._redraw_soon("own")
+
+    def _redraw_soon(self, part: str) -> None:
+        """Notices coming faster (an owner opening a conversation to the team and closing
+        it again, over and over) are coalesced: one redraw now, then at most one per
+        SHARED_REDRAW_SECONDS, of the list as it is then, so nobody can make every open
+        page of the deployment query the database at their own pace."""
         if self.refused:
             return
-        self.shared_redraw_due = True
-        if self.shared_redraw is None:
-            self.shared_redraw = asyncio.ensure_future(self._redraw_shared())
+        self.redraws_due.add(part)
+        if self.list_redraw is None:
+            self.list_redraw = asyncio.ensure_future(self._redraw_lists())
 
     async def conversation_archived(self, message: dict) -> None:
         """The conversation was archived or brought back (agent/web/revocation.py, from the
@@ -247,14 +259,17 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         if not self.refused:
             await self.send(text_data=title_fragment(message["title"]))
 
-    async def _redraw_shared(self) -> None:
+    async def _redraw_lists(self) -> None:
         try:
-            while self.shared_redraw_due and not self.refused:
-                self.shared_redraw_due = False
-                await self.send(text_data=await _shared_list(self.user, self.conversation_id))
+            while self.redraws_due and not self.refused:
+                due, self.redraws_due = self.redraws_due, set()
+                if "shared" in due:
+                    await self.send(text_data=await _shared_list(self.user, self.conversation_id))
+                if "own" in due:
+                    await self.send(text_data=list_refresh_fragment(self.conversation_id))
                 await asyncio.sleep(SHARED_REDRAW_SECONDS)
         finally:
-            self.shared_redraw = None
+            self.list_redraw = None
 
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: the feed ends unless this socket's session was

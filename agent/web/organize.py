@@ -30,9 +30,11 @@ def _list(request: HttpRequest, current, archived: bool) -> HttpResponse:
 @login_required
 @require_GET
 def conversation_list(request: HttpRequest, conversation_id) -> HttpResponse:
-    """The list, as the page at this conversation shows it (``?archived=1``: the archived)."""
+    """The list, as the page at this conversation shows it (``?archived=1``, or
+    ``?view=archived`` as the list's own field says it: the archived)."""
     current = reach(request, conversation_id, READ)
-    return _list(request, current, request.GET.get("archived") == "1")
+    archived = request.GET.get("archived") == "1" or request.GET.get("view") == "archived"
+    return _list(request, current, archived)
 
 
 def _set_flag(request: HttpRequest, conversation_id, field: str) -> HttpResponse:

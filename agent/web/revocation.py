@@ -138,6 +138,14 @@ def _refresh_owners_readers(owner_id) -> None:
     _refresh_readers(team, Membership.objects.filter(conversation__owner_id=owner_id))
 
 
+def refresh_own_lists(owner_id) -> None:
+    """The owner's open pages fetch their own conversation list again (one of theirs was
+    made, renamed, pinned, archived or deleted elsewhere), once the caller's transaction
+    commits."""
+    group = user_group(owner_id)
+    transaction.on_commit(lambda: _send(group, "own_list.changed"))
+
+
 def _tell_pages(conversation, kind: str, **fields) -> None:
     """Every open page of the conversation gets ``kind`` (its consumer draws it), once the
     caller's transaction commits: ``conversation.archived`` shows or hides the "Archived"
@@ -203,6 +211,7 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
     # Once it is committed: a socket's check must not still see it.
     group = group_name(instance.pk)
     transaction.on_commit(lambda: _send(group, "conversation.deleted"))
+    refresh_own_lists(instance.owner_id)
     if instance.team:  # (its members': their memberships' deletion, below)
         refresh_everyones_shared_lists()
 
@@ -214,6 +223,7 @@ def _on_conversation_deleted(sender, instance, **kwargs) -> None:
 # field or saves it whole (``set_team``'s update() sends no signal: it calls the notifier
 # itself).
 LISTED = frozenset({"archived", "title", "team"})
+OWN_LISTED = frozenset({"archived", "title", "pinned"})  # what the owner's own list shows
 
 
 @receiver(post_save, sender="agent.Membership", dispatch_uid="harness-shared-membership-saved")
@@ -225,6 +235,8 @@ def _on_membership_changed(sender, instance, **kwargs) -> None:
 
 @receiver(post_save, sender="agent.Conversation", dispatch_uid="harness-shared-conversation-saved")
 def _on_conversation_saved(sender, instance, created, update_fields=None, **kwargs) -> None:
+    if created or update_fields is None or OWN_LISTED.intersection(update_fields):
+        refresh_own_lists(instance.owner_id)
     if created:
         return
     saved = LISTED if update_fields is None else LISTED.intersection(update_fields)

@@ -37,12 +37,23 @@ class ShareRefused(Exception):
 def _member_user(conversation: Conversation, username) -> User:
     if not isinstance(username, str) or not 0 < len(username) <= USERNAME_MAX:
         raise ShareRefused("unknown_user", "No such user.")
-    user = User.objects.filter(username=username, is_active=True).first()
+    user = _named(User.objects.filter(is_active=True), "username", username)
     if user is None:
         raise ShareRefused("unknown_user", f"No active user is called {username[:60]!r}.")
     if user.pk == conversation.owner_id:
         raise ShareRefused("self_share", "You own this conversation already.")
     return user
+
+
+def _named(rows, field: str, username: str):
+    """The row whose ``field`` is ``username``, or else the one row it matches but for
+    case ("Alice" for "alice"; none when two names differ only so): people type names as
+    they say them."""
+    found = rows.filter(**{field: username}).first()
+    if found is None:
+        matches = list(rows.filter(**{f"{field}__iexact": username})[:2])
+        found = matches[0] if len(matches) == 1 else None
+    return found
 
 
 def set_member(conversation: Conversation, username, role) -> Membership:
@@ -54,6 +65,7 @@ def set_member(conversation: Conversation, username, role) -> Membership:
         membership, created = Membership.objects.select_for_update().get_or_create(
             conversation=conversation, user=user, defaults={"role": role}
         )
+        membership.user = user  # (already read: the caller may name it)
         changed = membership.role != role
         lowered = not created and changed and role == Membership.Role.VIEWER
         if created:
@@ -76,9 +88,11 @@ def remove_member(conversation: Conversation, username) -> bool:
     if not isinstance(username, str) or len(username) > USERNAME_MAX:
         return False
     with transaction.atomic():
-        memberships = Membership.objects.filter(conversation=conversation, user__username=username)
-        removed, _ = memberships.delete()
+        members = Membership.objects.filter(conversation=conversation).select_related("user")
+        membership = _named(members, "user__username", username)
+        removed, _ = membership.delete() if membership else (0, None)
         if removed:
+            username = membership.user.get_username()
             recheck_conversation(conversation.pk)
             _drop_queued(conversation, username)
             audit.record(audit.Action.MEMBER_REMOVED, target=_shared(conversation, username),

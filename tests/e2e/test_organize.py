@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo", "noa", "kai", "lea", "oda", "uma")
+    live.create_users("pia", "ivo", "noa", "kai", "lea", "oda", "uma", "ari")
     code = ("from agent.models import User\n"
             "User.objects.create_superuser('sam', password='pw-sam-1234')")  # fmt: skip
     live.manage("shell", "-c", code)
@@ -261,6 +261,56 @@ def test_the_archived_mark_follows_live_on_every_open_page_of_it(new_context, li
     token = second.locator("main.chat").get_attribute("data-csrf")
     assert token and any('"compact"' in str(frame) for frame in sent)
     assert not [frame for frame in sent if token in str(frame) or "CSRF" in str(frame)]
+
+
+def test_the_owners_other_tabs_lists_follow_and_wait_while_in_use(new_context, live, users):
+    """The tour: archived or pinned in one tab, the conversation stayed as it was in the
+    owner's other tabs' lists until a reload. They follow now; a list in use (its ⋯ menu
+    open, a rename half typed) is redrawn only once it is left, the text kept till then."""
+    kept, moved, other = new_conversations(live, "ari", 3)
+    first = opened(sign_in(new_context(), "ari"), other)
+    second = opened(first.context.new_page(), other)
+    entry = f"#conv-list .conv-item[data-conversation-id='{moved}']"
+    first.locator(entry).locator("summary").click()
+    first.locator(entry).locator("button.pin-toggle").click()
+    second.wait_for_function("id => document.querySelector('#conv-list .conv-item')"
+                             ".dataset.conversationId === id", arg=moved)  # fmt: skip
+    # In use in the second tab: the rename of the entry being archived, half typed.
+    second.locator(f"{entry} summary").click()
+    second.locator(f"{entry} .conv-rename input[name=title]").fill("half a new na")
+    second.eval_on_selector("#conv-list-refresh", "el => { el.dataset.seen = '1'; }")
+    first.locator(entry).locator("summary").click()
+    first.locator(entry).locator("button.archive-toggle").click()
+    first.locator(entry).wait_for(state="detached")
+    # The notice came (a new element to fetch the list), and waits.
+    second.wait_for_selector("#conv-list-refresh:not([data-seen])", state="attached")
+    typed = second.locator(f"{entry} .conv-rename input[name=title]")
+    assert typed.input_value() == "half a new na"
+    second.keyboard.press("Escape")  # the menu closes, the list is left
+    second.locator("#prompt").focus()
+    second.locator(entry).wait_for(state="detached")
+    listed = order(second)
+    assert moved not in listed and listed.index(other) < listed.index(kept)
+
+
+def test_a_conversation_deleted_in_another_tab(new_context, live, users):
+    """The tour: its open page stacked two notices saying the same (the banner, and the
+    server's refusal beside the composer); the owner's other pages kept it in their lists."""
+    gone, other = new_conversations(live, "ari", 2)
+    first = opened(sign_in(new_context(), "ari"), other)
+    second = opened(first.context.new_page(), gone)
+    third = opened(first.context.new_page(), other)
+    first.on("dialog", lambda dialog: dialog.accept())
+    entry = f"#conv-list .conv-item[data-conversation-id='{gone}']"
+    first.locator(entry).locator("summary").click()
+    first.locator(entry).locator(".conv-delete button").click()
+    second.wait_for_selector("#conversation-gone", state="visible")
+    third.locator(entry).wait_for(state="detached")
+    assert second.is_hidden("#composer-alert")
+    shown = second.eval_on_selector_all(
+        "[role=alert]", "els => els.filter(e => e.checkVisibility()).map(e => e.id)"
+    )
+    assert shown == ["conversation-gone"]
 
 
 def test_the_admins_edits_reach_the_readers_open_pages(new_context, live, users):

@@ -78,6 +78,23 @@ def test_one_drawer_at_a_time_on_the_phone(new_context, fresh_model):
     assert is_open(page, DRAWERS["files"][2]) and not is_open(page, DRAWERS["conversations"][2])
 
 
+@pytest.mark.parametrize("first", [None, "files"])
+def test_slash_on_a_phone_opens_the_list_at_the_search_box(new_context, fresh_model, first):
+    """The tour: with a keyboard on a phone, `/` did nothing (the search box is in the
+    conversations drawer), and with the Files drawer open it only closed that."""
+    page = sign_in(new_context(viewport=PHONE), "alice")
+    page.wait_for_selector("body[data-ws=open]")
+    if first:
+        page.click(DRAWERS[first][0])
+        assert is_open(page, DRAWERS[first][2])
+    page.locator("#messages").focus()
+    page.keyboard.press("/")
+    assert focused_id(page) == "search"
+    assert is_open(page, SIDEBAR_OPEN) and not is_open(page, FILES_OPEN)
+    page.keyboard.press("Escape")
+    assert not is_open(page, SIDEBAR_OPEN)
+
+
 # The placeholder's text, put in the box as its value, fits without scrolling: what the
 # placeholder shows is not cut off.
 PLACEHOLDER = """() => {

@@ -762,3 +762,33 @@ async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_e
     assert len(redraws) == 2, len(redraws)
     assert "Bob&#x27;s notes" in redraws[-1] or "Bob's notes" in redraws[-1]
     await ws.disconnect()
+
+
+async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(alice, monkeypatch):
+    """Another tab's archive, pin, rename or delete: the socket swaps in the element that
+    fetches the page's own list again (in its view), at once, then at most once per
+    interval however many notices come."""
+    import agent.web.consumers as consumers
+    from agent.web.revocation import user_group
+
+    monkeypatch.setattr(consumers, "SHARED_REDRAW_SECONDS", 0.5)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    layer = get_channel_layer()
+    refreshes: list[str] = []
+
+    async def read(seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while True:
+                    frame = await ws.receive_from(timeout=seconds)
+                    if 'id="conv-list-refresh"' in frame:
+                        refreshes.append(frame)
+
+    for _ in range(10):
+        await layer.group_send(user_group(user.pk), {"type": "own_list.changed"})
+    await read(1.5)
+    assert len(refreshes) == 2, len(refreshes)
+    assert f'hx-get="/c/{conversation.pk}/list"' in refreshes[0]
+    assert 'hx-include="#conv-list-view"' in refreshes[0] and "hx-swap-oob" in refreshes[0]
+    await ws.disconnect()

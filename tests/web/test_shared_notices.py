@@ -223,3 +223,30 @@ async def test_a_rename_or_archive_that_changes_nothing_tells_nobody(client, sha
         assert got[pages] == [{"type": "conversation.renamed", "title": "New name"}]
     await sync_to_async(conversation.refresh_from_db)()
     assert conversation.title == "New name"
+
+
+async def test_the_owners_own_list_follows_their_conversations_changed_anywhere(client, shared):
+    """The tour: archiving in one tab left the conversation in the owner's other tabs'
+    lists. Made, renamed, pinned, archived or deleted (the page, the API, a shell): the
+    owner's pages are told (``own_list.changed``); a change the list does not show, or one
+    that changes nothing, tells nobody; a reader's own list is not the owner's."""
+    conversation, carol, dan, erin = shared
+    await sync_to_async(client.force_login)(carol)
+    base = f"/c/{conversation.pk}"
+    own = user_group(carol.pk)
+    async with Groups(own, user_group(dan.pk)) as groups:
+        for url, form in ((f"{base}/archive", {"archived": "1"}),
+                          (f"{base}/pin", {"pinned": "1"}),
+                          (f"{base}/rename", {"title": "Renamed in tab A"})):  # fmt: skip
+            response = await sync_to_async(client.post)(url, form)
+            assert response.status_code == 302, url
+            got = await groups.sent()
+            assert kinds(got[own]) == ["own_list.changed"], url
+            assert "own_list.changed" not in kinds(got[user_group(dan.pk)])
+        await sync_to_async(client.post)(f"{base}/pin", {"pinned": "1"})  # already pinned
+        await sync_to_async(client.post)(f"{base}/instructions", {"instructions": "be brief"})
+        assert (await groups.sent())[own] == []
+        made = await Conversation.objects.acreate(owner=carol, model="m")
+        assert kinds((await groups.sent())[own]) == ["own_list.changed"]
+        await made.adelete()
+        assert kinds((await groups.sent())[own]) == ["own_list.changed"]

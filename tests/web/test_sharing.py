@@ -92,7 +92,8 @@ def test_the_owner_grants_changes_and_removes_roles(apis):
     assert owner.call("PUT", f"{base}/members/cole", {"role": "viewer"})[0] == 200
     listed = {c["id"]: c for c in cole.call("GET", "/api/conversations")[1]["conversations"]}
     assert listed[cid]["role"] == "viewer"
-    assert owner.call("PUT", f"{base}/members/cole", {"role": "collaborator"})[0] == 200
+    assert owner.call("PUT", f"{base}/members/Cole", {"role": "collaborator"}) == (
+        200, {"username": "cole", "role": "collaborator"})  # fmt: skip
     assert owner.call("GET", f"{base}/members")[1] == {
         "members": [{"username": "cole", "role": "collaborator"}], "team": False}  # fmt: skip
     listed = {c["id"]: c for c in cole.call("GET", "/api/conversations")[1]["conversations"]}
