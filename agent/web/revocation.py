@@ -21,7 +21,9 @@ The same groups carry what is not a withdrawal but changes what a page shows: "S
 me" redrawn (``shared.changed``) when a membership, a conversation's archived flag, title or
 team, or its owner's account changes by a save (the pages, the API, the admin, and a shell
 when the layer is Redis's: the signals at the end), and an archive or unarchive redrawing the
-conversation's open pages' mark (``conversation.archived``). Not by an ``update()``: the
+conversation's open pages' mark (``conversation.archived``); and the owner's own list
+fetched again on each of their pages (``own_list.changed``) when one of their conversations
+is made, renamed, pinned, archived or deleted. Not by an ``update()``: the
 name a first prompt gives a conversation (the run's claim) shows in its readers' lists at
 their next redraw.
 
