@@ -242,7 +242,9 @@ def _on_conversation_saved(sender, instance, created, update_fields=None, **kwar
     if created:
         return
     saved = LISTED if update_fields is None else LISTED.intersection(update_fields)
-    if saved:
+    if "team" in saved:  # opened to everyone, or closed again: everyone's list, either way
+        refresh_everyones_shared_lists()
+    elif saved:
         refresh_readers_lists(instance)
     if "archived" in saved:
         _tell_pages(instance, "conversation.archived", archived=bool(instance.archived))

@@ -250,3 +250,15 @@ async def test_the_owners_own_list_follows_their_conversations_changed_anywhere(
         assert kinds((await groups.sent())[own]) == ["own_list.changed"]
         await made.adelete()
         assert kinds((await groups.sent())[own]) == ["own_list.changed"]
+
+
+async def test_a_team_conversation_closed_by_a_save_tells_everyone(shared):
+    """The review: closed to the team by a save (a shell's, the admin's), only its members
+    were told; every page of the deployment listed it."""
+    conversation, carol, dan, erin = shared
+    conversation.team = True
+    await conversation.asave(update_fields=["team"])
+    async with Groups(EVERYONE_GROUP) as groups:
+        conversation.team = False
+        await conversation.asave()
+        assert kinds((await groups.sent())[EVERYONE_GROUP]) == ["shared.changed"]
