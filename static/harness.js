@@ -984,6 +984,14 @@
         },
       });
     }
+    // On a mid-size screen an open panel takes the list's place; its ☰ brings the list back.
+    document.querySelectorAll(".list-back").forEach((button) => {
+      button.addEventListener("click", () => {
+        const here = $("#conv-list .conv-link.current") || $("#search");
+        drawers.reveal(here);
+        here.focus();
+      });
+    });
     drawers.add("#menu-toggle", "#sidebar", "#sidebar-close", {
       isOpen: () => document.body.classList.contains("sidebar-open"),
       setOpen(open) { document.body.classList.toggle("sidebar-open", open); },

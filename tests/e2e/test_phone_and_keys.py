@@ -412,3 +412,21 @@ def test_a_form_that_closes_the_menu_gives_the_focus_back_to_it(new_context, fre
     page.keyboard.press("Enter")
     page.wait_for_selector(".conv-actions .menu-panel", state="hidden")
     assert page.evaluate("() => document.activeElement.matches('.conv-actions > summary')")
+
+
+@pytest.mark.parametrize(("width", "shown"), [(1024, True), (1440, False), (390, False)])
+def test_an_open_panel_says_where_the_list_went(new_context, fresh_model, width, shown):
+    """The tour: on a mid-size screen an open Files panel takes the list's place, and
+    nothing said where it went. The panel's ☰ brings it back (the panel closes), the focus
+    on the conversation's entry; where the list stays (wide) or is a drawer (phone), none."""
+    page = sign_in(new_context(viewport={"width": width, "height": 800}), "alice")
+    page.wait_for_selector("body[data-ws=open]")
+    page.click("#files-toggle")
+    back = page.locator("#files-panel .list-back")
+    assert back.is_visible() == shown
+    if not shown:
+        return
+    assert page.is_hidden("#sidebar")
+    back.click()
+    assert page.is_hidden("#files-panel") and page.is_visible("#sidebar")
+    assert page.evaluate("() => document.activeElement.matches('#conv-list .conv-link.current')")
