@@ -29,6 +29,7 @@ from agent.runs import attachments
 from agent.runs.config import agent_config
 from agent.runs.quotas import RunRefused, check_budget, check_quotas, check_rate
 from agent.runs.sandbox import bash_mode as sandbox_bash_mode
+from agent.runs.signals import conversation_named
 from agent.runs.workspaces import conversation_workspace, workspace_for
 from agent.server import grouping
 
@@ -310,6 +311,8 @@ def _claim(request: _Claim) -> Setup:
         raise RunRefused("prompt_running", ALREADY_RUNNING)
     for name, value in changes.items():
         setattr(conversation, name, value)
+    if titled:  # (the lists that show it are redrawn once the claim commits)
+        conversation_named.send(sender=Conversation, conversation=conversation)
     fork_seq = 0
     if branch_from is not None:
         from agent.runs.branches import branch_off  # (it raises this module's refusal)

@@ -23,9 +23,8 @@ team, or its owner's account changes by a save (the pages, the API, the admin, a
 when the layer is Redis's: the signals at the end), and an archive or unarchive redrawing the
 conversation's open pages' mark (``conversation.archived``); and the owner's own list
 fetched again on each of their pages (``own_list.changed``) when one of their conversations
-is made, renamed, pinned, archived or deleted. Not by an ``update()``: the
-name a first prompt gives a conversation (the run's claim) shows in its readers' lists at
-their next redraw.
+is made, renamed, pinned, archived or deleted. The name a first prompt gives a
+conversation (the run's claim writes it with an ``update()``) by the claim's own signal.
 
 A message can be lost (a layer outage, a bulk ``update()`` that sends no signal), so every
 connection also re-checks its credential in the database: a socket on each frame it
@@ -51,6 +50,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
+
+from agent.runs.signals import conversation_named
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,12 @@ def _on_conversation_saved(sender, instance, created, update_fields=None, **kwar
         _tell_pages(instance, "conversation.archived", archived=bool(instance.archived))
     if "title" in saved:
         _tell_pages(instance, "conversation.renamed", title=instance.display_title)
+
+
+@receiver(conversation_named, dispatch_uid="harness-lists-conversation-named")
+def _on_conversation_named(sender, conversation, **kwargs) -> None:
+    refresh_own_lists(conversation.owner_id)
+    refresh_readers_lists(conversation)
 
 
 @receiver(post_save, sender="agent.ApiToken", dispatch_uid="harness-revoke-token-saved")

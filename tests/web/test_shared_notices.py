@@ -262,3 +262,27 @@ async def test_a_team_conversation_closed_by_a_save_tells_everyone(shared):
         conversation.team = False
         await conversation.asave()
         assert kinds((await groups.sent())[EVERYONE_GROUP]) == ["shared.changed"]
+
+
+async def test_the_name_a_first_prompt_gives_reaches_the_lists_that_show_it(shared, settings):
+    """The review: the run's claim names a conversation with an ``update()`` (no
+    ``post_save``), so its readers' "Shared with me" and the owner's other pages kept "New
+    conversation" until a redraw. The claim's signal tells them; a second prompt, nobody."""
+    from agent.runs.claim import claim, release
+
+    settings.ANTHROPIC_API_KEY = None  # the offline demo: no quota of spend
+    conversation, carol, dan, erin = shared
+    await Conversation.objects.filter(pk=conversation.pk).aupdate(title="")
+    watched = (user_group(carol.pk), user_group(dan.pk), user_group(erin.pk))
+    async with Groups(*watched) as groups:
+        await claim(conversation.pk, carol.pk, "plan the okapi census")
+        await release(conversation.pk)
+        got = await groups.sent()
+        assert kinds(got[user_group(carol.pk)]) == ["own_list.changed"]
+        assert kinds(got[user_group(dan.pk)]) == ["shared.changed"]
+        assert got[user_group(erin.pk)] == []
+        await claim(conversation.pk, carol.pk, "and the next")
+        await release(conversation.pk)
+        assert not any((await groups.sent()).values())
+    await conversation.arefresh_from_db()
+    assert conversation.title == "plan the okapi census"
