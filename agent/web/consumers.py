@@ -34,6 +34,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY
 
 from agent.access import conversation_for, shared_list
+from agent.models import Conversation
 from agent.runs.manager import runs
 from agent.runs.terminals import panes
 from agent.server import logs, metrics
@@ -86,6 +87,15 @@ def _owned(conversation_id, user, session=None):
     # account is still active from the database, in the same query.
     conversation = conversation_for(user, conversation_id)
     return conversation, (session.get(HASH_SESSION_KEY) if session is not None else None)
+
+
+@partial(database_sync_to_async, thread_sensitive=False)
+def _header(conversation_id) -> dict | None:
+    """What the page's header shows of the conversation, as its row is now."""
+    conversation = Conversation.objects.filter(pk=conversation_id).only("archived", "title").first()
+    if conversation is None:
+        return None
+    return {"archived": conversation.archived, "title": conversation.display_title}
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -248,16 +258,20 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def conversation_archived(self, message: dict) -> None:
         """The conversation was archived or brought back (agent/web/revocation.py, from the
         page, the API or the admin): its header's mark, and its owner's ⋯ menu entry,
-        redrawn for this reader's role (only an owner's have Unarchive)."""
-        if not self.refused:
-            fragment = archived_fragment(self.conversation_id, message["archived"], self.role)
+        redrawn for this reader's role (only an owner's have Unarchive). As the row says
+        now, not as the message does: two changes made at once, in two processes, may
+        arrive in either order, and the page must end as the row is."""
+        header = await _header(self.conversation_id)
+        if header is not None and not self.refused:
+            fragment = archived_fragment(self.conversation_id, header["archived"], self.role)
             await self.send(text_data=fragment)
 
     async def conversation_renamed(self, message: dict) -> None:
         """The conversation was renamed (revocation.py: the page, the API or the admin): its
-        heading, which the tab's title and the list's entry follow."""
-        if not self.refused:
-            await self.send(text_data=title_fragment(message["title"]))
+        heading, which the tab's title and the list's entry follow (as the row says now)."""
+        header = await _header(self.conversation_id)
+        if header is not None and not self.refused:
+            await self.send(text_data=title_fragment(header["title"]))
 
     async def _redraw_lists(self) -> None:
         try:

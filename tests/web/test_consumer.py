@@ -792,3 +792,26 @@ async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(al
     assert f'hx-get="/c/{conversation.pk}/list"' in refreshes[0]
     assert 'hx-include="#conv-list-view"' in refreshes[0] and "hx-swap-oob" in refreshes[0]
     await ws.disconnect()
+
+
+async def test_the_header_follows_the_row_whatever_order_its_notices_arrive_in(alice):
+    """The review: archived and brought back at once from two places (two processes), the
+    notices may arrive in either order, and a page drawing what each said could end showing
+    "Archived" for a conversation that is not. Each notice draws the row as it is now."""
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    await Conversation.objects.filter(pk=conversation.pk).aupdate(archived=False, title="Now")
+    # The late notice of an earlier archive, and of an earlier name.
+    await layer.group_send(group, {"type": "conversation.archived", "archived": True})
+    frame = ""
+    async with asyncio.timeout(10):
+        while 'id="archived-mark"' not in frame:
+            frame = await ws.receive_from(timeout=10)
+    assert re.search(r'id="archived-mark"[^>]*\shidden', frame), frame
+    await layer.group_send(group, {"type": "conversation.renamed", "title": "Before"})
+    async with asyncio.timeout(10):
+        while 'id="conv-title"' not in frame:
+            frame = await ws.receive_from(timeout=10)
+    assert ">Now<" in frame and "Before" not in frame, frame
+    await ws.disconnect()
