@@ -539,6 +539,8 @@ async def test_streamed_frames_do_not_hop_to_the_sync_thread(alice, model_server
 
     monkeypatch.setattr("channels.consumer.aclose_old_connections", counting)
     model_server.enqueue(text_reply("streamed " * 40, chunk=3, delay=0.002))
+    # Named already: a first prompt's name is a notice to the user's pages (one more hop).
+    await Conversation.objects.filter(pk=conversation.pk).aupdate(title="Named")
     ws = await connected(conversation, user)
     await ws.send_to(text_data=json.dumps({"content": "go"}))
     html = await collect_until_idle(ws)
