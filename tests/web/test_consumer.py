@@ -71,6 +71,18 @@ async def connected(conversation, user):
     return ws
 
 
+async def frames_holding(ws, text: str, seconds: float) -> list[str]:
+    """The frames that hold ``text`` among those received within ``seconds``."""
+    found = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while True:
+                frame = await ws.receive_from(timeout=seconds)
+                if text in frame:
+                    found.append(frame)
+    return found
+
+
 async def collect_until_idle(ws, timeout=10.0) -> str:
     html = ""
     async with asyncio.timeout(timeout):
@@ -746,21 +758,11 @@ async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_e
     bobs = await Conversation.objects.acreate(owner=bob, title="Bob's notes")
     ws = await connected(conversation, user)
     layer = get_channel_layer()
-    redraws: list[str] = []
-
-    async def read(seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                while True:
-                    frame = await ws.receive_from(timeout=seconds)
-                    if 'id="shared-list"' in frame:
-                        redraws.append(frame)
-
     for n in range(20):
         if n == 10:  # the list changes mid-burst: the last redraw shows it
             await Membership.objects.acreate(conversation=bobs, user=user, role="viewer")
         await layer.group_send(EVERYONE_GROUP, {"type": "shared.changed"})
-    await read(1.5)
+    redraws = await frames_holding(ws, 'id="shared-list"', 1.5)
     assert len(redraws) == 2, len(redraws)
     assert "Bob&#x27;s notes" in redraws[-1] or "Bob's notes" in redraws[-1]
     await ws.disconnect()
@@ -777,19 +779,9 @@ async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(al
     user, conversation = alice
     ws = await connected(conversation, user)
     layer = get_channel_layer()
-    refreshes: list[str] = []
-
-    async def read(seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                while True:
-                    frame = await ws.receive_from(timeout=seconds)
-                    if 'id="conv-list-refresh"' in frame:
-                        refreshes.append(frame)
-
     for _ in range(10):
         await layer.group_send(user_group(user.pk), {"type": "own_list.changed"})
-    await read(1.5)
+    refreshes = await frames_holding(ws, 'id="conv-list-refresh"', 1.5)
     assert len(refreshes) == 2, len(refreshes)
     assert f'hx-get="/c/{conversation.pk}/list"' in refreshes[0]
     assert 'hx-include="#conv-list-view"' in refreshes[0] and "hx-swap-oob" in refreshes[0]
