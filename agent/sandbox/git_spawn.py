@@ -86,13 +86,17 @@ def plan(spec: dict) -> dict:
         pick = ["--branch", branch] if branch else []
         home = os.path.dirname(final)
         # The file steps are done by the forwarder itself (git_forwarder.py): no process
-        # to start for each, on the clone's fixed cost.
+        # to start for each, on the clone's fixed cost. Git is given the remote's own URL,
+        # which it records as origin's, and reaches it as the relay's (``insteadOf``, for
+        # this command alone): no second process to set the URL afterwards.
+        relayed = ["-c", f"url.{RELAY_URL}.insteadOf={spec['url']}"]
         return {
             "run": [
                 {"do": "rmtree", "path": partial},
                 {"do": "mkdir", "paths": [home], "parents": True},
                 [
                     *git,
+                    *relayed,
                     "clone",
                     "--bare",
                     "--quiet",
@@ -100,10 +104,9 @@ def plan(spec: dict) -> dict:
                     "--template=",
                     *pick,
                     "--",
-                    RELAY_URL,
+                    spec["url"],
                     partial,
                 ],
-                [*git, "--git-dir", partial, "config", "remote.origin.url", spec["url"]],
                 # The shape of every project (agent/core/projects/repo.py): an empty hooks/
                 # (read-only in the agents' sandboxes), its worktrees' and state's homes.
                 {"do": "mkdir", "paths": [f"{partial}/hooks"], "mode": 0o755},

@@ -146,3 +146,15 @@ def test_the_repository_path_comes_from_the_project_id_alone():
     assert commands[0]["argv"][-1] == "refs/heads/harness/1^{commit}"
     gits = [step["argv"] if isinstance(step, dict) else step for step in commands]
     assert all("core.hooksPath=/dev/null" in argv for argv in gits if argv[0] == git_spawn.GIT)
+
+
+def test_a_clone_is_one_git_process_reaching_the_remotes_url_through_the_relay():
+    url = "https://example.com/team/app.git"
+    spec = git_spawn.validate({"action": "clone", "project": "0a1b2c3d-0000-4000-8000-000000000000",
+                               "url": url, "seconds": 9})  # fmt: skip
+    gits = [step for step in git_spawn.plan(spec)["run"] if isinstance(step, list)]
+    assert len(gits) == 1  # origin's URL is recorded by the clone itself
+    clone = gits[0]
+    assert clone[clone.index("--") + 1] == url  # what git records as origin's
+    assert f"url.{git_spawn.RELAY_URL}.insteadOf={url}" in clone  # what it connects to
+    assert "core.hooksPath=/dev/null" in clone and "protocol.allow=never" in clone
