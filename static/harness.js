@@ -1034,10 +1034,12 @@
 
   // --- the list follows changes made elsewhere ------------------------------------------
   // The socket swaps in #conv-list-refresh when one of the user's conversations was made,
-  // renamed, pinned, archived or deleted elsewhere; it fetches the list on its own. While
-  // the list is in use (a ⋯ menu open, a rename being typed) that would close the menu and
-  // lose the text: the fetch waits until the list is left. A list that came back as this
-  // page shows it (the change was this page's own) is not swapped in: the focus stays.
+  // renamed, pinned, archived or deleted elsewhere; it fetches the list on its own. It waits
+  // while the list is in use (a ⋯ menu open, a rename being typed: a redraw would close the
+  // menu and lose the text) and while an answer the page asked for is on its way (swapping
+  // the list from under it would lose that answer: the archived view opened, say). A list
+  // that comes back as the page shows it (the change was this page's own) is not swapped
+  // in, so the focus stays.
   function listSignature(html) {
     const list = new DOMParser().parseFromString(html, "text/html").getElementById("conv-list");
     if (!list) return null;
@@ -1045,36 +1047,51 @@
     return list.outerHTML;
   }
 
-  function deferListRefreshWhileInUse() {
-    let waiting = null;
+  function followListChanges() {
+    let waiting = null; // a refresh held back
     let shown = null; // the list as the page's last answer for it drew it
-    document.addEventListener("htmx:beforeSwap", (event) => {
-      const target = event.detail.target;
-      if (!target || target.id !== "conv-list" || !event.detail.shouldSwap) return;
-      const next = listSignature(event.detail.serverResponse);
-      const config = event.detail.requestConfig; // (detail.elt is the target here)
-      if (config && config.elt.id === "conv-list-refresh" && next !== null && next === shown) {
-        event.detail.shouldSwap = false;
-      }
-      shown = next;
-    });
+    const asked = new Set(); // the page's own requests for the list (their xhr)
+    const isRefresh = (elt) => Boolean(elt) && elt.id === "conv-list-refresh";
+    const forList = (detail) => Boolean(detail.target) && detail.target.id === "conv-list";
+    const answering = () => [...asked].some((xhr) => xhr.readyState > 0 && xhr.readyState < 4);
     function inUse() {
       const list = $("#conv-list");
       return Boolean(list && (list.contains(document.activeElement) || list.querySelector("details[open]")));
     }
-    document.addEventListener("htmx:beforeRequest", (event) => {
-      if (event.detail.elt.id !== "conv-list-refresh" || !inUse()) return;
-      event.preventDefault();
-      waiting = event.detail.elt;
-    });
     function retry() {
-      setTimeout(() => { // once the focus has moved on
-        if (!waiting || inUse()) return;
+      setTimeout(() => { // once the focus has moved on, or the request now ending is over
+        if (!waiting || inUse() || answering()) return;
         const refresh = waiting;
         waiting = null;
         if (refresh.isConnected) window.htmx.trigger(refresh, "harness:refresh");
       }, 0);
     }
+    document.addEventListener("htmx:beforeRequest", (event) => {
+      if (!isRefresh(event.detail.elt) || (!inUse() && !answering())) return;
+      event.preventDefault();
+      waiting = event.detail.elt;
+    });
+    document.addEventListener("htmx:beforeSend", (event) => {
+      if (forList(event.detail) && !isRefresh(event.detail.elt)) asked.add(event.detail.xhr);
+    });
+    document.addEventListener("htmx:afterRequest", (event) => {
+      asked.delete(event.detail.xhr);
+      retry();
+    });
+    document.addEventListener("htmx:beforeSwap", (event) => {
+      if (!forList(event.detail) || !event.detail.shouldSwap) return;
+      const next = listSignature(event.detail.serverResponse);
+      const config = event.detail.requestConfig; // (detail.elt is the target here)
+      const refresh = config && isRefresh(config.elt) ? config.elt : null;
+      if (refresh && answering()) { // asked for after this was sent: fetched again after it
+        event.detail.shouldSwap = false;
+        waiting = refresh;
+      } else if (refresh && next !== null && next === shown) {
+        event.detail.shouldSwap = false;
+      } else {
+        shown = next;
+      }
+    });
     document.addEventListener("focusout", retry);
     document.addEventListener("toggle", retry, true); // (a ⋯ menu closed)
   }
@@ -1820,7 +1837,7 @@
   function init() {
     document.querySelectorAll("[data-load]").forEach(bindOnDemand);
     sendCsrfTokenWithRequests();
-    deferListRefreshWhileInUse();
+    followListChanges();
     const messages = $("#messages");
     const prompt = $("#prompt");
     const form = $("#prompt-form");

@@ -29,7 +29,7 @@ def order(page) -> list[str]:
 @pytest.fixture(scope="module")
 def users(live):
     """Of this file's own: the pins and archives it leaves are no other test's list."""
-    live.create_users("pia", "ivo", "noa", "kai", "lea", "oda", "uma", "ari")
+    live.create_users("pia", "ivo", "noa", "kai", "lea", "oda", "uma", "ari", "eve")
     code = ("from agent.models import User\n"
             "User.objects.create_superuser('sam', password='pw-sam-1234')")  # fmt: skip
     live.manage("shell", "-c", code)
@@ -291,6 +291,43 @@ def test_the_owners_other_tabs_lists_follow_and_wait_while_in_use(new_context, l
     second.locator(entry).wait_for(state="detached")
     listed = order(second)
     assert moved not in listed and listed.index(other) < listed.index(kept)
+
+
+def test_a_refresh_answered_while_the_archived_view_loads_does_not_lose_it(
+    new_context, live, users
+):
+    """Found in a loaded CI run: a rename's notice made the page fetch its list; the user
+    opened the archived view meanwhile, and the fetch's answer, coming first, swapped the
+    list from under the view's request, whose answer then went nowhere. The fetch waits for
+    the page's own answer (and for the list to be left), then runs again in the view the
+    page shows."""
+    (mine,) = new_conversations(live, "eve", 1)
+    page = opened(sign_in(new_context(), "eve"), mine)
+    held = {}  # the refresh's first fetch and the archived view's, held back
+
+    def hold(route) -> None:
+        kind = "view" if "view=" in route.request.url else "archived"
+        if kind in held:
+            route.continue_()
+        else:
+            held[kind] = route
+
+    page.route("**/list?*", hold)
+    with page.expect_request(lambda request: "/list?view=" in request.url):
+        page.click(".conv-actions > summary")
+        page.fill(".conv-actions input[name=title]", "Renamed, then the view changed")
+        page.click(".conv-actions button:text('Rename')")
+    with page.expect_request(lambda request: "/list?archived=1" in request.url):
+        page.click("#archive-view-toggle")
+    with page.expect_response(lambda response: "/list?view=" in response.url):
+        held["view"].continue_()  # the refresh answers first
+    held["archived"].continue_()  # then the view's
+    page.wait_for_selector("#conv-list[data-archived='1']")
+    # The refresh runs again in the view shown, once the list (where the focus is) is left.
+    with page.expect_response(lambda response: "/list?view=archived" in response.url):
+        page.locator("#prompt").focus()
+    page.wait_for_function("() => !document.querySelector('#conv-list-refresh.htmx-request')")
+    assert page.get_attribute("#conv-list", "data-archived") == "1"
 
 
 def test_a_conversation_deleted_in_another_tab(new_context, live, users):
