@@ -242,10 +242,15 @@ async def serve(reader, writer, slots: asyncio.Semaphore, jobs: Jobs) -> None:
 async def main(path: str) -> None:
     slots = asyncio.Semaphore(MAX_CONNECTIONS)
     jobs = Jobs()
-    if os.path.lexists(path):
-        os.unlink(path)  # a previous shell's
-    server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots, jobs), path)
-    os.chmod(path, 0o666)  # the server connects as its own uid
+    ready = path + ".new"
+    for stale in (path, ready):  # a previous shell's
+        if os.path.lexists(stale):
+            os.unlink(stale)
+    # Made under another name and renamed once it listens, open to the server (which
+    # connects as its own uid): whoever sees the socket can connect at once.
+    server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots, jobs), ready)
+    os.chmod(ready, 0o666)
+    os.rename(ready, path)
     async with server:
         await server.serve_forever()
 
