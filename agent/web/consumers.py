@@ -73,9 +73,9 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
 CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
 TOO_MANY_REASON = "too many connections"
-# A socket redraws the sidebar's lists ("Shared with me", its owner's list) at most once in
-# this time.
-SHARED_REDRAW_SECONDS = 2.0
+# A socket redraws what notices change on its page (the sidebar's "Shared with me", its
+# owner's list, the header's mark and heading) at most once in this time.
+REDRAW_SECONDS = 2.0
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -161,8 +161,9 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self.session_key = session.session_key if session else None
         watch = Watch(self.user.pk, conversation.id, session=self.session_key)
         self.recheck, self.refused = Recheck(self._credential, self._verdict, watch), False
-        self.list_redraw: asyncio.Future | None = None
-        self.redraws_due: set[str] = set()  # "shared", "own": the sidebar's lists
+        self.redrawing: asyncio.Future | None = None
+        # "shared", "own": the sidebar's lists; "archived", "title": the header's
+        self.redraws_due: set[str] = set()
         self.groups_joined = [
             user_group(self.user.pk),  # deactivation closes every socket of the user
             EVERYONE_GROUP,  # a conversation opened to the team: "Shared with me" redrawn
@@ -206,8 +207,8 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     async def _stop_watching(self) -> None:
         for tail in getattr(self, "tails", []):
             tail.cancel()
-        if getattr(self, "list_redraw", None) is not None:
-            self.list_redraw.cancel()
+        if getattr(self, "redrawing", None) is not None:
+            self.redrawing.cancel()
         if getattr(self, "watching", False):
             self.watching = False
             following = getattr(self, "following", None)
@@ -247,43 +248,50 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
     def _redraw_soon(self, part: str) -> None:
         """Notices coming faster (an owner opening a conversation to the team and closing
         it again, over and over) are coalesced: one redraw now, then at most one per
-        SHARED_REDRAW_SECONDS, of the list as it is then, so nobody can make every open
+        REDRAW_SECONDS, of the page's part as it is then, so nobody can make every open
         page of the deployment query the database at their own pace."""
         if self.refused:
             return
         self.redraws_due.add(part)
-        if self.list_redraw is None:
-            self.list_redraw = asyncio.ensure_future(self._redraw_lists())
+        if self.redrawing is None:
+            self.redrawing = asyncio.ensure_future(self._redraw_due())
 
     async def conversation_archived(self, message: dict) -> None:
         """The conversation was archived or brought back (agent/web/revocation.py, from the
         page, the API or the admin): its header's mark, and its owner's ⋯ menu entry,
         redrawn for this reader's role (only an owner's have Unarchive). As the row says
-        now, not as the message does: two changes made at once, in two processes, may
-        arrive in either order, and the page must end as the row is."""
-        header = await _header(self.conversation_id)
-        if header is not None and not self.refused:
-            fragment = archived_fragment(self.conversation_id, header["archived"], self.role)
-            await self.send(text_data=fragment)
+        when it is drawn, not as the message does: two changes made at once, in two
+        processes, may arrive in either order, and the page must end as the row is."""
+        self._redraw_soon("archived")
 
     async def conversation_renamed(self, message: dict) -> None:
         """The conversation was renamed (revocation.py: the page, the API or the admin): its
-        heading, which the tab's title and the list's entry follow (as the row says now)."""
-        header = await _header(self.conversation_id)
-        if header is not None and not self.refused:
-            await self.send(text_data=title_fragment(header["title"]))
+        heading, which the tab's title and the list's entry follow (as the row says)."""
+        self._redraw_soon("title")
 
-    async def _redraw_lists(self) -> None:
+    async def _redraw_due(self) -> None:
         try:
             while self.redraws_due and not self.refused:
                 due, self.redraws_due = self.redraws_due, set()
+                if due & {"archived", "title"}:
+                    await self._redraw_header(due)
                 if "shared" in due:
                     await self.send(text_data=await _shared_list(self.user, self.conversation_id))
                 if "own" in due:
                     await self.send(text_data=list_refresh_fragment(self.conversation_id))
-                await asyncio.sleep(SHARED_REDRAW_SECONDS)
+                await asyncio.sleep(REDRAW_SECONDS)
         finally:
-            self.list_redraw = None
+            self.redrawing = None
+
+    async def _redraw_header(self, due: set[str]) -> None:
+        header = await _header(self.conversation_id)
+        if header is None or self.refused:
+            return
+        if "archived" in due:
+            fragment = archived_fragment(self.conversation_id, header["archived"], self.role)
+            await self.send(text_data=fragment)
+        if "title" in due:
+            await self.send(text_data=title_fragment(header["title"]))
 
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: the feed ends unless this socket's session was

@@ -752,7 +752,7 @@ async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_e
     from agent.models import Membership
     from agent.web.revocation import EVERYONE_GROUP
 
-    monkeypatch.setattr(consumers, "SHARED_REDRAW_SECONDS", 0.5)
+    monkeypatch.setattr(consumers, "REDRAW_SECONDS", 0.5)
     user, conversation = alice
     bob = await sync_to_async(make_user)("bob")
     bobs = await Conversation.objects.acreate(owner=bob, title="Bob's notes")
@@ -775,7 +775,7 @@ async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(al
     import agent.web.consumers as consumers
     from agent.web.revocation import user_group
 
-    monkeypatch.setattr(consumers, "SHARED_REDRAW_SECONDS", 0.5)
+    monkeypatch.setattr(consumers, "REDRAW_SECONDS", 0.5)
     user, conversation = alice
     ws = await connected(conversation, user)
     layer = get_channel_layer()
@@ -808,4 +808,27 @@ async def test_the_header_follows_the_row_whatever_order_its_notices_arrive_in(a
         while 'id="conv-title"' not in frame:
             frame = await ws.receive_from(timeout=10)
     assert ">Now<" in frame and "Before" not in frame, frame
+    await ws.disconnect()
+
+
+async def test_a_burst_of_header_notices_is_drawn_once_now_and_once_at_the_end(alice, monkeypatch):
+    """Archive and unarchive, rename and rename again, as fast as a script can: each open
+    page reads the row and redraws its header at once, then at most once per interval (as
+    the row is by then), not once per notice (a query per notice per open page)."""
+    import agent.web.consumers as consumers
+
+    monkeypatch.setattr(consumers, "REDRAW_SECONDS", 0.5)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    layer, group = get_channel_layer(), group_name(conversation.id)
+    for n in range(10):
+        await layer.group_send(group, {"type": "conversation.archived", "archived": n % 2 == 0})
+        await layer.group_send(group, {"type": "conversation.renamed", "title": f"Name {n}"})
+    await Conversation.objects.filter(pk=conversation.pk).aupdate(archived=True, title="Last")
+    frames = await frames_holding(ws, "", 1.5)
+    marks = [frame for frame in frames if 'id="archived-mark"' in frame]
+    titles = [frame for frame in frames if 'id="conv-title"' in frame]
+    assert len(marks) <= 2 and len(titles) <= 2, (len(marks), len(titles))
+    assert ">Last<" in titles[-1], titles
+    assert not re.search(r'id="archived-mark"[^>]*\shidden', marks[-1]), marks[-1]
     await ws.disconnect()
