@@ -1,5 +1,5 @@
 // Harness page behaviour. Self-hosted (CSP: script-src 'self'), no inline handlers.
-// htmx + its WebSocket extension do the transport; this file adds the seed's keybindings,
+// static/transport.js does the requests and the socket; this file adds the seed's keybindings,
 // prompt history, what became of a sent prompt (typed text is never lost), prompts queued
 // while the agent works (a follow-up or steering; a dropped one comes back), the length
 // counter, auto-scroll, copy buttons (code, tool results, every message part), the help
@@ -45,7 +45,7 @@
     return Number(($("#sync-state") || { dataset: {} }).dataset.to || 0);
   }
 
-  // Owns lastSeq, the socket and the sync in flight; lets through (htmx:wsBeforeMessage) only
+  // Owns lastSeq, the socket and the sync in flight; lets through (transport:wsBeforeMessage) only
   // the batches that continue at lastSeq + 1.
   function startSeqSync(lastSeq) {
     let socket = null;
@@ -56,7 +56,7 @@
       syncing = true;
       socket.send(JSON.stringify({ action: "sync", after: lastSeq }));
     }
-    document.addEventListener("htmx:wsBeforeMessage", (event) => {
+    document.addEventListener("transport:wsBeforeMessage", (event) => {
       const marker = batchMarker(event.detail.message);
       if (!marker) return; // not a batch (an error notice): always shown
       const { from, to } = marker;
@@ -97,7 +97,7 @@
   }
 
   // The server closes a socket for good with these codes (agent/web/consumers.py): the
-  // banner that says so, with where to go. htmx does not reconnect after them.
+  // banner that says so, with where to go. The transport does not reconnect after them.
   const CLOSED_FOR_GOOD = { 4404: "#conversation-gone", 4401: "#signed-out" };
 
   // A reconnect the server refuses (the conversation deleted, or the session ended, while
@@ -113,31 +113,8 @@
     return null;
   }
 
-  // htmx's WebSocket extension stops reconnecting once its element has left the page: the
-  // chat's contents move, as they are (typed text, listeners), into a copy without it.
-  function dropSocket() {
-    const chat = $("[ws-connect]");
-    if (!chat) return;
-    const focused = document.activeElement;
-    const copy = chat.cloneNode(false);
-    copy.removeAttribute("ws-connect");
-    copy.removeAttribute("hx-ext");
-    copy.append(...chat.childNodes);
-    chat.replaceWith(copy);
-    if (focused && copy.contains(focused)) focused.focus();
-  }
-
-  // htmx's own backoff ("full-jitter") grows to 64 s after a few failed tries, so a page
-  // could sit on "Reconnecting…" for a minute after the server came back. Here the wait
-  // grows to at most 4 s, still jittered so that a restart's pages do not all come at once.
-  const RECONNECT_MAX_MS = 4000;
-  function reconnectDelay(tries) {
-    return Math.min(RECONNECT_MAX_MS, 250 * 2 ** tries) * (0.5 + Math.random() / 2);
-  }
-
   // body[data-ws] and the banners follow the socket; every (re)open syncs.
   function trackConnection(seqSync, outcomes) {
-    window.htmx.config.wsReconnectDelay = reconnectDelay;
     const reconnecting = $("#reconnecting");
     let wasOpen = false;
     function end(banner) {
@@ -149,7 +126,7 @@
       // says where to go: one notice, not two.
       clearComposerAlert("forbidden");
       clearComposerAlert("signed_out");
-      dropSocket();
+      window.transport.closeSocket();
     }
     function opened(event) {
       document.body.dataset.ws = "open";
@@ -172,9 +149,9 @@
       if (wasOpen) reconnecting.hidden = false;
       whyClosedForGood().then((found) => { if (found) end(found); });
     }
-    document.addEventListener("htmx:wsOpen", opened);
-    document.addEventListener("htmx:wsClose", closed);
-    document.addEventListener("htmx:wsError", lost);
+    document.addEventListener("transport:wsOpen", opened);
+    document.addEventListener("transport:wsClose", closed);
+    document.addEventListener("transport:wsError", lost);
   }
 
   function syncOnTabWake(seqSync) {
@@ -187,7 +164,7 @@
   // (an overloaded channel layer drops them silently): ask for what is missing.
   function syncWhenRunGoesQuiet(seqSync) {
     let lastFrame = Date.now();
-    document.addEventListener("htmx:wsAfterMessage", () => { lastFrame = Date.now(); });
+    document.addEventListener("transport:wsAfterMessage", () => { lastFrame = Date.now(); });
     setInterval(() => {
       if (isRunning() && isSocketOpen() && Date.now() - lastFrame > QUIET_RUN_MS) {
         lastFrame = Date.now();
@@ -268,7 +245,7 @@
   // catch-up bringing a name the page missed), as a reload would show them; a notice's mark
   // stays.
   function tabTitleFollowsHeading() {
-    document.addEventListener("htmx:oobAfterSwap", (event) => {
+    document.addEventListener("transport:oobAfterSwap", (event) => {
       const heading = $("#conv-title");
       if (!event.target || event.target.id !== "conv-title" || !heading) return;
       const title = heading.textContent.trim();
@@ -309,7 +286,7 @@
   // the focus moves to the first Remove button left, else back to the prompt.
   function keepFocusInQueue(prompt) {
     let removedFrom = null; // the #queue a Remove button was pressed in
-    document.addEventListener("htmx:wsAfterSend", (event) => {
+    document.addEventListener("transport:wsAfterSend", (event) => {
       const queue = event.target.closest && event.target.closest("#queue");
       if (queue) removedFrom = queue;
     });
@@ -401,7 +378,7 @@
   // follow-up, Alt+Enter as steering. The mode rides on the frame of the next submit.
   function createPromptModes(form) {
     let next = null;
-    document.addEventListener("htmx:wsConfigSend", (event) => {
+    document.addEventListener("transport:wsConfigSend", (event) => {
       if (event.target !== form) return;
       if (next) event.detail.parameters.mode = next;
       next = null;
@@ -499,7 +476,7 @@
       entry.item.remove();
       changed();
     }
-    document.addEventListener("htmx:wsConfigSend", (event) => {
+    document.addEventListener("transport:wsConfigSend", (event) => {
       if (event.target !== form || event.detail.parameters.action) return;
       const paths = items.filter((entry) => entry.path).map((entry) => entry.path);
       if (paths.length) event.detail.parameters.images = paths;
@@ -637,7 +614,7 @@
   }
 
   function dropBlankPrompts(form) {
-    document.addEventListener("htmx:wsConfigSend", (event) => {
+    document.addEventListener("transport:wsConfigSend", (event) => {
       if (event.target === form && !String(event.detail.parameters.content || "").trim()) {
         event.preventDefault();
       }
@@ -645,7 +622,7 @@
   }
 
   function jumpToBottomOnSend(form, autoScroll) {
-    document.addEventListener("htmx:wsAfterSend", (event) => {
+    document.addEventListener("transport:wsAfterSend", (event) => {
       if (event.target === form) autoScroll.jumpToBottom();
     });
   }
@@ -704,7 +681,7 @@
 
   // --- the alert beside the composer --------------------------------------------------------
   // #composer-alert says why a prompt was not sent: the server's refusals replace it whole
-  // (htmx), the page's own set its text. Looked up each time, since a swap replaces it.
+  // (the transport), the page's own set its text. Looked up each time, since a swap replaces it.
   function showComposerAlert(code, message) {
     const alert = $("#composer-alert");
     alert.dataset.code = code;
@@ -753,7 +730,7 @@
       historyWalk.restart();
       setPrompt(prompt, "");
     }
-    document.addEventListener("htmx:wsAfterSend", (event) => {
+    document.addEventListener("transport:wsAfterSend", (event) => {
       let frame = null;
       try { frame = JSON.parse(event.detail.message); } catch (e) { return; }
       if (typeof frame.content !== "string") return; // a cancel: not answered
@@ -761,7 +738,7 @@
       waiting.push({ text: frame.content, after: lastUserSeq(), status, mine: event.target === form,
         images: frame.images || [] });
     });
-    document.addEventListener("htmx:wsAfterMessage", () => {
+    document.addEventListener("transport:wsAfterMessage", () => {
       const alert = $("#composer-alert");
       const outcome = alert.dataset.outcome;
       if (!outcome) return;
@@ -962,7 +939,7 @@
     };
   }
 
-  // The files panel (a third column on a wide screen; loaded by htmx on its first opening)
+  // The files panel (a third column on a wide screen; loaded by the transport on its first opening)
   // and the conversation list (a drawer only on a phone).
   function bindDrawers(drawers) {
     const files = $("#files-panel");
@@ -1010,7 +987,7 @@
     async function refresh() {
       const body = $("#files-body");
       const link = body && body.querySelector(".refresh");
-      if (!link || !window.htmx) return; // never opened: its first opening loads it fresh
+      if (!link) return; // never opened: its first opening loads it fresh
       if (panel.hidden) { stale = true; return; }
       stale = false;
       const mine = ++generation;
@@ -1024,9 +1001,9 @@
       } catch (e) { return; }
       if (mine !== generation) return; // a newer refresh is on its way
       if ($("#files-body") !== body) { refresh(); return; } // the user moved: fetch that place
-      window.htmx.swap($("#files-view"), html, { swapStyle: "innerHTML" }); // scroll stays
+      window.transport.swap($("#files-view"), html, "innerHTML"); // scroll stays
     }
-    document.addEventListener("htmx:oobAfterSwap", (event) => {
+    document.addEventListener("transport:oobAfterSwap", (event) => {
       if (event.target && event.target.id === "files-changed") refresh();
     });
     if (toggle) toggle.addEventListener("click", () => { if (stale) refresh(); });
@@ -1063,22 +1040,22 @@
         if (!waiting || inUse() || answering()) return;
         const refresh = waiting;
         waiting = null;
-        if (refresh.isConnected) window.htmx.trigger(refresh, "harness:refresh");
+        if (refresh.isConnected) window.transport.trigger(refresh, "harness:refresh");
       }, 0);
     }
-    document.addEventListener("htmx:beforeRequest", (event) => {
+    document.addEventListener("transport:beforeRequest", (event) => {
       if (!isRefresh(event.detail.elt) || (!inUse() && !answering())) return;
       event.preventDefault();
       waiting = event.detail.elt;
     });
-    document.addEventListener("htmx:beforeSend", (event) => {
+    document.addEventListener("transport:beforeSend", (event) => {
       if (forList(event.detail) && !isRefresh(event.detail.elt)) asked.add(event.detail.xhr);
     });
-    document.addEventListener("htmx:afterRequest", (event) => {
+    document.addEventListener("transport:afterRequest", (event) => {
       asked.delete(event.detail.xhr);
       retry();
     });
-    document.addEventListener("htmx:beforeSwap", (event) => {
+    document.addEventListener("transport:beforeSwap", (event) => {
       if (!forList(event.detail) || !event.detail.shouldSwap) return;
       const next = listSignature(event.detail.serverResponse);
       const config = event.detail.requestConfig; // (detail.elt is the target here)
@@ -1186,16 +1163,16 @@
     });
     return closed;
   }
-  // The Share panel is redrawn whole by each of its forms (htmx): the focus, lost with the
+  // The Share panel is redrawn whole by each of its forms (the transport): the focus, lost with the
   // control that had it, goes to the same control redrawn, else to the username field (a
   // Share or a Remove done: ready for the next).
   function keepFocusInSharePanel() {
     let had = null;
-    document.addEventListener("htmx:beforeRequest", (event) => {
+    document.addEventListener("transport:beforeRequest", (event) => {
       const panel = $("#share-panel");
       if (panel && panel.contains(event.target)) had = document.activeElement && document.activeElement.id;
     });
-    document.addEventListener("htmx:afterSettle", () => {
+    document.addEventListener("transport:afterSettle", () => {
       const panel = $("#share-panel");
       if (had === null || !panel) return;
       const lost = !document.activeElement || document.activeElement === document.body;
@@ -1210,13 +1187,13 @@
   // still listed) or the toggle again, else to the list's first link, not to the page's top.
   function keepFocusInConversationList() {
     let had = null; // the entry's id, or the control's
-    document.addEventListener("htmx:beforeRequest", (event) => {
+    document.addEventListener("transport:beforeRequest", (event) => {
       const list = $("#conv-list");
       if (!list || !list.contains(event.target)) return;
       const entry = event.target.closest(".conv-item");
       had = entry ? entry.dataset.conversationId : event.target.id;
     });
-    document.addEventListener("htmx:afterSettle", () => {
+    document.addEventListener("transport:afterSettle", () => {
       const list = $("#conv-list");
       if (had === null || !list) return;
       const lost = !document.activeElement || document.activeElement === document.body;
@@ -1349,7 +1326,7 @@
           const fragment = document.createRange().createContextualFragment(html);
           const added = Array.from(fragment.children);
           autoScroll.insertAbove(() => current.replaceWith(fragment));
-          added.forEach((element) => window.htmx.process(element));
+          added.forEach((element) => window.transport.process(element));
         })
         .catch(() => {
           current.disabled = false;
@@ -1680,7 +1657,7 @@
       window.sessionStorage.removeItem(key);
       if (kept && !prompt.disabled && !prompt.value) setPrompt(prompt, kept);
     } catch (e) { /* storage off */ }
-    document.addEventListener("htmx:wsAfterMessage", () => {
+    document.addEventListener("transport:wsAfterMessage", () => {
       const now = $("#role-changed");
       if (!now || now.dataset.role === drawnFor) return;
       try { if (prompt.value) window.sessionStorage.setItem(key, prompt.value); } catch (e) { /* storage off */ }
@@ -1823,13 +1800,13 @@
   }
 
   // --- wiring ----------------------------------------------------------------------------
-  // The page's CSRF token on every htmx request (a form the server pushed over the socket,
+  // The page's CSRF token on every request of the transport (a form the server pushed over the socket,
   // such as the Archived mark's Unarchive, carries none: a socket has no token to give).
-  // Not on the socket's own messages (htmx:wsConfigSend): the server has no use for it there.
+  // Not on the socket's own messages (transport:wsConfigSend): the server has no use for it there.
   function sendCsrfTokenWithRequests() {
     const chat = $("main[data-csrf]");
     if (!chat) return;
-    document.addEventListener("htmx:configRequest", (event) => {
+    document.addEventListener("transport:configRequest", (event) => {
       event.detail.headers["X-CSRFToken"] = chat.dataset.csrf;
     });
   }

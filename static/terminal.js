@@ -153,9 +153,9 @@
     const hosts = document.querySelectorAll(".xterm-host[data-pane]");
     if (!hosts.length) return;
     hosts.forEach((host) => { panes[host.dataset.pane] = create(host); });
-    // A terminal frame is JSON, not the fragments htmx swaps in: taken here, and htmx
-    // is told to leave it (htmx:wsBeforeMessage cancelled).
-    document.addEventListener("htmx:wsBeforeMessage", (event) => {
+    // A terminal frame is JSON, not the fragments the transport swaps in: taken here, and the transport
+    // is told to leave it (transport:wsBeforeMessage cancelled).
+    document.addEventListener("transport:wsBeforeMessage", (event) => {
       const message = event.detail.message;
       if (typeof message !== "string" || !message.startsWith("{")) return;
       let frame;
@@ -164,11 +164,11 @@
       event.preventDefault();
       receive(frame);
     });
-    document.addEventListener("htmx:wsOpen", (event) => {
+    document.addEventListener("transport:wsOpen", (event) => {
       socket = event.detail.socketWrapper;
       Object.values(panes).forEach((pane) => sendSize(pane, true));
     });
-    document.addEventListener("htmx:wsClose", () => { socket = null; });
+    document.addEventListener("transport:wsClose", () => { socket = null; });
     const shown = (pane, focus) => open(pane).then(() => {
       sendSize(pane, false);
       if (focus && !pane.readonly && pane.panel.open) pane.term.focus();

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.middleware.gzip import GZipMiddleware
 
-# No inline script or style anywhere (htmx is configured not to need them); images only
-# from this origin or data: URLs, so model-written markdown cannot exfiltrate through
-# image URLs; the WebSocket is same-origin.
+# No inline script or style anywhere (the page's transport, static/transport.js, needs
+# neither); images only from this origin or data: URLs, so model-written markdown cannot
+# exfiltrate through image URLs; the WebSocket is same-origin.
 CONTENT_SECURITY_POLICY = "; ".join([
     "default-src 'self'",
     "script-src 'self'",

@@ -1,4 +1,4 @@
-"""Render a run's events as htmx out-of-band fragments for the WebSocket.
+"""Render a run's events as out-of-band fragments for the WebSocket (static/transport.js).
 
 Rendered once per batch in the process that runs the prompt and broadcast to every socket
 on the conversation, so a second tab costs a send, not a render. Consecutive text deltas
@@ -63,7 +63,7 @@ def role_changed(role: str) -> str:
 
 def archived_fragment(conversation_id, archived: bool, role: str) -> str:
     """The open conversation's "Archived" mark and, for its owner, the ⋯ menu's Archive or
-    Unarchive, out of band (their forms carry no CSRF token: htmx sends the page's)."""
+    Unarchive, out of band (their forms carry no CSRF token: the transport sends the page's)."""
     conversation = {"id": conversation_id, "archived": archived}
     context = {"conversation": conversation, "role": role, "oob": True}
     return render_to_string("agent/_archived.html", context)
@@ -164,7 +164,7 @@ class FragmentRenderer:
     """Per run (or per catch-up): folds its events into a ``Transcript`` and turns what
     each changes into fragments. ``live``: whether the page has a live text block open.
     ``live_unsure`` (a catch-up): the page may or may not hold one, so the fragments never
-    name it (an out-of-band swap without its target is an htmx error on the page); that it
+    name it (an out-of-band swap without its target is an error in the page's console); that it
     must go is kept in ``dropped_live``, for the sync marker to say."""
 
     def __init__(
@@ -267,7 +267,7 @@ class FragmentRenderer:
                 out.append(render_to_string("agent/_meter.html", context))
                 usage = self.transcript.usage
                 # (no text part yet: the one to come shows the sum; an out-of-band swap
-                # without its target is an htmx error in the page's console)
+                # without its target is an error in the page's console)
                 if isinstance(event, UsageEvent) and usage is not None and usage.shown:
                     context = {"usage": usage, "oob": True}
                     out.append(render_to_string("agent/_answer_cost.html", context))

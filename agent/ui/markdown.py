@@ -2,7 +2,7 @@
 
 ``gfm.py`` renders GitHub-flavoured markdown, then nh3 (the Ammonia sanitizer) keeps only an
 allowlist: no script, style, iframe, form, input, svg, math, base or meta; no id, on*, hx-*,
-data-* or ws-* attributes (so nothing the model writes can drive htmx or the page's
+data-* or ws-* attributes (so nothing the model writes can drive the page's transport or
 scripts); links only to absolute http/https/mailto URLs, with rel="noopener noreferrer
 nofollow"; no images at all (a markdown image to another origin is a data-exfiltration
 channel; CSP blocks them too); and only the classes the renderer itself emits for

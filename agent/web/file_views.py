@@ -48,8 +48,8 @@ def export_conversation(request: HttpRequest, conversation_id, extension: str) -
 @require_GET
 def workspace_files(request: HttpRequest, conversation_id=None) -> HttpResponse:
     """The signed-in user's workspace: a directory listing or a file view (read-only).
-    Loaded into a conversation's side panel by htmx (``/c/<id>/files/``, with download
-    links), or shown as a page on its own (``/files/``)."""
+    Loaded into a conversation's side panel by the page's transport (``/c/<id>/files/``,
+    with download links), or shown as a page on its own (``/files/``)."""
     context: dict = {"error": None, "files_url": reverse("files"), "download_url": "",
                      "download_cap": browse.DOWNLOAD_CAP}  # fmt: skip
     if conversation_id is not None:  # the workspace its runs work in (the owner's, or

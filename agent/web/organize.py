@@ -2,8 +2,8 @@
 pin (pinned ones first), archive (archived ones only in the list's archived view), a
 rename's answer to the page (in place, as pin and archive), and the
 instructions the agent gets with this conversation's system prompt (docs/API.md has the
-same through ``PATCH /api/conversations/<id>``). With htmx each answers the list's fragment
-(or 204); without script, back to the page."""
+same through ``PATCH /api/conversations/<id>``). From the page's transport each answers the list's
+fragment (or 204); without script, back to the page."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _current(request: HttpRequest, conversation):
 
 
 def renamed(request: HttpRequest, conversation) -> HttpResponse:
-    """A rename's answer to htmx (from a list entry or the ⋯ menu), so the page (a
+    """A rename's answer to the page's transport (from a list entry or the ⋯ menu), so the page (a
     half-typed prompt, the scroll) stays: the list as that page shows it, and the page's
     heading, out of band, when it is the renamed one's."""
     current = _current(request, conversation)

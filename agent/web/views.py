@@ -358,8 +358,8 @@ def _share_context(conversation: Conversation, error: str = "", members=None) ->
 @require_POST
 def share(request: HttpRequest, conversation_id) -> HttpResponse:
     """The owner's share dialog: ``do`` = ``add`` (``username``, ``role``), ``remove``
-    (``username``) or ``team`` (``team`` = ``on`` or absent). The dialog comes back (htmx),
-    saying why not on bad input (nothing stored); without script, back to the page, or a
+    (``username``) or ``team`` (``team`` = ``on`` or absent). The dialog comes back (the page's
+    transport), saying why not on bad input (nothing stored); without script, back to the page, or a
     400 saying why not."""
     conversation = _owned_or_404(request, conversation_id)
     action, username = request.POST.get("do", ""), request.POST.get("username", "").strip()
@@ -376,7 +376,7 @@ def share(request: HttpRequest, conversation_id) -> HttpResponse:
     except ShareRefused as refused:
         error = refused.message
     if request.headers.get("HX-Request"):
-        # 200 either way: htmx swaps only a success, and the dialog must say why not.
+        # 200 either way: the transport swaps only a success, and the dialog must say why not.
         return render(request, "agent/_share.html", _share_context(conversation, error))
     if error:
         return refusal(f"Not shared: {error}", 400)

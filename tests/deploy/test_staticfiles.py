@@ -95,8 +95,8 @@ def test_our_scripts_and_stylesheets_are_served_minified(collected, name):
 
 
 def test_vendored_and_app_assets_are_left_as_shipped(collected):
-    htmx = "vendor/htmx-2.0.11.min.js"
-    assert fetch(static(htmx))[2] == (REPO / "static" / htmx).read_bytes()
+    xterm = "vendor/xterm-6.0.0.min.js"
+    assert fetch(static(xterm))[2] == (REPO / "static" / xterm).read_bytes()
     admin = fetch(static("admin/css/base.css"))[2]
     assert b"\n" in admin  # Django's own stylesheet, as Django ships it
 

@@ -254,7 +254,7 @@ def test_the_archived_mark_follows_live_on_every_open_page_of_it(new_context, li
     listed.wait_for()
     assert first.locator("#archive-form button").text_content() == "Archive conversation"
     second.wait_for_selector(f"#conv-list .conv-item[data-conversation-id='{mine}']")
-    # A message htmx sends on the socket (its HEADERS), next to the page's own ones.
+    # A form sent on the socket by the transport, next to the page's own frames.
     second.click(".conv-actions > summary")
     second.click(".compact-form button")
     second.get_by_text("Nothing to compact").wait_for()
@@ -326,7 +326,7 @@ def test_a_refresh_answered_while_the_archived_view_loads_does_not_lose_it(
     # The refresh runs again in the view shown, once the list (where the focus is) is left.
     with page.expect_response(lambda response: "/list?view=archived" in response.url):
         page.locator("#prompt").focus()
-    page.wait_for_function("() => !document.querySelector('#conv-list-refresh.htmx-request')")
+    page.wait_for_function("() => !document.querySelector('#conv-list-refresh.requesting')")
     assert page.get_attribute("#conv-list", "data-archived") == "1"
 
 

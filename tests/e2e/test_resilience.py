@@ -66,8 +66,8 @@ def test_server_killed_mid_run_leaves_a_readable_conversation(new_context, fresh
     page.wait_for_selector("body[data-ws=closed]")
     assert page.is_visible("#reconnecting")
     # However many tries failed while the server was down (a loaded machine starts it
-    # slowly), the next comes within seconds, not htmx's default of up to 64 s.
-    waits = page.evaluate("[0, 3, 6, 20].map((n) => htmx.config.wsReconnectDelay(n))")
+    # slowly), the next comes within seconds, not the minute a full-jitter backoff can reach.
+    waits = page.evaluate("[0, 3, 6, 20].map((n) => transport.config.reconnectDelay(n))")
     assert all(0 < wait <= 4000 for wait in waits), waits
     live.start()  # same port, same database
     page.wait_for_selector("body[data-ws=open]", timeout=30_000)

@@ -195,7 +195,7 @@ def archive_toggle(page) -> None:
 
 # Drops the first frame that names the conversation before the page's own handler sees it,
 # as the page drops every batch while its sync is in flight (the reply is to cover it).
-DROP_THE_NAMING_BATCH = """() => document.addEventListener("htmx:wsBeforeMessage", (event) => {
+DROP_THE_NAMING_BATCH = """() => document.addEventListener("transport:wsBeforeMessage", (event) => {
   if (window.namingDropped || !event.detail.message.includes('id="conv-title"')) return;
   window.namingDropped = true;
   event.stopImmediatePropagation();

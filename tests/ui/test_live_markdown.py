@@ -121,7 +121,7 @@ def parse(html: str) -> Node:
 
 
 class Page:
-    """The page's #messages, applying a frame's out-of-band swaps as htmx does."""
+    """The page's #messages, applying a frame's out-of-band swaps as static/transport.js does."""
 
     def __init__(self, html: str = ""):
         self.root = parse(f'<div id="messages">{html}</div>')
@@ -397,7 +397,7 @@ def test_a_long_tables_newest_rows_show_as_table_rows_not_pipes():
 
 
 def test_a_catch_up_never_names_a_live_block_the_page_may_not_have():
-    """htmx logs an out-of-band swap without its target as an error (it did after a
+    """The page logs an out-of-band swap without its target as an error (it did after a
     Regenerate): the stale block's removal is the sync marker's word, acted on by the page
     only where the block is."""
 

@@ -1,0 +1,88 @@
+"""static/transport.js, the page's own transport, on a real page: each out-of-band swap style
+the templates use, and what it refuses (a request to another site, anything inside
+hx-disable, a script in an answer)."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import sign_in
+
+SCRATCH = """() => {
+  const scratch = document.createElement("div");
+  scratch.id = "scratch";
+  scratch.innerHTML = '<p id="kept">kept</p><ul id="items"><li>one</li></ul>' +
+    '<span class="cost" data-answer="7">old</span><span class="cost" data-answer="7">old</span>' +
+    '<p id="gone">gone</p><p id="anchor">anchor</p><div id="inner">old inner</div>' +
+    '<div id="target"></div>';
+  document.querySelector("main.chat").append(scratch);
+}"""
+
+
+def chat(new_context):
+    page = sign_in(new_context(), "alice")
+    page.wait_for_selector("body[data-ws=open]")
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.evaluate(SCRATCH)
+    return page, errors
+
+
+def test_out_of_band_swaps_each_style_the_templates_use(new_context):
+    page, errors = chat(new_context)
+    swapped = []
+    page.expose_function("swapped", lambda target: swapped.append(target))
+    page.evaluate("""() => document.addEventListener("transport:oobAfterSwap",
+                         (event) => window.swapped(event.target.id || event.target.className))""")
+    page.evaluate("""() => transport.swap(document.getElementById("target"),
+      '<p id="kept" hx-swap-oob="true">replaced</p>' +
+      '<div hx-swap-oob="beforeend:#items"><li>two</li></div>' +
+      '<span hx-swap-oob="outerHTML:.cost[data-answer=\\'7\\']" class="cost" ' +
+      'data-answer="7">new</span>' +
+      '<div hx-swap-oob="delete:#gone"></div>' +
+      '<div hx-swap-oob="afterend:#anchor"><p id="after">after</p></div>' +
+      '<div id="inner" hx-swap-oob="innerHTML"><b>new inner</b></div>' +
+      'kept text', "innerHTML")""")
+    assert page.inner_text("#target") == "kept text"  # the rest went into the target
+    assert page.inner_text("#kept") == "replaced"
+    assert page.locator("#scratch [hx-swap-oob]").count() == 0
+    assert page.locator("#items li").all_inner_texts() == ["one", "two"]
+    assert page.locator(".cost").all_inner_texts() == ["new", "new"]  # every match
+    assert page.locator("#gone").count() == 0
+    assert page.evaluate("document.getElementById('anchor').nextElementSibling.id") == "after"
+    assert page.inner_html("#inner") == "<b>new inner</b>"
+    assert "inner" in swapped and swapped.count("cost") == 2
+    assert errors == []
+    with page.expect_console_message(lambda m: "oobErrorNoTarget" in m.text):  # not silent
+        page.evaluate("""() => transport.swap(document.getElementById("target"),
+                                      '<p id="nowhere" hx-swap-oob="true">x</p>', "innerHTML")""")
+
+
+def test_an_answer_runs_no_script_and_nothing_inside_hx_disable_is_acted_on(new_context):
+    page, _ = chat(new_context)
+    asked = []
+    page.on("request", lambda request: "/list" in request.url and asked.append(request.url))
+    conversation = page.get_attribute("main.chat", "data-conversation")
+    page.evaluate(f"""() => transport.swap(document.getElementById("target"),
+      '<script>window.ran = true</script>' +
+      '<div class="md" hx-disable><a id="quoted" href="#" hx-get="/c/{conversation}/list" ' +
+      'hx-trigger="load, click" hx-target="#kept">a link a model wrote</a></div>' +
+      '<a id="live-link" href="#" hx-get="/c/{conversation}/list" hx-target="#inner">live</a>',
+      "innerHTML")""")
+    page.click("#quoted")
+    page.wait_for_timeout(300)  # a request it would make has been sent by now
+    assert asked == [] and page.evaluate("window.ran") is None
+    with page.expect_request(lambda request: "/list" in request.url) as request:
+        page.click("#live-link")  # the same markup outside hx-disable does act
+    assert request.value.headers.get("hx-request") == "true"
+    assert request.value.headers.get("x-csrftoken")  # the page's token (harness.js)
+
+
+def test_a_request_to_another_site_is_refused(new_context):
+    page, _ = chat(new_context)
+    asked = []
+    page.on("request", lambda request: "example.org" in request.url and asked.append(request.url))
+    page.evaluate("""() => transport.swap(document.getElementById("target"),
+      '<a id="away" href="#" hx-get="https://example.org/steal" hx-target="#inner">away</a>',
+      "innerHTML")""")
+    with page.expect_console_message(lambda m: "not this site" in m.text):
+        page.click("#away")
+    assert asked == []
