@@ -243,7 +243,9 @@
       if (typeof event.data !== "string") return;
       const message = event.data;
       if (!emit(elt, "wsBeforeMessage", { message, socketWrapper: wrapper })) return;
-      [...fragmentOf(message).children].forEach(swapOutOfBand);
+      // A JSON frame (a terminal's output, hostile) is for a script's listener, never
+      // markup: a pane printing <div id=messages hx-swap-oob=true> swaps nothing.
+      if (!message.startsWith("{")) [...fragmentOf(message).children].forEach(swapOutOfBand);
       emit(elt, "wsAfterMessage", { message, socketWrapper: wrapper });
     });
     ws.addEventListener("error", (error) => emit(elt, "wsError", { error, socketWrapper: wrapper }));

@@ -111,6 +111,37 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
     assert "watcher-typed" not in watcher.inner_text(ROWS)
 
 
+TAKE_TERMINAL_FRAMES_FIRST = """() => {
+  const target = document.createElement("p");
+  target.id = "oob-target";
+  target.textContent = "intact";
+  document.body.append(target);
+  window.markupFrames = 0;
+  // Ahead of terminal.js (which cancels its frames): the transport alone decides.
+  document.addEventListener("transport:wsBeforeMessage", (event) => {
+    if (!event.detail.message.startsWith("{")) return;
+    if (event.detail.message.includes("pwned</p>")) window.markupFrames += 1;
+    event.stopImmediatePropagation();
+  }, true);
+}"""
+
+
+def test_a_panes_output_that_is_markup_is_never_swapped_into_the_page(context):
+    """A repository's script prints what looks like a fragment of the server's, addressed
+    out of band: its frame is JSON for the terminal, and the page's transport never parses a
+    JSON frame as markup, whether or not a terminal script took the frame first."""
+    page = sign_in(context(), "tara")
+    page.wait_for_selector("body[data-ws=open]")
+    page.click("#terminal-panel > summary")
+    shows(page, "$")
+    page.evaluate(TAKE_TERMINAL_FRAMES_FIRST)
+    page.click("#terminal")
+    page.keyboard.type("printf '<p id=oob-target hx-swap-oob=true>%s</p>\\n' pwned")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => window.markupFrames > 0")
+    assert page.inner_text("#oob-target") == "intact"
+
+
 def test_a_server_started_in_the_terminal_is_shown_in_the_preview_panel(context):
     """On a phone's screen: the Preview panel finds the port, shows the page in its
     sandboxed frame (scripts run, the app's cookies and storage stay out of reach) and
