@@ -153,8 +153,8 @@
     const hosts = document.querySelectorAll(".xterm-host[data-pane]");
     if (!hosts.length) return;
     hosts.forEach((host) => { panes[host.dataset.pane] = create(host); });
-    // A terminal frame is JSON, not the fragments the transport swaps in: taken here, and the transport
-    // is told to leave it (transport:wsBeforeMessage cancelled).
+    // A terminal frame is JSON, not the fragments the transport swaps in: taken here, and
+    // the transport is told to leave it (transport:wsBeforeMessage cancelled).
     document.addEventListener("transport:wsBeforeMessage", (event) => {
       const message = event.detail.message;
       if (typeof message !== "string" || !message.startsWith("{")) return;

@@ -23,7 +23,8 @@
   // jittered so that a restart's pages do not all come at once.
   const RECONNECT_MAX_MS = 4000;
   const config = {
-    reconnectDelay: (tries) => Math.min(RECONNECT_MAX_MS, 250 * 2 ** tries) * (0.5 + Math.random() / 2),
+    reconnectDelay: (tries) =>
+      Math.min(RECONNECT_MAX_MS, 250 * 2 ** tries) * (0.5 + Math.random() / 2),
   };
 
   function emit(elt, name, detail) {
@@ -76,7 +77,8 @@
       insert(style, target, nodes);
       // Told on what was swapped in where it replaced its target, else on the target.
       const swapped = settled(nodes, target);
-      (style === "outerHTML" ? swapped : [target]).forEach((at) => emit(at, "oobAfterSwap", { target: at }));
+      (style === "outerHTML" ? swapped : [target])
+        .forEach((at) => emit(at, "oobAfterSwap", { target: at }));
     });
   }
 
@@ -86,7 +88,8 @@
     const fragment = fragmentOf(html);
     fragment.querySelectorAll("[hx-swap-oob]").forEach(swapOutOfBand);
     const active = document.activeElement;
-    const focus = active && active.id ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null;
+    const focus = active && active.id
+      ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null;
     const nodes = [...fragment.childNodes];
     insert(style || "innerHTML", target, nodes);
     const at = settled(nodes, target.isConnected ? target : document.body);
@@ -96,7 +99,9 @@
       if (again) {
         again.focus();
         if (focus.start != null && again.setSelectionRange) {
-          try { again.setSelectionRange(focus.start, focus.end); } catch (e) { /* not a text field */ }
+          try {
+            again.setSelectionRange(focus.start, focus.end);
+          } catch (e) { /* not a text field */ }
         }
       }
     }
@@ -127,7 +132,9 @@
   function valuesFor(elt, verb, submitter) {
     const values = new URLSearchParams();
     const form = elt.tagName === "FORM" ? elt : (verb !== "get" && elt.closest("form"));
-    if (form) new FormData(form, submitter || undefined).forEach((value, name) => values.append(name, value));
+    if (form) {
+      new FormData(form, submitter || undefined).forEach((value, name) => values.append(name, value));
+    }
     else if (elt.name && "value" in elt) fieldsOf(elt, values);
     const include = elt.getAttribute("hx-include");
     if (include) document.querySelectorAll(include).forEach((field) => fieldsOf(field, values));
@@ -144,7 +151,10 @@
     const target = targetSelector ? document.querySelector(targetSelector) : elt;
     if (!target || !emit(elt, "beforeRequest", { elt, target })) return;
     const url = new URL(elt.getAttribute(`hx-${verb}`), location.href);
-    if (url.origin !== location.origin) { console.error("transport: not this site", url.href); return; }
+    if (url.origin !== location.origin) {
+      console.error("transport: not this site", url.href);
+      return;
+    }
     const parameters = valuesFor(elt, verb, event && event.submitter);
     const headers = { "HX-Request": "true", "HX-Current-URL": location.href };
     if (!emit(elt, "configRequest", { elt, target, verb, headers, parameters })) return;
@@ -161,7 +171,9 @@
       const successful = xhr.status >= 200 && xhr.status < 300;
       emit(elt, "afterRequest", { elt, target, xhr, successful, requestConfig });
       if (successful && xhr.status !== 204) {
-        const detail = { elt: target, target, xhr, requestConfig, serverResponse: xhr.responseText, shouldSwap: true };
+        const detail = {
+          elt: target, target, xhr, requestConfig, serverResponse: xhr.responseText, shouldSwap: true,
+        };
         emit(target, "beforeSwap", detail);
         if (detail.shouldSwap && detail.target.isConnected) {
           swap(detail.target, detail.serverResponse, elt.getAttribute("hx-swap") || "innerHTML");
@@ -197,7 +209,10 @@
 
   function bindRequest(elt) {
     triggersOf(elt).forEach((trigger) => {
-      if (trigger.event === "load") { setTimeout(() => { if (elt.isConnected) request(elt, null); }, 0); return; }
+      if (trigger.event === "load") {
+        setTimeout(() => { if (elt.isConnected) request(elt, null); }, 0);
+        return;
+      }
       const source = trigger.from ? document.querySelector(trigger.from) : elt;
       if (!source) return;
       let timer = null;
@@ -206,7 +221,8 @@
       source.addEventListener(trigger.event, (event) => {
         if (!elt.isConnected) return;
         if (event.type === "submit" || (event.type === "click" && elt.tagName === "A")) {
-          if (event.type === "click" && (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey)) return;
+          const modified = event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey;
+          if (event.type === "click" && modified) return; // a new tab or window: the browser's
           event.preventDefault();
         }
         if (trigger.once && fired) return;
@@ -229,7 +245,8 @@
   function connect(elt) {
     const url = new URL(elt.getAttribute("ws-connect"), location.href);
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-    const state = socket && socket.elt === elt ? socket : { elt, queue: [], tries: 0, stopped: false };
+    const state = socket && socket.elt === elt
+      ? socket : { elt, queue: [], tries: 0, stopped: false };
     socket = state;
     const ws = new WebSocket(url.href);
     state.ws = ws;
