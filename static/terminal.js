@@ -3,12 +3,15 @@
 // is the pane's output, hostile: it only ever reaches xterm.js as data (never HTML).
 // Keys and the panel's size go back as `terminal_input` and `terminal_resize` frames, from
 // those who may drive (the server refuses a viewer's anyway). Self-hosted, no inline code.
-// xterm.js and its stylesheets (~130 KB gzipped, most of the page's weight) are fetched when
-// a pane first opens: a page whose terminals stay closed never loads them (data-styles and
-// data-scripts on this script's tag name them, hashed by the template's {% static %}).
+// This script comes with the page where a CLI agent's pane shows, else when the Terminal
+// panel is first reached (data-load): arriving after the socket opened, it asks for the
+// panes' screens again (`terminal_screen`). xterm.js and its stylesheets (~130 KB gzipped)
+// are fetched when a pane first opens: a page whose terminals stay closed never loads them
+// (data-xterm-styles and data-xterm-scripts on #terminal-panel name them, hashed by the
+// template's {% static %}).
 (function () {
   "use strict";
-  const ASSETS = document.currentScript ? document.currentScript.dataset : {};
+  const ASSETS = (document.getElementById("terminal-panel") || { dataset: {} }).dataset;
   const MIN_SIZE = 2;
   const MAX_SIZE = 500;
   const MAX_INPUT = 4096; // characters per frame (agent/runs/terminals.py)
@@ -25,7 +28,6 @@
   };
   const FONT = { fontFamily: '"DejaVu Sans Mono", ui-monospace, monospace', fontSize: 13 };
 
-  let socket = null;
   const panes = {};
   let loading = null;
 
@@ -43,12 +45,12 @@
   function loadAssets() {
     if (window.Terminal && window.FitAddon) return Promise.resolve();
     if (loading) return loading;
-    const styles = words(ASSETS.styles).map((href) => {
+    const styles = words(ASSETS.xtermStyles).map((href) => {
       const link = document.createElement("link");
       Object.assign(link, { rel: "stylesheet", href });
       return fetched(link);
     });
-    loading = Promise.all(styles).then(() => words(ASSETS.scripts).reduce((done, src) => done.then(() => {
+    loading = Promise.all(styles).then(() => words(ASSETS.xtermScripts).reduce((done, src) => done.then(() => {
       const script = document.createElement("script");
       script.src = src;
       return fetched(script);
@@ -57,10 +59,11 @@
     return loading;
   }
 
+  // On the page's socket (static/harness.js); false while it is closed.
   function send(frame) {
-    if (!socket) return false;
-    socket.send(JSON.stringify(frame));
-    return true;
+    const asked = new CustomEvent("harness:send", { detail: { frame, sent: false } });
+    document.dispatchEvent(asked);
+    return asked.detail.sent;
   }
 
   function clamp(value) { return Math.max(MIN_SIZE, Math.min(MAX_SIZE, value)); }
@@ -164,11 +167,13 @@
       event.preventDefault();
       receive(frame);
     });
-    document.addEventListener("transport:wsOpen", (event) => {
-      socket = event.detail.socketWrapper;
+    // Each (re)opening of the socket brings the screens; one that opened before this script
+    // came has brought them already, to no one: asked for again.
+    // (once the page's own listener has taken the socket: this one may come first)
+    document.addEventListener("transport:wsOpen", () => setTimeout(() => {
       Object.values(panes).forEach((pane) => sendSize(pane, true));
-    });
-    document.addEventListener("transport:wsClose", () => { socket = null; });
+    }, 0));
+    if (document.body.dataset.ws === "open") send({ action: "terminal_screen" });
     const shown = (pane, focus) => open(pane).then(() => {
       sendSize(pane, false);
       if (focus && !pane.readonly && pane.panel.open) pane.term.focus();

@@ -206,7 +206,7 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
 
     async def _stop_watching(self) -> None:
         for tail in getattr(self, "tails", []):
-            tail.cancel()
+            tail.task.cancel()
         if getattr(self, "redrawing", None) is not None:
             self.redrawing.cancel()
         if getattr(self, "watching", False):

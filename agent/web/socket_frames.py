@@ -1,12 +1,12 @@
 """What a page's socket may ask (frames in): a prompt, a queued prompt, unqueue, cancel,
-sync, approve or deny, compact, edit, regenerate, show a branch, and the terminal's keys
-and size (agent/web/terminal_frames.py).
+sync, approve or deny, compact, edit, regenerate, show a branch, the terminal's keys
+and size (agent/web/terminal_frames.py), and its screen again (agent/web/terminal_tail.py).
 
-Access first, on every frame (agent/access.py's roles): any reader may sync; everything
-else needs a role that drives, and a viewer gets an error frame with nothing run. Bad
-frames get an error fragment; the socket stays open. Every prompt frame is answered on its
-socket: accepted, or refused and why (the alert beside the page's composer), so the page
-clears its box only for a prompt that runs.
+Access first, on every frame (agent/access.py's roles): any reader may sync and ask for
+the terminal's screen; everything else needs a role that drives, and a viewer gets an
+error frame with nothing run. Bad frames get an error fragment; the socket stays open.
+Every prompt frame is answered on its socket: accepted, or refused and why (the alert
+beside the page's composer), so the page clears its box only for a prompt that runs.
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ class SocketFrames:
             return
         if frame.get("action") == "cancel":
             await runs.cancel(self.conversation_id)
+            return
+        if action == "terminal_screen":  # any reader's: the screen, again
+            if self.terminal_bucket.take():
+                for tail in self.tails:
+                    tail.screen_again()
             return
         if isinstance(action, str) and action in terminal_frames.ACTIONS:  # as its owner
             refused = await terminal_frames.handle(frame, self.conversation_id, self.owner_id,

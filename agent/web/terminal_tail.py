@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 POLL = 0.05  # seconds between reads of a pane's stream
 IDLE_POLL = 0.5  # while the pane has no session
 MAX_FRAME = 65536  # bytes of a pane's output per frame, and per POLL
+SCREEN_AGAIN_SECONDS = 1.0  # a page's asking for the screen again: at most once in this time
 
 Send = Callable[[dict], Awaitable[None]]
 
@@ -47,6 +48,15 @@ class Tail:
         self.reader: stream.Reader | None = None
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.size_stamp: int | None = None
+        self.task: asyncio.Future | None = None
+        self.screen_due = False
+        self.screen_sent = 0.0  # loop time
+
+    def screen_again(self) -> None:
+        """The page asks for the pane's screen (its terminal script arrived after the
+        socket's first screen went by): sent on a coming step, at most once per
+        SCREEN_AGAIN_SECONDS however often it is asked (each is a tmux capture)."""
+        self.screen_due = True
 
     async def run(self) -> None:
         try:
@@ -65,6 +75,8 @@ class Tail:
             joining = self.instance is None
             self.instance = name
             await self._start(os.path.join(self.pane.directory, name), joining)
+        elif self.screen_due and self._since_screen() >= SCREEN_AGAIN_SECONDS:
+            await self._start(os.path.join(self.pane.directory, name), joining=True)
         await self._size()
         try:
             data = self.reader.read(MAX_FRAME)
@@ -75,10 +87,14 @@ class Tail:
             await self.send(frame(self.pane, self.decoder.decode(data)))
         return POLL
 
+    def _since_screen(self) -> float:
+        return asyncio.get_running_loop().time() - self.screen_sent
+
     async def _start(self, instance: str, joining: bool) -> None:
         if self.reader is not None:
             self.reader.close()
         self.decoder.reset()
+        self.screen_due, self.screen_sent = False, asyncio.get_running_loop().time()
         if not joining:  # a new session: its stream from its first byte
             self.reader = stream.Reader(instance, at_end=False)
             size = read_size(self.pane) or (80, 24)
@@ -109,9 +125,12 @@ class Tail:
             await self.send(frame(self.pane, "", cols=size[0], rows=size[1]))
 
 
-def follow(panes: list[Pane], send: Send) -> list[asyncio.Task]:
-    """A task per pane, writing its frames with ``send`` until cancelled."""
-    return [asyncio.ensure_future(_quietly(Tail(pane, send))) for pane in panes]
+def follow(panes: list[Pane], send: Send) -> list[Tail]:
+    """A tail per pane, its task writing its frames with ``send`` until cancelled."""
+    tails = [Tail(pane, send) for pane in panes]
+    for tail in tails:
+        tail.task = asyncio.ensure_future(_quietly(tail))
+    return tails
 
 
 async def _quietly(tail: Tail) -> None:

@@ -49,6 +49,13 @@ def loaded_terminal_assets(page) -> list[str]:
                          ".filter(n => /xterm|terminal(\\.[0-9a-f]+)?\\.css/.test(n))")  # fmt: skip
 
 
+def terminal_script_loaded(page) -> bool:
+    return page.evaluate(
+        "() => performance.getEntriesByType('resource')"
+        ".some(e => /\\/terminal(\\.[0-9a-f]+)?\\.js/.test(e.name))"
+    )
+
+
 def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(context, terminal_live):
     page = sign_in(context(), "tara")
     page.wait_for_selector("body[data-ws=open]")
@@ -84,11 +91,14 @@ def test_typing_in_the_terminal_panel_runs_the_shell_and_draws_its_output(contex
     page.keyboard.type("echo after-$((1+1))")
     page.keyboard.press("Enter")
     shows(page, "after-2")
-    # A reload finds the same shell and screen.
+    # A reload finds the same shell and screen: the terminals' script, fetched only when the
+    # panel is first reached (after the socket brought the screen to no one), asks again.
     page.reload()
     page.wait_for_selector("body[data-ws=open]")
+    assert terminal_script_loaded(page) is False
     page.click("#terminal-panel > summary")
     shows(page, "after-2")
+    assert terminal_script_loaded(page) is True
     # Someone watching sees the shell live, and cannot type into it.
     conversation = page.url.rstrip("/").rsplit("/", 1)[1]
     terminal_live.manage("shell", "-c", "from agent.models import Conversation; "
