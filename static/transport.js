@@ -16,7 +16,8 @@
 // Only same-origin requests; no script in an answer is ever run.
 (function () {
   "use strict";
-  const SOCKET_RETRY_CODES = [1006, 1012, 1013]; // lost, restarting, try again later
+  // lost, the server's error (its feed failed), restarting, try again later
+  const SOCKET_RETRY_CODES = [1006, 1011, 1012, 1013];
   const bound = new WeakSet();
   // The wait before the socket's next try, by the number of tries so far: growing to at
   // most 4 s (a page must not sit on "Reconnecting…" long after the server came back),
@@ -56,7 +57,18 @@
     return elements.length ? elements : [fallback];
   }
 
+  // One element swapped where it says; a bad one (an unknown style, a selector that does not
+  // parse) is logged and dropped, and the rest of its frame or answer still swaps.
   function swapOutOfBand(element) {
+    try {
+      swapOneOutOfBand(element);
+    } catch (error) {
+      element.remove();
+      console.error("transport: oobSwapError", error);
+    }
+  }
+
+  function swapOneOutOfBand(element) {
     const spec = element.getAttribute("hx-swap-oob") || "true";
     element.removeAttribute("hx-swap-oob");
     let style = "outerHTML";
@@ -85,11 +97,15 @@
   // An answer into its target: its out-of-band elements first, then the rest. The focused
   // element, redrawn with the same id, keeps the focus and its selection.
   function swap(target, html, style) {
-    const fragment = fragmentOf(html);
-    fragment.querySelectorAll("[hx-swap-oob]").forEach(swapOutOfBand);
     const active = document.activeElement;
     const focus = active && active.id
       ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null;
+    const fragment = fragmentOf(html);
+    fragment.querySelectorAll("[hx-swap-oob]").forEach((element) => {
+      const quoted = element.parentElement && element.parentElement.closest("[hx-disable]");
+      if (quoted) element.removeAttribute("hx-swap-oob");
+      else swapOutOfBand(element);
+    });
     const nodes = [...fragment.childNodes];
     insert(style || "innerHTML", target, nodes);
     const at = settled(nodes, target.isConnected ? target : document.body);
@@ -135,7 +151,7 @@
     if (form) {
       new FormData(form, submitter || undefined).forEach((value, name) => values.append(name, value));
     }
-    else if (elt.name && "value" in elt) fieldsOf(elt, values);
+    if (elt !== form && elt.name && "value" in elt) fieldsOf(elt, values); // the element's own
     const include = elt.getAttribute("hx-include");
     if (include) document.querySelectorAll(include).forEach((field) => fieldsOf(field, values));
     return values;
@@ -165,9 +181,7 @@
     const requestConfig = { elt, target, verb, url: url.href };
     inFlight.set(elt, xhr);
     elt.classList.add("requesting");
-    const done = () => {
-      inFlight.delete(elt);
-      elt.classList.remove("requesting");
+    const answered = () => {
       const successful = xhr.status >= 200 && xhr.status < 300;
       emit(elt, "afterRequest", { elt, target, xhr, successful, requestConfig });
       if (successful && xhr.status !== 204) {
@@ -179,15 +193,26 @@
           swap(detail.target, detail.serverResponse, elt.getAttribute("hx-swap") || "innerHTML");
         }
       }
-      if (queued.has(elt)) {
-        const next = queued.get(elt);
-        queued.delete(elt);
-        if (elt.isConnected) request(elt, next);
+    };
+    const done = () => {
+      inFlight.delete(elt);
+      elt.classList.remove("requesting");
+      try {
+        answered();
+      } finally { // the request asked for meanwhile goes, whatever this answer did
+        nextQueued(elt);
       }
     };
     xhr.addEventListener("loadend", done);
     emit(elt, "beforeSend", { elt, target, xhr, requestConfig });
     xhr.send(verb === "get" ? null : parameters);
+  }
+
+  function nextQueued(elt) {
+    if (!queued.has(elt)) return;
+    const next = queued.get(elt);
+    queued.delete(elt);
+    if (elt.isConnected) request(elt, next);
   }
 
   // --- triggers ------------------------------------------------------------------------------
@@ -244,6 +269,10 @@
 
   function connect(elt) {
     const url = new URL(elt.getAttribute("ws-connect"), location.href);
+    if (url.origin !== location.origin) {
+      console.error("transport: not this site", url.href);
+      return;
+    }
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     const state = socket && socket.elt === elt
       ? socket : { elt, queue: [], tries: 0, stopped: false };
@@ -268,7 +297,9 @@
     ws.addEventListener("error", (error) => emit(elt, "wsError", { error, socketWrapper: wrapper }));
     ws.addEventListener("close", (event) => {
       emit(elt, "wsClose", { event, socketWrapper: wrapper });
-      if (state.stopped || !SOCKET_RETRY_CODES.includes(event.code) || !elt.isConnected) return;
+      if (state.stopped || !SOCKET_RETRY_CODES.includes(event.code) || !elt.isConnected) {
+        return;
+      }
       setTimeout(() => { if (!state.stopped && elt.isConnected) connect(elt); },
         config.reconnectDelay(state.tries++));
     });
@@ -297,7 +328,8 @@
     [root, ...all].forEach((elt) => {
       if (!elt.getAttribute || bound.has(elt) || disabled(elt)) return;
       if (elt.hasAttribute("hx-get") || elt.hasAttribute("hx-post")) { bound.add(elt); bindRequest(elt); }
-      if (elt.hasAttribute("ws-connect")) { bound.add(elt); connect(elt); }
+      // One socket a page: the page's own (a later ws-connect is not acted on).
+      if (elt.hasAttribute("ws-connect") && !socket) { bound.add(elt); connect(elt); }
       if (elt.tagName === "FORM" && elt.hasAttribute("ws-send")) {
         bound.add(elt);
         elt.addEventListener("submit", (event) => sendForm(elt, event));

@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4401
+CLOSE_SERVER_ERROR = 1011  # this socket's feed failed: the page tries again
 CLOSE_TOO_MANY = 4429  # the user holds HARNESS_SOCKETS_PER_USER connections already
 TOO_MANY_REASON = "too many connections"
 # A socket redraws what notices change on its page (the sidebar's "Shared with me", its
@@ -196,9 +197,9 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
             async with contextlib.aclosing(feed.items()) as items:
                 async for item in items:
                     await self.write(item)
-        except Exception:  # the page reconnects and syncs
+        except Exception:  # the page reconnects (it does after 1011, not 1000) and syncs
             log.exception("the feed of a socket on %s failed", self.conversation_id)
-            await self.close()
+            await self.close(code=CLOSE_SERVER_ERROR)
 
     async def _send_terminal(self, frame: dict) -> None:
         if not self.refused:

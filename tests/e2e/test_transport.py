@@ -4,6 +4,8 @@ hx-disable, a script in an answer)."""
 
 from __future__ import annotations
 
+import time
+
 from tests.e2e.conftest import sign_in
 
 SCRATCH = """() => {
@@ -86,3 +88,45 @@ def test_a_request_to_another_site_is_refused(new_context):
     with page.expect_console_message(lambda m: "not this site" in m.text):
         page.click("#away")
     assert asked == []
+
+
+def test_a_bad_or_quoted_out_of_band_element_changes_nothing_else(new_context):
+    """The review: an answer's out-of-band element inside hx-disable (quoted text) was
+    swapped; one with a style or selector that does not parse threw, and the rest of the
+    answer never swapped; the focused field, replaced out of band, lost the focus."""
+    page, errors = chat(new_context)
+    page.evaluate("""() => transport.swap(document.getElementById("target"),
+      '<div class="md" hx-disable><p id="kept" hx-swap-oob="true">quoted</p></div>' +
+      '<div hx-swap-oob="beforebegin:#anchor">bad style</div>' +
+      '<div hx-swap-oob="beforeend:#items[">bad selector</div>' +
+      '<div id="inner" hx-swap-oob="true">still swapped</div>main', "innerHTML")""")
+    assert page.inner_text("#kept") == "kept"
+    assert page.inner_text("#inner") == "still swapped"
+    assert page.inner_text("#target").endswith("main")
+    deadline = time.monotonic() + 5
+    while len([e for e in errors if "oobSwapError" in e]) < 2 and time.monotonic() < deadline:
+        page.wait_for_timeout(50)  # console messages reach the test a little later
+    assert len([e for e in errors if "oobSwapError" in e]) == 2, errors
+    page.evaluate("""() => {
+      document.getElementById("inner").innerHTML = '<input id="field" value="abcdef">';
+      const field = document.getElementById("field");
+      field.focus();
+      field.setSelectionRange(2, 4);
+      transport.swap(document.getElementById("target"),
+        '<div id="inner" hx-swap-oob="true"><input id="field" value="abcdef"></div>', "innerHTML");
+    }""")
+    assert page.evaluate("document.activeElement.id") == "field"
+    assert page.evaluate(
+        "[document.activeElement.selectionStart, document.activeElement.selectionEnd]"
+    ) == [2, 4]
+
+
+def test_only_the_pages_own_socket_is_opened(new_context):
+    page, _ = chat(new_context)
+    opened = []
+    page.on("websocket", lambda ws: opened.append(ws.url))
+    page.evaluate("""() => transport.swap(document.getElementById("target"),
+      '<div ws-connect="/ws/c/00000000-0000-0000-0000-000000000000/"></div>' +
+      '<div ws-connect="https://example.org/ws/"></div>', "innerHTML")""")
+    page.wait_for_timeout(500)  # a socket it would open has been asked for by now
+    assert opened == []

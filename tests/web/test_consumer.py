@@ -832,3 +832,24 @@ async def test_a_burst_of_header_notices_is_drawn_once_now_and_once_at_the_end(a
     assert ">Last<" in titles[-1], titles
     assert not re.search(r'id="archived-mark"[^>]*\shidden', marks[-1]), marks[-1]
     await ws.disconnect()
+
+
+async def test_a_socket_whose_feed_fails_closes_with_a_code_the_page_retries(alice, monkeypatch):
+    """The feed failing on the server (a bug, a database gone) closed the socket with 1000,
+    after which no page reconnects: it sat on "Reconnecting…" with a dead socket. It closes
+    with 1011, which the page's transport retries (then syncs)."""
+    import agent.web.consumers as consumers
+
+    async def failing(self):
+        raise RuntimeError("the feed broke")
+        yield  # an async generator, as the feed's items are
+
+    monkeypatch.setattr(consumers.ConversationFeed, "items", failing)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    async with asyncio.timeout(10):
+        while True:
+            output = await ws.receive_output(timeout=10)
+            if output["type"] == "websocket.close":
+                break
+    assert output.get("code") == 1011
