@@ -246,10 +246,15 @@ async def main(path: str) -> None:
     for stale in (path, ready):  # a previous shell's
         if os.path.lexists(stale):
             os.unlink(stale)
-    # Made under another name and renamed once it listens, open to the server (which
-    # connects as its own uid): whoever sees the socket can connect at once.
-    server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots, jobs), ready)
-    os.chmod(ready, 0o666)
+    # Made under another name and renamed once it listens, so whoever sees the socket can
+    # connect at once; made open to the server (which connects as its own uid) by the umask
+    # it is made under, not by a chmod of its path (a chmod follows a link put there).
+    # The umask is the process's: put back before anything else runs here (the jobs).
+    umask = os.umask(0o111)
+    try:
+        server = await asyncio.start_unix_server(lambda r, w: serve(r, w, slots, jobs), ready)
+    finally:
+        os.umask(umask)
     os.rename(ready, path)
     async with server:
         await server.serve_forever()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -300,6 +301,25 @@ def test_a_planted_link_in_place_of_the_socket_is_not_followed(people, state, fo
     client = Browser(people, "owner")
     answer = client.get(signed(client, conversation.id, upstream))
     assert answer.status_code == 502
+
+
+def test_the_forwarders_socket_is_made_open_and_its_jobs_keep_the_usual_umask(people, state):
+    """The socket must be open to the server's uid: it is made so by the umask it is made
+    under (a chmod of its path would follow a link planted there), and the process's umask
+    is put back at once, so the jobs it starts make their files as usual."""
+    start, started = forwarders()
+    try:
+        path = start(shared(people).id)
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o666
+        with open(f"/proc/{started[0].pid}/status") as status:
+            umask = next(line.split()[1] for line in status if line.startswith("Umask:"))
+        ours = os.umask(0)
+        os.umask(ours)
+        assert int(umask, 8) == ours  # the one it started with (the test's)
+    finally:
+        started[0].terminate()
+        started[0].wait(10)
 
 
 def test_the_ports_list(people, forwarder, upstream):
