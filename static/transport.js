@@ -102,7 +102,7 @@
       ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null;
     const fragment = fragmentOf(html);
     fragment.querySelectorAll("[hx-swap-oob]").forEach((element) => {
-      const quoted = element.parentElement && element.parentElement.closest("[hx-disable]");
+      const quoted = element.parentElement && disabled(element.parentElement);
       if (quoted) element.removeAttribute("hx-swap-oob");
       else swapOutOfBand(element);
     });
@@ -126,32 +126,38 @@
   }
 
   // --- requests ------------------------------------------------------------------------------
-  function fieldsOf(elt, into) {
-    if (elt.tagName === "FORM") {
-      new FormData(elt).forEach((value, name) => into.append(name, value));
-    } else if (elt.name && "value" in elt) {
-      new FormData(wrapped(elt)).forEach((value, name) => into.append(name, value));
+  // The fields a form would send (not its buttons: only the one that submits it counts).
+  const FIELDS =
+    "input:not([type=submit], [type=button], [type=reset], [type=image]), select, textarea";
+
+  // One control's name and value, as a form sends them: an unchecked box, a disabled
+  // control or a file input, nothing; a multiple select, each chosen value.
+  function appendControl(control, into) {
+    if (!control.name || control.disabled || control.type === "file") return;
+    if ((control.type === "checkbox" || control.type === "radio") && !control.checked) return;
+    if (control.tagName === "SELECT" && control.multiple) {
+      [...control.selectedOptions].forEach((option) => into.append(control.name, option.value));
     } else {
-      elt.querySelectorAll("input, select, textarea").forEach((field) => fieldsOf(field, into));
+      into.append(control.name, control.value);
     }
   }
-  // One field's value as a form would send it (an unchecked box: nothing).
-  function wrapped(field) {
-    const form = document.createElement("form");
-    const copy = field.cloneNode(true);
-    if (field.tagName === "SELECT") copy.value = field.value;
-    if (field.tagName === "TEXTAREA") copy.value = field.value;
-    form.append(copy);
-    return form;
+
+  function appendForm(form, into, submitter) {
+    new FormData(form, submitter || undefined).forEach((value, name) => into.append(name, value));
+  }
+
+  // hx-include's: a form's fields, a field, or the fields inside an element.
+  function fieldsOf(elt, into) {
+    if (elt.tagName === "FORM") appendForm(elt, into);
+    else if (elt.matches(FIELDS)) appendControl(elt, into);
+    else elt.querySelectorAll(FIELDS).forEach((field) => appendControl(field, into));
   }
 
   function valuesFor(elt, verb, submitter) {
     const values = new URLSearchParams();
     const form = elt.tagName === "FORM" ? elt : (verb !== "get" && elt.closest("form"));
-    if (form) {
-      new FormData(form, submitter || undefined).forEach((value, name) => values.append(name, value));
-    }
-    if (elt !== form && elt.name && "value" in elt) fieldsOf(elt, values); // the element's own
+    if (form) appendForm(form, values, submitter);
+    if (elt !== form && "value" in elt) appendControl(elt, values); // its own (a button's too)
     const include = elt.getAttribute("hx-include");
     if (include) document.querySelectorAll(include).forEach((field) => fieldsOf(field, values));
     return values;

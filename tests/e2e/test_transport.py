@@ -130,3 +130,27 @@ def test_only_the_pages_own_socket_is_opened(new_context):
       '<div ws-connect="https://example.org/ws/"></div>', "innerHTML")""")
     page.wait_for_timeout(500)  # a socket it would open has been asked for by now
     assert opened == []
+
+
+def test_what_a_request_sends_is_what_a_form_would(new_context):
+    """The review: a control with hx-post inside a form sends the form's fields and its own
+    name and value (a button's included); hx-include of an element sends the fields inside
+    it as a form would (a checked box, not an unchecked one, nor a submit button)."""
+    page, _ = chat(new_context)
+    sent = []
+
+    def probe(route):
+        sent.append(route.request.post_data)
+        route.fulfill(status=204)
+
+    page.route("**/transport-probe", probe)
+    page.evaluate("""() => transport.swap(document.getElementById("target"),
+      '<div id="extra"><input type="checkbox" name="on" value="yes" checked>' +
+      '<input type="checkbox" name="off" value="no"><input type="submit" name="go" value="x">' +
+      '<select name="pick"><option>a</option><option selected>b</option></select></div>' +
+      '<form><input name="q" value="1"><button type="button" id="probe" name="do" ' +
+      'value="remove" hx-post="/transport-probe" hx-include="#extra">Remove</button></form>',
+      "innerHTML")""")
+    with page.expect_response("**/transport-probe"):
+        page.click("#probe")
+    assert sent == ["q=1&do=remove&on=yes&pick=b"]
