@@ -199,7 +199,8 @@
   // A run that ends (or starts waiting for an approval) while the tab is hidden marks
   // the tab's title until the tab is seen again and, if the user turned it on in the ⋯
   // menu (the browser asks for its permission then: a user gesture), shows a notification
-  // that brings the tab back when clicked. A visible tab gets neither: the page shows it.
+  // that brings the tab back when clicked (the choice is static/conversation_menu.js's,
+  // kept in localStorage under NOTIFY_KEY). A visible tab gets neither: the page shows it.
   const NOTIFY_KEY = "harness-notify";
   const NOTICE_MARK = /^(● Done|⏸ Needs approval|✕ Error) — /;
   const ACTIVE_STATES = ["thinking", "running_tool", "waiting_input"];
@@ -255,26 +256,6 @@
       if (entry && entry.textContent !== title) entry.textContent = title;
     });
   }
-  function bindNotifyToggle(toggle, note) {
-    if (!toggle) return;
-    const supported = "Notification" in window;
-    const explain = () => {
-      if (!supported) note.textContent = "This browser cannot show notifications; the tab title still shows it.";
-      else if (Notification.permission === "denied") note.textContent = "Notifications are blocked for this site in the browser's settings; the tab title still shows it.";
-      else note.textContent = "";
-    };
-    toggle.checked = localStorage.getItem(NOTIFY_KEY) === "on" && supported && Notification.permission !== "denied";
-    toggle.disabled = !supported;
-    explain();
-    toggle.addEventListener("change", async () => {
-      if (!toggle.checked) { localStorage.setItem(NOTIFY_KEY, "off"); explain(); return; }
-      const permission = Notification.permission === "default" ? await Notification.requestPermission() : Notification.permission;
-      toggle.checked = permission === "granted";
-      localStorage.setItem(NOTIFY_KEY, toggle.checked ? "on" : "off");
-      explain();
-    });
-  }
-
   // While a prompt runs, the empty prompt box says what Enter and Alt+Enter do now (the
   // hint that fits: see fitPlaceholder).
   let fitPromptPlaceholder = () => {};
@@ -430,147 +411,32 @@
 
   // --- files into the workspace from the composer --------------------------------------
   // Dropped on the composer, pasted into the prompt (a screenshot) or picked with #attach:
-  // each file goes to uploads/<name> in the owner's workspace (PUT /files/upload/<name>);
-  // meanwhile the prompt holds a placeholder at the caret, then the file's path, as GitHub's
-  // comment box does, so the agent is told where it is and typed text is never touched.
-  // A refused upload (too large, over the quota, a bad name) says why in #composer-alert.
-  let uploadsPending = () => false;
-  const UPLOAD_ERRORS = { too_large: "is larger than the upload limit", quota_exceeded:
-    "would pass your workspace's quota", bad_path: "has a name that cannot be stored" };
-  function uploadName(file) {
-    const generic = !file.name || /^image\.(png|jpe?g|gif|webp)$/i.test(file.name);
-    if (!generic) return file.name.replace(/[\/\\]/g, "_");
-    const stamp = new Date().toISOString().replace(/\D/g, "").slice(0, 17);
-    const extension = (file.type.split("/")[1] || "png").replace("jpeg", "jpg");
-    // Two pasted within a second must not overwrite each other: milliseconds and a tag.
-    const tag = Math.random().toString(16).slice(2, 6);
-    return `screenshot-${stamp.slice(0, 8)}-${stamp.slice(8, 14)}-${stamp.slice(14)}${tag}.${extension}`;
-  }
-  function replaceInPrompt(prompt, placeholder, text) {
-    const at = prompt.value.indexOf(placeholder);
-    if (at === -1) return; // the user removed it meanwhile: leave their text alone
-    prompt.value = prompt.value.slice(0, at) + text + prompt.value.slice(at + placeholder.length);
-    prompt.dispatchEvent(new Event("input", { bubbles: true }));
-  }
-  function insertAtCaret(prompt, text) {
-    const start = prompt.selectionStart ?? prompt.value.length;
-    const end = prompt.selectionEnd ?? start;
-    const before = prompt.value.slice(0, start);
-    const gap = before && !/\s$/.test(before) ? " " : "";
-    prompt.value = before + gap + text + " " + prompt.value.slice(end);
-    const caret = (before + gap + text + " ").length;
-    prompt.setSelectionRange(caret, caret);
-    prompt.dispatchEvent(new Event("input", { bubbles: true }));
-  }
-  // Images (#attachments, on the built-in agent's conversations) are not named in the text:
-  // each shows as a thumbnail with a Remove button, and the prompt frame carries their paths
-  // as "images", so the model sees the pictures (the server snapshots them). They stay until
-  // a prompt carrying them is accepted; a refused one keeps them, as it keeps the text.
-  const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-  function createAttachments(tray, form) {
-    const items = []; // {path (once uploaded), item}
-    function changed() { tray.hidden = !items.length; }
-    function remove(entry) {
-      const at = items.indexOf(entry);
-      if (at !== -1) items.splice(at, 1);
-      entry.item.remove();
-      changed();
-    }
-    document.addEventListener("transport:wsConfigSend", (event) => {
-      if (event.target !== form || event.detail.parameters.action) return;
-      const paths = items.filter((entry) => entry.path).map((entry) => entry.path);
-      if (paths.length) event.detail.parameters.images = paths;
-    });
-    // A prompt of this page accepted: the images it carried leave the tray.
-    document.addEventListener("harness:prompt-accepted", (event) => {
-      const sent = event.detail.images || [];
-      items.filter((entry) => sent.includes(entry.path)).forEach(remove);
-    });
-    return {
-      takes(file) { return Boolean(tray) && IMAGE_TYPES.includes(file.type); },
-      add(name, file) {
-        const item = document.createElement("li");
-        item.className = "attachment";
-        item.dataset.state = "uploading";
-        const image = document.createElement("img");
-        image.alt = "";
-        const label = document.createElement("span");
-        label.textContent = name;
-        const button = document.createElement("button");
-        button.type = "button";
-        button.className = "attachment-remove";
-        button.textContent = "×";
-        button.setAttribute("aria-label", `Remove ${name}`);
-        item.append(image, label, button);
-        const entry = { path: null, item };
-        button.addEventListener("click", () => remove(entry));
-        const reader = new FileReader(); // a data: URL (the page's CSP allows no blob:)
-        reader.onload = () => { image.src = reader.result; };
-        reader.readAsDataURL(file);
-        items.push(entry);
-        tray.append(item);
-        changed();
-        return {
-          uploaded(path) {
-            // The same file again replaced the one uploaded before: one thumbnail for it.
-            items.filter((other) => other !== entry && other.path === path).forEach(remove);
-            entry.path = path;
-            item.dataset.path = path;
-            delete item.dataset.state;
-          },
-          failed() { remove(entry); },
-        };
-      },
-    };
-  }
-  function createUploads(prompt, composer, attachments) {
-    const token = ($("input[name=csrfmiddlewaretoken]") || {}).value || "";
-    const form = $("#prompt-form");
-    // Into the workspace this conversation's runs work in (its owner's, for a collaborator).
-    const target = form && form.dataset.conversation ? `?conversation=${form.dataset.conversation}` : "";
-    let pending = 0;
-    uploadsPending = () => pending > 0;
-    async function upload(file) {
-      const name = uploadName(file);
-      const attached = attachments.takes(file) ? attachments.add(name, file) : null;
-      const placeholder = `[uploading ${name}…]`;
-      if (!attached) insertAtCaret(prompt, placeholder);
-      pending += 1;
-      composer.dataset.uploading = String(pending);
-      let problem = null;
-      let path = `uploads/${name}`;
-      try {
-        const response = await fetch(`/files/upload/${encodeURIComponent(name)}${target}`, {
-          method: "PUT", body: file, credentials: "same-origin",
-          headers: { "X-CSRFToken": token, "Content-Type": "application/octet-stream" } });
-        const answer = await response.json().catch(() => ({}));
-        if (!response.ok) {
-          problem = `${name} ${UPLOAD_ERRORS[answer.error] || "could not be uploaded"}` +
-            (answer.message ? `: ${answer.message}` : ".");
-        } else if (answer.path) {
-          path = answer.path;
-        }
-      } catch (error) {
-        problem = `${name} could not be uploaded: the connection failed.`;
-      }
-      pending -= 1;
-      if (pending) composer.dataset.uploading = String(pending);
-      else delete composer.dataset.uploading;
-      if (attached) {
-        if (problem) attached.failed();
-        else attached.uploaded(path);
-      } else {
-        replaceInPrompt(prompt, placeholder, problem ? "" : path);
-      }
-      if (problem) showComposerAlert("upload", problem);
-      else clearComposerAlert("upload");
-      clearComposerAlert("uploading");
-    }
-    return (files) => { for (const file of files) upload(file); };
+  // static/uploads.js (fetched with the first file: #attach's data-script) uploads them. The
+  // gestures are taken here, so a paste's or a drop's files are read while the event lasts.
+  // While a file is on its way (or the script that sends it), the composer carries
+  // data-uploading, and a prompt waits for the file's path.
+  function uploadsPending() {
+    const composer = $(".composer");
+    return Boolean(composer) && "uploading" in composer.dataset;
   }
   function bindUploads(prompt, composer, button, input) {
     if (!button || !input) return; // a watcher cannot add files
-    const uploadAll = createUploads(prompt, composer, createAttachments($("#attachments"), $("#prompt-form")));
+    function uploadAll(files) {
+      if (!files.length) return;
+      const waiting = !uploadsPending();
+      if (waiting) composer.dataset.uploading = "0";
+      loadScript(button.dataset.script).then(() => {
+        document.dispatchEvent(new CustomEvent("harness:upload", { detail: { files } }));
+      }, () => {
+        if (waiting && composer.dataset.uploading === "0") delete composer.dataset.uploading;
+        showComposerAlert("upload", "Nothing was uploaded: this page could not fetch its upload script; reload it.");
+      });
+    }
+    document.addEventListener("harness:composer-alert", (event) => {
+      const { code, message } = event.detail;
+      if (message) showComposerAlert(code, message);
+      else clearComposerAlert(code);
+    });
     button.addEventListener("click", () => input.click());
     input.addEventListener("change", () => { uploadAll(Array.from(input.files)); input.value = ""; });
     prompt.addEventListener("paste", (event) => {
@@ -1549,53 +1415,6 @@
     });
   }
 
-  // The ⋯ menu's "Instructions…": a dialog that saves in the background (204). Refused (too
-  // long) or not sent, the text stays in the box with the reason; the menu says whether
-  // some are set.
-  function bindInstructions() {
-    const dialog = $("#instructions-dialog");
-    const open = $("#instructions-open");
-    if (!dialog || !open) return;
-    const form = $("#instructions-form");
-    const field = $("#instructions");
-    const error = $("#instructions-error");
-    open.addEventListener("click", () => {
-      const menu = open.closest("details");
-      if (menu) menu.open = false;
-      error.textContent = "";
-      dialog.showModal();
-      field.focus();
-    });
-    $("#instructions-cancel").addEventListener("click", () => dialog.close());
-    // Closed, the browser gives the focus back to "Instructions…", hidden in the closed
-    // menu: it would be lost, so it goes to the menu's ⋯ (once the browser is done).
-    dialog.addEventListener("close", () => setTimeout(() => {
-      const menu = open.closest("details");
-      const lost = !document.activeElement || document.activeElement === document.body;
-      if (menu && lost) menu.querySelector("summary").focus();
-    }));
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      form.setAttribute("aria-busy", "true");
-      try {
-        const response = await fetch(form.action, {
-          method: "POST", body: new FormData(form), credentials: "same-origin",
-          headers: { "HX-Request": "true" },
-        });
-        if (!response.ok) {
-          error.textContent = (await response.text()).trim() || `Not saved (HTTP ${response.status}).`;
-          return;
-        }
-        open.textContent = field.value.trim() ? "Instructions (set)…" : "Instructions…";
-        dialog.close();
-      } catch (e) {
-        error.textContent = "Not saved: the server could not be reached. Your text is still here.";
-      } finally {
-        form.removeAttribute("aria-busy");
-      }
-    });
-  }
-
   // The model select and the theme switch save in the background: the page (and its
   // socket) stays. Should that fail, the form is submitted the plain way, which shows what
   // happened.
@@ -1722,8 +1541,9 @@
   // on a pointer down or a focus within it (or on what its data-load-for selector names
   // elsewhere: a tool card's preview button), on a <details> in it opening, or at once when
   // it holds a [data-load-now] (a project still cloning: its state is polled). A click on a
-  // control or a form's submit that comes before they have run is held and replayed once
-  // they have, so a first click, or Enter, works; data-loading marks the holder meanwhile.
+  // control (a checkbox's too) or a form's submit that comes before they have run is held
+  // and replayed once they have, so a first click, or Enter, works; data-loading marks the
+  // holder meanwhile.
   const loadedScripts = new Map(); // src → its promise: a script two holders name runs once
 
   function loadScript(src) {
@@ -1772,7 +1592,7 @@
     function hold(event) {
       if (ready || !reaches(event.target)) return;
       const control = event.type === "submit" ? event.target
-        : event.target.closest("button, a[href], input[type=submit]");
+        : event.target.closest("button, a[href], input[type=submit], input[type=checkbox]");
       if (!control || control.closest("summary")) return; // a <details> opens by itself
       event.preventDefault();
       event.stopImmediatePropagation();
@@ -1828,7 +1648,6 @@
     syncWhenRunGoesQuiet(seqSync);
     noticeStatus = createRunNotices();
     tabTitleFollowsHeading();
-    bindNotifyToggle($("#notify-toggle"), $("#notify-note"));
     syncRunningClass();
 
     const autoScroll = createAutoScroll(messages, $("#new-content"), $(".composer"));
@@ -1892,7 +1711,6 @@
     keepFocusInConversationList();
 
     confirmBeforeSubmit();
-    bindInstructions();
     applyThemeOnChange();
     submitOnChange();
     dismissibleOfflineBanner();

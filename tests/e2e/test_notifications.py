@@ -39,6 +39,7 @@ def background_page(new_context):
     context.add_init_script(RECORDER)
     page = sign_in(context, "alice")
     page.click(".conv-actions > summary")
+    page.wait_for_selector(".conv-actions:not([data-loading])")  # its script (on demand)
     page.check("#notify-toggle")
     page.click(".conv-actions > summary")
     return page
@@ -63,8 +64,8 @@ def test_a_run_that_ends_in_a_hidden_tab_marks_the_title_and_notifies(new_contex
     assert not page.title().startswith("●")
     # The choice is remembered: a reload keeps the toggle on.
     page.reload()
-    page.click(".conv-actions > summary")
-    assert page.is_checked("#notify-toggle")
+    page.click(".conv-actions > summary")  # (its script, on demand, sets the toggle)
+    page.wait_for_function("() => document.querySelector('#notify-toggle').checked")
 
 
 def test_an_approval_wait_in_a_hidden_tab_says_what_waits(new_context, fresh_model):

@@ -8,7 +8,7 @@ import time
 
 from tests.e2e.conftest import sign_in
 
-ON_DEMAND = ("preview", "projects", "git_signins", "json_api")
+ON_DEMAND = ("preview", "projects", "git_signins", "json_api", "uploads", "conversation_menu")
 FETCHED = """names => performance.getEntriesByType('resource').map(e => e.name)
   .filter(n => names.some(name =>
     new RegExp('/static/' + name + '(\\\\.[0-9a-f]+)?\\\\.js').test(n)))"""
@@ -68,3 +68,23 @@ def test_a_click_before_the_script_has_run_is_not_lost(new_context):
     held[0].continue_()
     page.wait_for_selector("#preview-panel[open]")
     page.wait_for_function("() => document.querySelector('#preview-port').value === '8123'")
+
+
+def test_a_checkbox_ticked_before_its_script_has_run_is_not_lost(new_context):
+    """The ⋯ menu's notifications toggle, ticked while conversation_menu.js is on its way:
+    the tick waits for the script, which then takes it (and asks for the permission)."""
+    context = new_context()
+    context.grant_permissions(["notifications"])
+    page = sign_in(context, "bob")
+    held = []
+    page.route("**/static/conversation_menu*.js", lambda route: held.append(route))
+    page.click(".conv-actions > summary")
+    deadline = time.monotonic() + 30
+    while not held:
+        assert time.monotonic() < deadline, "conversation_menu.js was never asked for"
+        page.wait_for_timeout(20)
+    page.click("#notify-toggle")
+    assert not page.is_checked("#notify-toggle")  # held, not lost
+    held[0].continue_()
+    page.wait_for_function("() => document.querySelector('#notify-toggle').checked")
+    assert page.evaluate("localStorage.getItem('harness-notify')") == "on"

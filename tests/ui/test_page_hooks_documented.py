@@ -17,7 +17,8 @@ def page_hooks_section() -> str:
 
 
 def test_every_id_the_script_uses_is_documented():
-    scripts = ("harness.js", "projects.js", "changes.js", "git_signins.js")
+    scripts = ("harness.js", "uploads.js", "conversation_menu.js", "projects.js", "changes.js",
+               "git_signins.js")  # fmt: skip
     script = "".join((REPO / "static" / name).read_text() for name in scripts)
     ids = set(re.findall(r"""["']#([a-z][a-z0-9-]*)""", script))
     assert {"composer-alert", "prompt-count", "conversation-gone", "signed-out"} <= ids
