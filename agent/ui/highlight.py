@@ -22,11 +22,11 @@ from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
 from agent.ui.gfm import HIGHLIGHT_WRAPPER
-from agent.ui.markdown import _RenderCache, sanitize
+from agent.ui.markdown import RenderCache, sanitize
 
 HIGHLIGHT_CAP = 200_000  # characters; a longer text is shown plain
 _formatter = HtmlFormatter(nowrap=True)
-_cache = _RenderCache(max_chars=8_000_000)
+_cache = RenderCache(max_chars=8_000_000)
 
 
 @lru_cache(maxsize=512)

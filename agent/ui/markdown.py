@@ -106,11 +106,12 @@ def sanitize(html: str) -> str:
     return _LINK_START.sub(_with_rel, _cleaner.clean(html))
 
 
-class _RenderCache:
-    """Recently rendered answers, bounded by their total size. Rendering (markdown, code
-    highlighting, sanitizing) is most of a long conversation's page load, and an answer
-    never changes once complete: the writer renders it when the block ends, and page
-    loads and catch-ups of it afterwards reuse that."""
+class RenderCache:
+    """Recently rendered HTML by what it was rendered from, bounded by their total size.
+    Rendering (markdown, code highlighting, sanitizing, a part's template) is most of a
+    long conversation's page load, and an answer never changes once complete: the writer
+    renders it when the block ends, and page loads and catch-ups of it afterwards reuse
+    that. (Also the highlighter's and the transcript parts', agent/ui/part_html.py.)"""
 
     def __init__(self, max_chars: int):
         self.max_chars, self.chars = max_chars, 0
@@ -137,7 +138,7 @@ class _RenderCache:
                 self.chars -= len(old_text) + len(old_html)
 
 
-_cache = _RenderCache(max_chars=32_000_000)  # ~32 MB for ASCII text at most
+_cache = RenderCache(max_chars=32_000_000)  # ~32 MB for ASCII text at most
 
 
 def render_markdown(text: str) -> str:
