@@ -252,6 +252,10 @@
       const title = heading.textContent.trim();
       const mark = (document.title.match(NOTICE_MARK) || [""])[0];
       document.title = `${mark}${title} · Harness`;
+      // The ⋯ menu's Title field too (the first prompt names the conversation), unless
+      // the user is typing in it.
+      const field = $(".rename-form input[name=title]");
+      if (field && document.activeElement !== field) field.value = title;
       const entry = document.getElementById(`conv-link-${$("main.chat").dataset.conversation}`);
       if (entry && entry.textContent !== title) entry.textContent = title;
     });
@@ -1543,7 +1547,9 @@
   // it holds a [data-load-now] (a project still cloning: its state is polled). A click on a
   // control (a checkbox's too) or a form's submit that comes before they have run is held
   // and replayed once they have, so a first click, or Enter, works; data-loading marks the
-  // holder meanwhile.
+  // holder meanwhile. Should a script not come (the network; a deploy that replaced it), the
+  // held action goes on without it (a link, a plain form still work), data-load-failed says
+  // so, and the next reach fetches it again.
   const loadedScripts = new Map(); // src → its promise: a script two holders name runs once
 
   function loadScript(src) {
@@ -1553,7 +1559,11 @@
         script.src = src;
         script.async = false;
         script.addEventListener("load", resolve, { once: true });
-        script.addEventListener("error", () => reject(new Error(src)), { once: true });
+        script.addEventListener("error", () => {
+          loadedScripts.delete(src); // asked for again, fetched again
+          script.remove();
+          reject(new Error(src));
+        }, { once: true });
         document.head.appendChild(script);
       }));
     }
@@ -1565,42 +1575,61 @@
     const elsewhere = holder.dataset.loadFor || "";
     let loading = null;
     let ready = false;
+    let replaying = false; // a held action going on: not held again
     const reaches = (target) => target instanceof Element
       && (holder.contains(target) || (elsewhere !== "" && target.closest(elsewhere) !== null));
-    // The document-wide listeners go once they have done their part: none stays on every
-    // click and focus of the page for its lifetime.
+    // The document-wide listeners go once they have done their part (back if it failed):
+    // none stays on every click and focus of the page for its lifetime.
+    function listen(on) {
+      const method = on ? "addEventListener" : "removeEventListener";
+      document[method]("pointerdown", early, true);
+      document[method]("focusin", early, true);
+      holder[method]("toggle", start, true); // (a <details> inside: toggle does not bubble)
+    }
     function load() {
       if (loading) return loading;
-      document.removeEventListener("pointerdown", early, true);
-      document.removeEventListener("focusin", early, true);
-      holder.removeEventListener("toggle", load, true);
+      listen(false);
       holder.dataset.loading = "";
+      delete holder.dataset.loadFailed;
       holder.setAttribute("aria-busy", "true");
       loading = sources.reduce((before, src) => before.then(() => loadScript(src)), Promise.resolve())
         .then(() => {
           ready = true;
           document.removeEventListener("click", hold, true);
           document.removeEventListener("submit", hold, true);
+        }, (error) => {
+          loading = null;
+          holder.dataset.loadFailed = "";
+          listen(true);
+          throw error;
         })
         .finally(() => { delete holder.dataset.loading; holder.removeAttribute("aria-busy"); });
       return loading;
     }
-    const early = (event) => { if (reaches(event.target)) load(); };
-    document.addEventListener("pointerdown", early, true);
-    document.addEventListener("focusin", early, true);
-    holder.addEventListener("toggle", load, true); // (a <details> inside: toggle does not bubble)
+    const start = () => { load().catch(() => {}); }; // (a failure is shown: data-load-failed)
+    const early = (event) => { if (reaches(event.target)) start(); };
     function hold(event) {
-      if (ready || !reaches(event.target)) return;
+      if (ready || replaying || !reaches(event.target)) return;
       const control = event.type === "submit" ? event.target
         : event.target.closest("button, a[href], input[type=submit], input[type=checkbox]");
       if (!control || control.closest("summary")) return; // a <details> opens by itself
       event.preventDefault();
       event.stopImmediatePropagation();
-      load().then(() => (event.type === "submit" ? control.requestSubmit() : control.click()));
+      const replay = () => {
+        replaying = true;
+        try {
+          if (event.type === "submit") control.requestSubmit();
+          else control.click();
+        } finally {
+          replaying = false;
+        }
+      };
+      load().then(replay, replay);
     }
+    listen(true);
     document.addEventListener("click", hold, true);
     document.addEventListener("submit", hold, true);
-    if (holder.querySelector("[data-load-now]") || holder.querySelector("details[open]")) load();
+    if (holder.querySelector("[data-load-now]") || holder.querySelector("details[open]")) start();
   }
 
   // At phone width the header's one row scrolls sideways: a fade at an edge (CSS, by

@@ -88,3 +88,44 @@ def test_a_checkbox_ticked_before_its_script_has_run_is_not_lost(new_context):
     held[0].continue_()
     page.wait_for_function("() => document.querySelector('#notify-toggle').checked")
     assert page.evaluate("localStorage.getItem('harness-notify')") == "on"
+
+
+def test_a_script_that_does_not_come_lets_the_rest_work_and_is_fetched_again(new_context):
+    """conversation_menu.js and uploads.js refused (a flaky network; a deploy that replaced
+    them): the menu says so and its plain forms still work, an upload is refused with the
+    reason, and the next reach fetches each again."""
+    page = sign_in(new_context(), "bob")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    for script in ("conversation_menu", "uploads"):
+        page.route(f"**/static/{script}*.js", lambda route: route.abort())
+    page.fill("#prompt", "kept")
+    page.set_input_files("#attach-input", files=[
+        {"name": "a.txt", "mimeType": "text/plain", "buffer": b"a"}])  # fmt: skip
+    page.wait_for_selector("#composer-alert[data-code=upload]:visible")
+    assert page.input_value("#prompt") == "kept"
+    page.click(".conv-actions > summary")
+    page.wait_for_selector(".conv-actions[data-load-failed]")
+    page.click("#instructions-open")  # its script missing: nothing opens, nothing breaks
+    assert not page.locator("#instructions-dialog").evaluate("d => d.open")
+    # Back on the network: each comes when next reached, on this same page.
+    page.unroute_all()
+    page.click("#instructions-open")
+    page.wait_for_selector("#instructions-dialog[open]")
+    page.click("#instructions-cancel")
+    page.set_input_files("#attach-input", files=[
+        {"name": "b.txt", "mimeType": "text/plain", "buffer": b"b"}])  # fmt: skip
+    page.wait_for_function(
+        "() => document.querySelector('#prompt').value.includes('uploads/b.txt')"
+    )
+    # A plain form of the menu, its script refused on a new page: Fork still goes.
+    page.route("**/static/conversation_menu*.js", lambda route: route.abort())
+    page.reload()
+    page.wait_for_selector("body[data-ws=open]")
+    page.click(".conv-actions > summary")
+    url = page.url
+    page.click("#fork-form button")
+    page.wait_for_url(lambda new: new != url)
+    assert errors == []

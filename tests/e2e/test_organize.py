@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import send, sign_in
 
 
 def new_conversations(live, username: str, count: int) -> list[str]:
@@ -378,3 +378,13 @@ def test_the_admins_edits_reach_the_readers_open_pages(new_context, live, users)
     staff.goto(f"/admin/agent/conversation/{other}/delete/")
     staff.click("#content form input[type=submit]")  # "Yes, I'm sure"
     entry(other).wait_for(state="detached")
+
+
+def test_the_title_field_follows_the_name_the_first_prompt_gives(new_context, users, fresh_model):
+    page = sign_in(new_context(), "uma")
+    page.click(".new-conv")
+    page.wait_for_selector("body[data-ws=open]")
+    send(page, "name me please")
+    page.wait_for_selector("#conv-title:text-is('name me please')")
+    page.click(".conv-actions > summary")
+    assert page.input_value(".conv-actions input[name=title]") == "name me please"
