@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,20 @@ def fresh_model(model):
 @pytest.fixture
 def new_context(browser, live):
     yield from contexts_on(browser, live)
+
+
+def serve_with_terminals(root: Path, users: tuple[str, ...], **env: str):
+    """For a fixture: a live server whose conversations have terminals (its tmux server
+    under ``root/state``), with ``users``; stopped, and its tmux server ended, after."""
+    server = LiveServer(root, HARNESS_AGENT_STATE=str(root / "state"), **env)
+    server.start()
+    server.create_users(*users)
+    try:
+        yield server
+    finally:
+        server.stop()
+        subprocess.run(["tmux", "-S", str(root / "state" / "tmux.sock"), "kill-server"],
+                       capture_output=True)  # fmt: skip
 
 
 def contexts_on(browser, server):

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import re
 import secrets
-import subprocess
 import urllib.request
 
 import pytest
 
 from agent.server.staticfiles import minified
-from testkit.live import LiveServer
 from tests.conftest import REPO
-from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
+from tests.e2e.conftest import contexts_on, send, serve_with_terminals, sign_in, wait_idle
 
 HASHED = re.compile(r"/static/([\w/.-]+?)\.[0-9a-f]{12}\.(js|css)$")
 
@@ -27,8 +25,9 @@ def deployed(tmp_path_factory, model):
 
     require_bwrap()
     root = tmp_path_factory.mktemp("deployed")
-    server = LiveServer(
+    yield from serve_with_terminals(
         root,
+        ("dora",),
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(60),
         DJANGO_ALLOWED_HOSTS="127.0.0.1",
@@ -36,16 +35,7 @@ def deployed(tmp_path_factory, model):
         DJANGO_HSTS_SECONDS="0",
         ANTHROPIC_API_KEY="test-key",
         ANTHROPIC_BASE_URL=model.url,
-        HARNESS_AGENT_STATE=str(root / "state"),
     )
-    server.start()
-    server.create_users("dora")
-    try:
-        yield server
-    finally:
-        server.stop()
-        subprocess.run(["tmux", "-S", str(root / "state" / "tmux.sock"), "kill-server"],
-                       capture_output=True)  # fmt: skip
 
 
 @pytest.fixture

@@ -4,12 +4,9 @@ finds the same screen; someone watching sees it live and cannot type."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from testkit.live import LiveServer
-from tests.e2e.conftest import contexts_on, send, sign_in, wait_idle
+from tests.e2e.conftest import contexts_on, send, serve_with_terminals, sign_in, wait_idle
 
 pytestmark = pytest.mark.slow
 
@@ -22,15 +19,7 @@ def terminal_live(tmp_path_factory):
 
     require_bwrap()
     root = tmp_path_factory.mktemp("terminal-e2e")
-    server = LiveServer(root, HARNESS_AGENT_STATE=str(root / "state"))
-    server.start()
-    server.create_users("tara", "walt")
-    try:
-        yield server
-    finally:
-        server.stop()
-        subprocess.run(["tmux", "-S", str(root / "state" / "tmux.sock"), "kill-server"],
-                       capture_output=True)  # fmt: skip
+    yield from serve_with_terminals(root, ("tara", "walt"))
 
 
 @pytest.fixture
