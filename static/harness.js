@@ -930,7 +930,9 @@
       const next = listSignature(event.detail.serverResponse);
       const config = event.detail.requestConfig; // (detail.elt is the target here)
       const refresh = config && isRefresh(config.elt) ? config.elt : null;
-      if (refresh && answering()) { // asked for after this was sent: fetched again after it
+      // Asked for after this was sent (fetched again after it), or the list came into use
+      // while it was on its way (a menu opened): held like a refresh asked for then.
+      if (refresh && (answering() || inUse())) {
         event.detail.shouldSwap = false;
         waiting = refresh;
       } else if (refresh && next !== null && next === shown) {

@@ -6,6 +6,7 @@ keeping the text)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -291,6 +292,35 @@ def test_the_owners_other_tabs_lists_follow_and_wait_while_in_use(new_context, l
     second.locator(entry).wait_for(state="detached")
     listed = order(second)
     assert moved not in listed and listed.index(other) < listed.index(kept)
+
+
+def test_a_refresh_answered_after_a_menu_opened_waits_until_it_is_left(new_context, live, users):
+    """Found in a loaded CI run: the list's refresh was on its way when the user opened an
+    entry's ⋯ menu; its answer replaced the list, and the menu with it, under the user's
+    click. An answer that finds the list in use waits as a refresh asked for then does."""
+    kept, moved, other = new_conversations(live, "eve", 3)
+    first = opened(sign_in(new_context(), "eve"), other)
+    second = opened(first.context.new_page(), other)
+    held = []
+    second.route("**/c/*/list*", lambda route: held.append(route))
+    entry = f"#conv-list .conv-item[data-conversation-id='{moved}']"
+    first.locator(entry).locator("summary").click()
+    first.locator(entry).locator("button.pin-toggle").click()
+    deadline = time.monotonic() + 30
+    while not held:  # the second tab's refresh, on its way
+        assert time.monotonic() < deadline, "the second tab never asked for its list"
+        second.wait_for_timeout(20)
+    second.locator(f"#conv-list .conv-item[data-conversation-id='{kept}'] summary").click()
+    held[0].continue_()
+    second.unroute("**/c/*/list*")
+    second.wait_for_timeout(300)  # (the answer has come: it is not drawn)
+    menu = second.locator(f"#conv-list .conv-item[data-conversation-id='{kept}'] details")
+    assert menu.evaluate("d => d.open")
+    assert order(second)[0] != moved
+    second.keyboard.press("Escape")  # left: the list is fetched again and drawn
+    second.locator("#prompt").focus()
+    second.wait_for_function("id => document.querySelector('#conv-list .conv-item')"
+                             ".dataset.conversationId === id", arg=moved)  # fmt: skip
 
 
 def test_a_refresh_answered_while_the_archived_view_loads_does_not_lose_it(
