@@ -52,16 +52,22 @@ class Api:
                          content_type=f"multipart/form-data; boundary={boundary}")  # fmt: skip
 
     def events(self, conversation_id: str, *, since: int | None = None,
-               last_event_id: int | None = None, timeout: float = 30):  # fmt: skip
+               last_event_id: int | None = None, timeout: float = 30,
+               read_timeout: float | None = None):  # fmt: skip
         """Open the SSE stream; returns an iterator of ("event", id, data) and
-        ("comment", text) items, and the response status."""
+        ("comment", text) items, and the response status. ``read_timeout``: how long
+        each read of the stream waits once it is open (the answer is waited for as long
+        as ``timeout``, which a loaded server may need)."""
         path = f"/api/conversations/{conversation_id}/events"
         if since is not None:
             path += f"?since={since}"
         extra = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
         connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         connection.request("GET", path, headers=self._headers(extra))
+        sock = connection.sock  # (the response may take it over: kept to set its timeout)
         response = connection.getresponse()
+        if read_timeout is not None:
+            sock.settimeout(read_timeout)
         return response, _parse(response, connection)
 
 

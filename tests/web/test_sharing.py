@@ -308,7 +308,7 @@ async def test_ownership_matrix_of_the_socket_and_its_actions(live, apis, fresh,
     if role not in DRIVES:  # nothing ran: no event was stored
         listed = await asyncio.to_thread(apis["owner"].call, "GET", f"/api/conversations/{cid}")
         assert listed[1]["state"] == "idle"
-        _, stream = await asyncio.to_thread(apis["owner"].events, cid, timeout=1)
+        _, stream = await asyncio.to_thread(apis["owner"].events, cid, read_timeout=1)
         assert await asyncio.to_thread(drain, stream) == []
 
 
