@@ -12,6 +12,9 @@ ON_DEMAND = ("preview", "projects", "git_signins", "json_api", "uploads", "conve
 FETCHED = """names => performance.getEntriesByType('resource').map(e => e.name)
   .filter(n => names.some(name =>
     new RegExp('/static/' + name + '(\\\\.[0-9a-f]+)?\\\\.js').test(n)))"""
+# What the ⋯ menu's panel says above its controls (while its script loads, or failed).
+MENU_NOTE = """() => getComputedStyle(document.querySelector('.conv-actions > .menu-panel'),
+  '::before').content"""
 
 
 def fetched(page) -> list[str]:
@@ -78,11 +81,16 @@ def test_a_checkbox_ticked_before_its_script_has_run_is_not_lost(new_context):
     page = sign_in(context, "bob")
     held = []
     page.route("**/static/conversation_menu*.js", lambda route: held.append(route))
-    page.click(".conv-actions > summary")
+    toggle = page.locator(".conv-actions > summary")
+    before = toggle.bounding_box()
+    toggle.click()
     deadline = time.monotonic() + 30
     while not held:
         assert time.monotonic() < deadline, "conversation_menu.js was never asked for"
         page.wait_for_timeout(20)
+    # Said atop the open menu, not beside its toggle, which stays under the pointer.
+    assert page.evaluate(MENU_NOTE) == '"Loading…"'
+    assert toggle.bounding_box() == before
     page.click("#notify-toggle")
     assert not page.is_checked("#notify-toggle")  # held, not lost
     held[0].continue_()
@@ -106,8 +114,12 @@ def test_a_script_that_does_not_come_lets_the_rest_work_and_is_fetched_again(new
         {"name": "a.txt", "mimeType": "text/plain", "buffer": b"a"}])  # fmt: skip
     page.wait_for_selector("#composer-alert[data-code=upload]:visible")
     assert page.input_value("#prompt") == "kept"
-    page.click(".conv-actions > summary")
+    toggle = page.locator(".conv-actions > summary")
+    before = toggle.bounding_box()
+    toggle.click()
     page.wait_for_selector(".conv-actions[data-load-failed]")
+    assert toggle.bounding_box() == before
+    assert page.evaluate(MENU_NOTE) == '"Could not load: try again"'
     page.click("#instructions-open")  # its script missing: nothing opens, nothing breaks
     assert not page.locator("#instructions-dialog").evaluate("d => d.open")
     # Back on the network: each comes when next reached, on this same page.
