@@ -149,3 +149,18 @@ def test_a_monthly_budget_is_an_amount(monkeypatch):
         monkeypatch.setenv("X_AMOUNT", bad)
         with pytest.raises(ImproperlyConfigured, match="X_AMOUNT"):
             env_amount("X_AMOUNT")
+
+
+def test_runserver_serves_asgi_and_no_other_command_loads_twisted():
+    """Daphne's app (its `runserver`, which serves the ASGI application with WebSockets)
+    is installed for `runserver` alone: other commands, the CLI's start among them, do not
+    pay for Twisted's reactor."""
+    env = _settings_env(DJANGO_DEBUG="1", DJANGO_SETTINGS_MODULE="harness_site.settings")
+    manage = [sys.executable, "manage.py"]
+    helped = subprocess.run([*manage, "runserver", "--help"], cwd=REPO, env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert helped.returncode == 0 and "--noasgi" in helped.stdout  # Daphne's own option
+    code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'twisted'))"
+    shell = subprocess.run([*manage, "shell", "-c", code], cwd=REPO, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert shell.returncode == 0 and shell.stdout.splitlines()[-1] == "[]", shell.stderr
