@@ -37,13 +37,14 @@ run: install
 	@echo "Harness on http://localhost:$(PORT)/  (Ctrl-C stops it)"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) harness_site.asgi:application
 
-# System packages the tests use: bubblewrap (the bash sandbox) and Chromium (browser
-# tests). Installed with apt-get when root and missing; otherwise those tests skip or
+# System packages the tests use: bubblewrap (the bash sandbox) and Chromium, the browser
+# and its headless shell (browser tests). Installed with apt-get when root and missing; otherwise those tests skip or
 # fail with a clear reason.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/bin/chromium-headless-shell ] || missing="$$missing chromium-headless-shell"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing"; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \

@@ -2,7 +2,8 @@
 are the collected copies, hashed and minified (agent/server/staticfiles.py), which no other
 browser test runs (they serve the sources, as development does). A minifier that broke a
 script (a renamed name it should have kept) shows here as a page error or a page that does
-not work."""
+not work. It runs in the full Chromium browser, where the others run its headless shell.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ import pytest
 
 from agent.server.staticfiles import minified
 from tests.conftest import REPO
-from tests.e2e.conftest import contexts_on, send, serve_with_terminals, sign_in, wait_idle
+from tests.e2e.conftest import (
+    CHROMIUM,
+    contexts_on,
+    launched,
+    send,
+    serve_with_terminals,
+    sign_in,
+    wait_idle,
+)
 
 HASHED = re.compile(r"/static/([\w/.-]+?)\.[0-9a-f]{12}\.(js|css)$")
 
@@ -36,6 +45,12 @@ def deployed(tmp_path_factory, model):
         ANTHROPIC_API_KEY="test-key",
         ANTHROPIC_BASE_URL=model.url,
     )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """The full browser (the other browser tests run its headless shell)."""
+    yield from launched(CHROMIUM)
 
 
 @pytest.fixture

@@ -225,8 +225,8 @@ def test_conversation_list_new_rename_switch_delete(new_context, fresh_model):
     assert page.url == current
     page.on("dialog", lambda dialog: dialog.accept())
     page.click(".conv-actions summary")
-    page.click(".conv-actions button.danger")
-    page.wait_for_load_state()
+    with page.expect_navigation():  # (the form is sent once the dialog is accepted)
+        page.click(".conv-actions button.danger")
     assert "Renamed chat" not in page.inner_text(".conv-list")
 
 

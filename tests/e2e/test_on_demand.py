@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from tests.e2e.conftest import sign_in
+from tests.e2e.test_notifications import RECORDER
 
 ON_DEMAND = ("preview", "projects", "git_signins", "json_api", "uploads", "conversation_menu")
 FETCHED = """names => performance.getEntriesByType('resource').map(e => e.name)
@@ -78,6 +79,7 @@ def test_a_checkbox_ticked_before_its_script_has_run_is_not_lost(new_context):
     the tick waits for the script, which then takes it (and asks for the permission)."""
     context = new_context()
     context.grant_permissions(["notifications"])
+    context.add_init_script(RECORDER)  # (the headless shell has no notifications)
     page = sign_in(context, "bob")
     held = []
     page.route("**/static/conversation_menu*.js", lambda route: held.append(route))
