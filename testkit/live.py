@@ -72,7 +72,10 @@ class LiveServer:
                     if not k.startswith(("ANTHROPIC_", "HARNESS_", "DJANGO_"))}  # fmt: skip
         self.env.update({
             "DJANGO_DEBUG": "1",
-            "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+            # The product's settings, unless this process asks for others (the test suite
+            # asks for testkit/live_settings.py: tests/conftest.py).
+            "DJANGO_SETTINGS_MODULE": os.environ.get("HARNESS_LIVE_SETTINGS",
+                                                     "harness_site.settings"),
             "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}",
             "HARNESS_WORKSPACES": str(root / "workspaces"),
             # No loop mount per user of a throwaway server (they would outlive it); a test

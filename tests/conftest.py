@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 # This process imports the ASGI application (in-process socket tests) but serves nothing:
 # it keeps root for its own fixtures. The servers it starts (testkit.live) drop it.
 os.environ["HARNESS_IN_PROCESS"] = "1"
+# The live servers it starts hash passwords fast (testkit/live_settings.py says why).
+os.environ["HARNESS_LIVE_SETTINGS"] = "testkit.live_settings"
 SHARED = REPO.parent / "shared"
 
 

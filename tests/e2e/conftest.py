@@ -114,11 +114,13 @@ def contexts_on(browser, server):
         )
         context.set_default_timeout(15_000)
         contexts.append(context)
+        ORIGINS[context] = server.url
         return context
 
     yield make
     for context in contexts:
         context.close()
+        ORIGINS.pop(context, None)
 
 
 # A session per server and user, signed in once: a test's sign-in reuses it (checking a
@@ -126,22 +128,28 @@ def contexts_on(browser, server):
 # password changed), when the form signs in again. The session holds nothing but the
 # sign-in (agent/web: no view stores anything else in it), so tests share no other state.
 SESSIONS: dict[tuple[str, str], str] = {}
+ORIGINS: dict[object, str] = {}  # the server each context of contexts_on() is on
 
 
 def sign_in(context, username: str):
     """A page of a new conversation, signed in as ``username``, its socket open."""
     page = context.new_page()
-    page.goto("/accounts/login/")
-    key = (page.evaluate("location.origin"), username)
+    origin = ORIGINS.get(context)
+    if origin is None:  # a context of a test's own: its origin, from its sign-in page
+        page.goto("/accounts/login/")
+        origin = page.evaluate("location.origin")
+    key = (origin, username)
     if key in SESSIONS:
-        context.add_cookies([{"name": "sessionid", "value": SESSIONS[key], "url": key[0]}])
+        context.add_cookies([{"name": "sessionid", "value": SESSIONS[key], "url": origin}])
         page.goto("/")
+    elif page.url == "about:blank":
+        page.goto("/accounts/login/")
     if "/accounts/login/" in page.url:
         page.fill("#id_username", username)
         page.fill("#id_password", f"pw-{username}-1234")
         page.click("button[type=submit]")
     page.wait_for_selector("body[data-ws=open]")
-    cookies = {c["name"]: c["value"] for c in context.cookies(key[0])}
+    cookies = {c["name"]: c["value"] for c in context.cookies(origin)}
     SESSIONS[key] = cookies["sessionid"]
     return page
 
