@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -197,6 +198,13 @@ def _wait_for(condition, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def long_sleep() -> str:
+    """A shell command that runs a minute, unlike any other test's: _sandboxed looks at
+    every process of the machine, where a test on another worker may sleep a minute too
+    (waiting for its process to end would wait for the other's)."""
+    return f"sleep {60 + secrets.randbelow(1000) / 1000:.3f}"
+
+
 def _sandboxed(command: str) -> bool:
     """Whether a process runs ``command`` (the sandboxed CLI's shell command)."""
     for entry in Path("/proc").iterdir():
@@ -221,12 +229,13 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
     live, alice, model, agent
 ):
     conversation_id = alice.call("POST", "/api/conversations", {"agent": agent})[1]["id"]
-    script(model, tool_reply((TOOL_NAMES[agent], {"command": "sleep 60"})), text_reply("stopped"))
+    sleep = long_sleep()
+    script(model, tool_reply((TOOL_NAMES[agent], {"command": sleep})), text_reply("stopped"))
     response, stream = alice.events(conversation_id, timeout=90)
     alice.call("POST", f"/api/conversations/{conversation_id}/prompt", {"content": "wait"})
     if agent == "opencode":  # it reports a tool call only once the tool has finished
         _wait_for(lambda: any((r["body"] or {}).get("tools") for r in model.requests))
-        _wait_for(lambda: _sandboxed("sleep 60"))
+        _wait_for(lambda: _sandboxed(sleep))
     else:
         read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "tool_call", timeout=90)
     for mode in (None, "follow_up", "steer"):  # one prompt at a time, said plainly
@@ -242,7 +251,7 @@ def test_cancel_interrupts_the_cli_and_the_next_prompt_goes_to_the_same_session(
     assert items[-1][2] == {**items[-1][2], "state": "error", "message": "Cancelled"}
     assert time.monotonic() - started < 20  # not the 60 s of the command
     if agent == "opencode":  # the command it started ended with it
-        _wait_for(lambda: not _sandboxed("sleep 60"))
+        _wait_for(lambda: not _sandboxed(sleep))
     script(model, text_reply("Back again."))
     since = items[-1][2]["seq"]
     events = prompt_and_read(alice, conversation_id, "hello again", since=since)

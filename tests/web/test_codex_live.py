@@ -20,6 +20,7 @@ from tests.web.test_cli_agents_live import (
     _pane_pid,
     _sandboxed,
     _wait_for,
+    long_sleep,
     prompt_and_read,
     script,
     tmux_sessions,
@@ -104,7 +105,8 @@ def test_cancel_stops_codex_and_the_next_prompt_goes_to_the_same_session(live, a
     conversation_id = alice.call("POST", "/api/conversations", {"agent": "codex"})[1]["id"]
     path = f"/api/conversations/{conversation_id}"
     assert alice.call("PATCH", path, {"approval": approval})[0] == 200
-    script(model, tool_reply(("exec_command", {"cmd": "sleep 60", "yield_time_ms": 60000})),
+    sleep = long_sleep()
+    script(model, tool_reply(("exec_command", {"cmd": sleep, "yield_time_ms": 60000})),
            text_reply("stopped"))  # fmt: skip
     response, stream = alice.events(conversation_id, timeout=90)
     alice.call("POST", f"{path}/prompt", {"content": "wait"})
@@ -113,14 +115,14 @@ def test_cancel_stops_codex_and_the_next_prompt_goes_to_the_same_session(live, a
                           timeout=90)[-1][2]  # fmt: skip
         assert alice.call("POST", f"{path}/approvals/{card['id']}",
                           {"decision": "approve"})[0] == 200  # fmt: skip
-    _wait_for(lambda: _sandboxed("sleep 60"))
+    _wait_for(lambda: _sandboxed(sleep))
     started = time.monotonic()
     assert alice.call("POST", f"{path}/cancel")[1] == {"cancelled": True}
     items = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
                        and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
     assert items[-1][2] == {**items[-1][2], "state": "error", "message": "Cancelled"}
     assert time.monotonic() - started < 20  # not the 60 s of the command
-    _wait_for(lambda: not _sandboxed("sleep 60"))
+    _wait_for(lambda: not _sandboxed(sleep))
     script(model, text_reply("Back again."))
     events = prompt_and_read(alice, conversation_id, "hello again", since=items[-1][2]["seq"])
     assert [e["content"] for e in events if e["type"] == "text"] == ["Back again."]
