@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _ids = itertools.count(1)
+HOLD_LIMIT = 60.0  # seconds a held stream waits at most
 
 
 @dataclass
@@ -32,6 +33,11 @@ class Stream:
     drop_after: int | None = None  # close the connection after this many events
     pad: bool = True  # pad data JSON like the real API does
     status: int = 200
+    # Once ``hold_after`` events are sent, the rest waits until ``hold`` is set: a run kept
+    # mid-answer for as long as a test needs it (up to HOLD_LIMIT), without streaming all
+    # the while or racing a stream's end. The server's reset() and stop() set it.
+    hold: threading.Event | None = None
+    hold_after: int = 5  # (a text reply: its start and its first two deltas)
 
 
 @dataclass
@@ -250,6 +256,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 if self.server.owner._stopping.is_set():
                     return
+                if stream.hold is not None and count == stream.hold_after:
+                    stream.hold.wait(HOLD_LIMIT)  # (bounded: a test that never sets it ends)
                 data = item if isinstance(item, bytes) else encode_event(*item, pad=stream.pad)
                 self._chunk(data)
                 if stream.delay:
@@ -279,6 +287,7 @@ class ModelServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self._holds: list[threading.Event] = []
         self.fallback: Any = None  # a callable(body) -> response, used when the queue is empty
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -295,18 +304,28 @@ class ModelServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._release_holds()
         self._httpd.shutdown()
         self._httpd.server_close()
 
     def reset(self) -> None:
-        """Forget scripted responses and recorded requests (a server shared by tests)."""
+        """Forget scripted responses and recorded requests (a server shared by tests), and
+        let every held stream go on."""
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+        self._release_holds()
 
     def enqueue(self, *responses: Any) -> None:
         with self._lock:
             self._queue.extend(responses)
+            self._holds.extend(r.hold for r in responses if getattr(r, "hold", None))
+
+    def _release_holds(self) -> None:
+        with self._lock:
+            holds, self._holds = self._holds, []
+        for hold in holds:
+            hold.set()
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ light and the dark theme."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def test_axe_on_an_archived_conversation(axe_context, fresh_model):
 
 
 def test_axe_mid_run(axe_context, fresh_model):
-    fresh_model.enqueue(text_reply("streaming **slowly** " * 200, delay=0.03))
+    fresh_model.enqueue(text_reply("streaming **slowly** " * 20, hold=threading.Event()))
     page = sign_in(axe_context(), "alice")
     new_conversation(page)
     send(page, "talk slowly")
@@ -113,7 +114,7 @@ def test_axe_mid_run(axe_context, fresh_model):
 
 
 def test_axe_with_queued_prompts_and_then_not_sent_ones(axe_context, fresh_model):
-    fresh_model.enqueue(text_reply("streaming **slowly** " * 300, delay=0.03))
+    fresh_model.enqueue(text_reply("streaming **slowly** " * 20, hold=threading.Event()))
     page = sign_in(axe_context(), "alice")
     new_conversation(page)
     send(page, "talk slowly")
@@ -262,7 +263,7 @@ def test_one_main_landmark_and_one_h1_per_page(new_context, fresh_model):
 
 
 def test_the_transcript_is_a_log_busy_while_a_prompt_streams(new_context, fresh_model):
-    fresh_model.enqueue(text_reply("word " * 400, delay=0.02))
+    fresh_model.enqueue(text_reply("word " * 40, hold=threading.Event()))
     page = sign_in(new_context(), "alice")
     new_conversation(page)
     messages = page.locator("#messages")

@@ -4,6 +4,7 @@ cancel."""
 from __future__ import annotations
 
 import re
+import threading
 
 from testkit.model_server import text_reply, tool_reply
 from tests.e2e.conftest import parts, send, sign_in, wait_idle
@@ -94,7 +95,7 @@ def test_an_answer_without_text_yet_leaves_no_htmx_error_in_the_console(new_cont
     wait_idle(page)
     cost = "[data-part=text].answer-end .answer-cost"
     assert page.inner_text(cost).startswith("60 tokens")  # both calls, in the one text part
-    fresh_model.enqueue(text_reply("streaming slowly " * 200, delay=0.03))
+    fresh_model.enqueue(text_reply("streaming slowly " * 20, hold=threading.Event()))
     send(page, "talk, then be stopped")
     page.wait_for_selector("#live-text")
     page.click("#cancel")
@@ -179,7 +180,7 @@ def test_help_overlay_toggles_with_question_mark_f1_and_escape(new_context, fres
 
 
 def test_cancel_stops_the_run_and_keeps_the_partial_answer(new_context, fresh_model):
-    fresh_model.enqueue(text_reply("streaming " * 300, delay=0.02))
+    fresh_model.enqueue(text_reply("streaming " * 300, hold=threading.Event()))
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")

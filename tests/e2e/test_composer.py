@@ -7,6 +7,7 @@ page stops reconnecting."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pytest
 
@@ -53,7 +54,7 @@ def new_conversation(page) -> None:
 def test_while_a_prompt_runs_send_is_stop_and_enter_queues_the_text_which_stop_gives_back(
     new_context, fresh_model
 ):
-    fresh_model.enqueue(text_reply("streaming " * 300, delay=0.02))
+    fresh_model.enqueue(text_reply("streaming " * 30, hold=threading.Event()))
     context = new_context()
     page = sign_in(context, "alice")
     new_conversation(page)
@@ -169,7 +170,7 @@ def test_the_rate_limit_refuses_beside_the_composer_and_keeps_the_text(strict_co
 def test_the_concurrency_limit_refuses_beside_the_composer_and_keeps_the_text(
     strict_context, fresh_model
 ):
-    fresh_model.enqueue(text_reply("slow " * 400, delay=0.02))
+    fresh_model.enqueue(text_reply("slow " * 40, hold=threading.Event()))
     context = strict_context()
     first = sign_in(context, "carl")
     send(first, "a long one")

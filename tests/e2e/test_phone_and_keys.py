@@ -5,6 +5,8 @@ by Esc or a click elsewhere, an answer's actions each on one line, and focus rin
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from testkit.model_server import text_reply
@@ -278,7 +280,8 @@ def test_a_touch_control_sends_steering_while_a_prompt_runs(new_context, fresh_m
     page.tap(".new-conv")
     page.wait_for_selector("body[data-ws=open]")
     assert page.is_hidden("#steer")  # only while a prompt runs
-    fresh_model.enqueue(text_reply("streaming slowly " * 200, delay=0.03))
+    answering = threading.Event()  # the answer waits mid-way until the steer is queued
+    fresh_model.enqueue(text_reply("streaming slowly " * 20, hold=answering))
     fresh_model.enqueue(text_reply("steered"))
     send(page, "talk slowly")
     page.wait_for_function("() => document.body.classList.contains('running')")
@@ -286,6 +289,7 @@ def test_a_touch_control_sends_steering_while_a_prompt_runs(new_context, fresh_m
     page.tap("#steer")
     page.wait_for_selector("#queue .queued[data-mode=steer]")
     assert page.input_value("#prompt") == ""
+    answering.set()
     wait_idle(page)
     assert page.is_hidden("#steer")
 
@@ -383,6 +387,7 @@ def test_the_instructions_dialog_gives_the_focus_back_to_the_menu(new_context, f
     page = sign_in(new_context(), "alice")
     page.click(".conv-actions > summary")
     page.click("#instructions-open")
+    page.wait_for_selector("#instructions-dialog[open]")  # (its script comes with the menu)
     assert focused_id(page) == "instructions"
     page.keyboard.press("Escape")
     page.wait_for_function(

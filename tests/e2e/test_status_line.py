@@ -4,13 +4,14 @@ prompt stopped (neutral, not a red error), and the last error gone once a new pr
 from __future__ import annotations
 
 import re
+import threading
 
 from testkit.model_server import HttpError, text_reply
 from tests.e2e.conftest import send, sign_in, wait_idle
 
 
 def test_writing_then_stopped_then_cleared_by_the_next_prompt(new_context, fresh_model):
-    fresh_model.enqueue(text_reply("streaming " * 300, delay=0.02))
+    fresh_model.enqueue(text_reply("streaming " * 300, hold=threading.Event()))
     page = sign_in(new_context(), "alice")
     page.click(".new-conv")
     page.wait_for_selector("body[data-ws=open]")

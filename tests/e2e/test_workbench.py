@@ -3,6 +3,8 @@ welcome, the sidebar's controls and the model switch."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from testkit.live import LiveServer
@@ -145,7 +147,8 @@ def test_every_part_shows_its_time_on_hover(demo_context):
 
 
 def test_the_sidebar_marks_a_running_conversation(new_context, fresh_model):
-    fresh_model.enqueue(text_reply("streaming " * 200, delay=0.02))
+    answering = threading.Event()  # the answer waits mid-way until both pages saw it run
+    fresh_model.enqueue(text_reply("streaming " * 20, hold=answering))
     first = sign_in(new_context(), "alice")  # mallory's newest is test_xss's
     first.click(".new-conv")
     first.wait_for_selector("body[data-ws=open]")
@@ -158,5 +161,6 @@ def test_the_sidebar_marks_a_running_conversation(new_context, fresh_model):
     other.goto("/files/")
     other.goto(f"/c/{here}/")
     assert other.locator(mark).count() == 1
+    answering.set()
     wait_idle(first)
     first.wait_for_selector(mark, state="detached")
