@@ -38,13 +38,17 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# The `manage.py` command this process runs (None for a server started otherwise: Daphne).
+MANAGE_COMMAND = None
+if Path(sys.argv[0]).name == "manage.py" and len(sys.argv) > 1:
+    MANAGE_COMMAND = sys.argv[1]
 # Commands that serve no requests and sign nothing need neither the secret key nor the
 # allowed hosts a server must be given: print mode, `python manage.py agent` (one prompt,
 # printed), and `create_api_token` (a token is stored as its SHA-256, with no key), which
 # the README gives as is (`make run` sets DJANGO_DEBUG=1; a second shell has no reason to).
 # Told by the command line, so no variable can turn a server's requirements off.
 KEYLESS_COMMANDS = ("agent", "create_api_token")
-KEYLESS = Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] in ([c] for c in KEYLESS_COMMANDS)
+KEYLESS = MANAGE_COMMAND in KEYLESS_COMMANDS
 
 SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
 if SECRET_KEY is None:
@@ -77,7 +81,7 @@ INSTALLED_APPS = [
 # Daphne's app makes `manage.py runserver` serve the ASGI application (as Channels'
 # documentation has it), and nothing else; importing it installs Twisted's reactor, a
 # quarter of a second that every other command (the CLI's start among them) would pay.
-if Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["runserver"]:
+if MANAGE_COMMAND == "runserver":
     INSTALLED_APPS.insert(0, "daphne")
 
 MIDDLEWARE = [
