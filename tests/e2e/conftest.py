@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,14 @@ def sign_in(context, username: str):
     cookies = {c["name"]: c["value"] for c in context.cookies(origin)}
     SESSIONS[key] = cookies["sessionid"]
     return page
+
+
+def wait_until_asked(page, held: list, what: str) -> None:
+    """Until the request a test's route holds was made (``held``: what its handler keeps)."""
+    deadline = time.monotonic() + 30
+    while not held:  # (a route's handler runs while Playwright waits)
+        assert time.monotonic() < deadline, f"{what} was never asked for"
+        page.wait_for_timeout(20)
 
 
 def send(page, text: str) -> None:

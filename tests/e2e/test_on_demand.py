@@ -4,9 +4,7 @@ works on its first click or key press all the same."""
 
 from __future__ import annotations
 
-import time
-
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import sign_in, wait_until_asked
 from tests.e2e.test_notifications import RECORDER
 
 ON_DEMAND = ("preview", "projects", "git_signins", "json_api", "uploads", "conversation_menu")
@@ -64,10 +62,7 @@ def test_a_click_before_the_script_has_run_is_not_lost(new_context):
     }""")
     page.click("#messages .preview-show")
     page.wait_for_selector("#preview-panel[data-loading]")
-    deadline = time.monotonic() + 30
-    while not held:  # (the route's handler runs while Playwright waits)
-        assert time.monotonic() < deadline, "preview.js was never asked for"
-        page.wait_for_timeout(20)
+    wait_until_asked(page, held, "preview.js")
     assert not page.locator("#preview-panel").evaluate("el => el.open")  # held, not lost
     held[0].continue_()
     page.wait_for_selector("#preview-panel[open]")
@@ -86,10 +81,7 @@ def test_a_checkbox_ticked_before_its_script_has_run_is_not_lost(new_context):
     toggle = page.locator(".conv-actions > summary")
     before = toggle.bounding_box()
     toggle.click()
-    deadline = time.monotonic() + 30
-    while not held:
-        assert time.monotonic() < deadline, "conversation_menu.js was never asked for"
-        page.wait_for_timeout(20)
+    wait_until_asked(page, held, "conversation_menu.js")
     # Said atop the open menu, not beside its toggle, which stays under the pointer.
     assert page.evaluate(MENU_NOTE) == '"Loading…"'
     assert toggle.bounding_box() == before

@@ -6,11 +6,10 @@ keeping the text)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from tests.e2e.conftest import send, sign_in
+from tests.e2e.conftest import send, sign_in, wait_until_asked
 
 
 def new_conversations(live, username: str, count: int) -> list[str]:
@@ -306,10 +305,7 @@ def test_a_refresh_answered_after_a_menu_opened_waits_until_it_is_left(new_conte
     entry = f"#conv-list .conv-item[data-conversation-id='{moved}']"
     first.locator(entry).locator("summary").click()
     first.locator(entry).locator("button.pin-toggle").click()
-    deadline = time.monotonic() + 30
-    while not held:  # the second tab's refresh, on its way
-        assert time.monotonic() < deadline, "the second tab never asked for its list"
-        second.wait_for_timeout(20)
+    wait_until_asked(second, held, "the second tab's list")  # its refresh, on its way
     second.locator(f"#conv-list .conv-item[data-conversation-id='{kept}'] summary").click()
     held[0].continue_()
     second.unroute("**/c/*/list*")
