@@ -21,8 +21,8 @@ throwaway SQLite database and workspaces:
   (as the user's uid when the bench runs as root), the clone goes through the git relay;
 - ``host``: the same calls after the child dropped root as the deployed server does
   (agent/sandbox/drop.py): the broker, the user's file host and its worker for the
-  conversation (agent/sandbox/project_workers.py), the broker's git sandbox.
-  Root only.
+  conversation (agent/sandbox/project_workers.py); the clone by the file host itself
+  (agent/sandbox/host_clone.py). Root only.
 
 The one-file change is written the way the product writes a file (the conversation's
 workspace: through the user's file host under a broker).
@@ -193,8 +193,8 @@ def _product(mode: str, remote: str, large: str, runs: int, restores: int,
                           lambda target: projects_.restore(conversation, target),
                           runs, restores)  # fmt: skip
     broker = workspace_for(user.pk).sandbox is not None
-    path = ("the broker and the user's file host (agent/sandbox/host.py); the clone in the "
-            "broker's git sandbox" if broker else
+    path = ("the broker and the user's file host (agent/sandbox/host.py); the clone by the "
+            "file host itself (agent/sandbox/host_clone.py)" if broker else
             "a one-shot bwrap sandbox per operation (agent/sandbox/projects.py); the clone "
             "in bwrap started by the server")  # fmt: skip
     as_uid = "as the user's own uid" if os.geteuid() == 0 or broker else "as the bench's user"

@@ -204,9 +204,9 @@ class GitRelay:
 
     def scrub(self, text: str) -> str:
         """What git said, fit to show: the relay's address is the remote's, no secret."""
-        from agent.sandbox.git_spawn import RELAY_URL
+        from agent.sandbox.git_spawn import RELAY_URLS
 
-        text = text.replace(RELAY_URL, self.remote)
+        text = RELAY_URLS.sub(lambda _: self.remote, text)
         for secret in self._secrets:
             text = text.replace(secret.decode(), "[credential]")
         return text

@@ -1,7 +1,8 @@
 """A project's network operations: the clone that makes it, a push of a branch.
 
-Each runs git as the project's owner, in their sandbox (through the broker once the server
-has dropped root; a root server without one runs the same bwrap command line itself),
+Each runs git as the project's owner, in their sandbox (once the server has dropped root,
+a clone by the owner's file host and a push in a sandbox the broker starts; a root server
+without a broker runs the broker's bwrap command line itself),
 reaching the remote only through a git relay of its own (agent/runs/git_relay.py), which
 adds the owner's credential for the remote's host. What git says comes back scrubbed:
 the remote's URL in place of the relay's, never a credential.
@@ -28,6 +29,7 @@ from django.utils import timezone
 from agent.core.egress_rules import EgressRefused, valid_host
 from agent.core.tools.bwrap import bwrap_path
 from agent.core.tools.process import ProcessResult, run_process
+from agent.core.tools.workspace import PathError
 from agent.models import Project
 from agent.runs import git_credentials
 from agent.runs.git_relay import GitRelay
@@ -84,7 +86,12 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
     workspace = await asyncio.to_thread(workspace_for, owner_id)
     timeout = settings.HARNESS_GIT_TIMEOUT + 30  # the forwarder stops git first, cleans up
     if workspace.sandbox is not None:
-        return await workspace.sandbox.git(fields, relay.socket_path, timeout, OUTPUT_CAP)
+        try:
+            if fields["action"] == "clone":  # by the user's file host, already running
+                return await workspace.sandbox.clone(fields, relay.socket_path, timeout)
+            return await workspace.sandbox.git(fields, relay.socket_path, timeout, OUTPUT_CAP)
+        except PathError as exc:  # the host refused, failed or is gone
+            raise GitFailed(str(exc)) from None
     bwrap = bwrap_path()
     if bwrap is None:
         raise GitFailed("git needs the sandbox, and bubblewrap (bwrap) is not installed")

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from agent.core.tools.cgroups import RunStats
-from agent.core.tools.process import HeadTailBuffer, ProcessResult
+from agent.core.tools.process import HeadTailBuffer, ProcessResult, drain_fd
 from agent.core.tools.workspace import PathError
 from agent.sandbox import ops
 from agent.sandbox.wire import WireError, read_frame, recv_packet, send_packet, write_frame
@@ -26,6 +26,7 @@ from agent.sandbox.wire import WireError, read_frame, recv_packet, send_packet, 
 REQUEST_TIMEOUT = 600.0  # a workspace's first mount may migrate an old one (a copy)
 KILL_GRACE = 10.0
 READY_TIMEOUT = 30.0
+HOST_OUTPUT_CAP = 128 * 1024  # what a host may say of a clone (it keeps 64 KiB)
 
 
 class BrokerError(RuntimeError):
@@ -239,10 +240,32 @@ class UserSandbox:
         usage = tuple(int(n) for n in disk) if isinstance(disk, list) and len(disk) == 4 else None
         return result, stats, usage
 
+    async def clone(self, fields: dict, relay_socket: str, timeout: float) -> ProcessResult:
+        """A clone run by the user's file host (agent/sandbox/host_clone.py), its network
+        through the relay's socket, handed over as a descriptor opened here."""
+        fd = os.open(relay_socket, os.O_PATH | os.O_CLOEXEC)
+        try:
+            future = self._connection().submit("git_clone", fields, b"", None, fds=[fd])
+        finally:
+            os.close(fd)  # sent: the host holds its own
+        try:
+            said = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:  # the host stops git at the clone's own limit, well before
+            future.cancel()
+            return ProcessResult(output="", stderr="", returncode=None, timed_out=True,
+                                 truncated=False, total_bytes=0)  # fmt: skip
+        try:
+            output, code = str(said["output"])[-HOST_OUTPUT_CAP:], int(said["exit"])
+            return ProcessResult(output=output, stderr="", returncode=code, timed_out=False,
+                                 truncated=bool(said["truncated"]),
+                                 total_bytes=int(said["total"]))  # fmt: skip
+        except (TypeError, KeyError, ValueError):
+            raise PathError("the workspace's file host answered out of shape") from None
+
     async def git(self, fields: dict, relay_socket: str, timeout: float,
                   output_cap: int) -> ProcessResult:  # fmt: skip
-        """A clone or push in the user's sandbox (agent/sandbox/git_spawn.py), its network
-        through the relay's socket, handed over as a descriptor opened here."""
+        """A push in the user's sandbox (agent/sandbox/git_spawn.py), its network through
+        the relay's socket, handed over as a descriptor opened here."""
         fd = os.open(relay_socket, os.O_PATH | os.O_CLOEXEC)
         try:
             request = functools.partial(self.broker.request, "git", [fd], user=self.user_id,
@@ -259,7 +282,7 @@ async def _supervised(fds: list[int], timeout: float, output_cap: int):
     ``timeout`` (through the control socket); (ProcessResult, the broker's last word)."""
     read_fd, control = fds[0], socket.socket(fileno=fds[1])
     out = HeadTailBuffer(output_cap)
-    drained = _thread(_drain, read_fd, out)
+    drained = _thread(drain_fd, read_fd, out)
     ended = _thread(recv_packet, control)
     timed_out = False
     try:
@@ -300,14 +323,6 @@ class WorktreeSandbox(UserSandbox):
         return self.parent._connection()
 
 
-def _drain(fd: int, buffer: HeadTailBuffer) -> None:
-    try:
-        while chunk := os.read(fd, 65536):
-            buffer.feed(chunk)
-    finally:
-        os.close(fd)
-
-
 class HostConnection:
     """The socket to one file host; requests may overlap, replies come by id."""
 
@@ -330,8 +345,8 @@ class HostConnection:
         self._lock = threading.Lock()
         threading.Thread(target=self._read, name="file-host", daemon=True).start()
 
-    def submit(self, op: str, args: list, blob: bytes, decode: str | None,
-               scope: list[str] | None = None):  # fmt: skip
+    def submit(self, op: str, args: list | dict, blob: bytes, decode: str | None,
+               scope: list[str] | None = None, fds: list[int] = ()):  # fmt: skip
         future: concurrent.futures.Future = concurrent.futures.Future()
         header = {"id": None, "op": op, "args": args}
         if scope is not None:
@@ -340,7 +355,7 @@ class HostConnection:
             request_id = header["id"] = next(self._ids)
             self._waiting[request_id] = (future, decode)
             try:
-                write_frame(self.sock, header, blob)
+                write_frame(self.sock, header, blob, fds)
             except OSError:
                 self._waiting.pop(request_id, None)
                 self.closed = True

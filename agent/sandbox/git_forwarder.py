@@ -70,7 +70,9 @@ def relay(client: socket.socket, path: str) -> None:
     upstream.close()
 
 
-def listen(path: str, port: int) -> None:
+def listen(path: str, port: int) -> socket.socket:
+    """Relays each connection to ``port`` on this sandbox's loopback (0: a free one) to
+    the Unix socket ``path``, until the returned listening socket is closed."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -78,17 +80,25 @@ def listen(path: str, port: int) -> None:
 
     def accept() -> None:
         while True:
-            client, _ = server.accept()
+            try:
+                client, _ = server.accept()
+            except OSError:  # closed: the operation is over
+                return
             threading.Thread(target=relay, args=(client, path), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
+    return server
 
 
 OBJECT_NAME = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
-def act(step: dict) -> int:
-    """A file step (see above): 0, or 1 with what went wrong printed."""
+def say(out: int, text: str) -> None:
+    os.write(out, (text + "\n").encode(errors="replace"))
+
+
+def act(step: dict, out: int) -> int:
+    """A file step (see above): 0, or 1 with what went wrong written to ``out``."""
     kind = step["do"]
     try:
         if kind == "rmtree":
@@ -107,13 +117,13 @@ def act(step: dict) -> int:
             with open(os.path.join(step["path"], "HEAD")) as f:
                 head = f.read(4096).strip()
             if not head.startswith("ref: refs/heads/"):
-                print("harness: the repository's HEAD names no branch", flush=True)
+                say(out, "harness: the repository's HEAD names no branch")
                 return 1
-            print(head.removeprefix("ref: refs/heads/"), flush=True)
+            say(out, head.removeprefix("ref: refs/heads/"))
         else:
             raise ValueError(f"unknown step {kind!r}")
     except (OSError, ValueError) as exc:
-        print(f"harness: {exc}", flush=True)
+        say(out, f"harness: {exc}")
         return 1
     return 0
 
@@ -131,13 +141,14 @@ def wait(child: subprocess.Popen, seconds: float) -> int:
     return child.wait()
 
 
-def run(plan: dict, seconds: float) -> int:
+def run(plan: dict, seconds: float, out: int = 1) -> int:
+    """The plan's steps, their output and git's (stdout and stderr) written to ``out``."""
     deadline = time.monotonic() + seconds
     code = 0
     kept: dict[str, str] = {}
     for step in plan["run"]:
         if isinstance(step, dict) and "do" in step:
-            code = act(step)
+            code = act(step, out)
             if code != 0:
                 break
             continue
@@ -147,15 +158,15 @@ def run(plan: dict, seconds: float) -> int:
             argv = [arg.replace("{" + name + "}", value) for arg in argv]
         left = deadline - time.monotonic()
         child = subprocess.Popen(argv, env=GIT_ENV, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE if keep else None,
+                                 stdout=subprocess.PIPE if keep else out, stderr=out,
                                  start_new_session=True)  # fmt: skip
         try:
             if keep:
-                out, _ = child.communicate(timeout=max(left, 0.1))
-                value = out.decode(errors="replace").strip()
-                print(value, flush=True)
+                said, _ = child.communicate(timeout=max(left, 0.1))
+                value = said.decode(errors="replace").strip()
+                say(out, value)
                 if child.returncode == 0 and not OBJECT_NAME.match(value):
-                    print(f"harness: not an object name: {value[:80]!r}", flush=True)
+                    say(out, f"harness: not an object name: {value[:80]!r}")
                     child.returncode = 1
                 kept[keep] = value
                 code = child.returncode
@@ -164,20 +175,19 @@ def run(plan: dict, seconds: float) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, 9)
             child.wait()
-            print(f"harness: git ran past the time limit of {seconds:g} s and was stopped",
-                  flush=True)  # fmt: skip
+            say(out, f"harness: git ran past the time limit of {seconds:g} s and was stopped")
             code = 124
         if code != 0:
             break
     if code != 0:
         for argv in plan.get("cleanup", ()):
-            subprocess.run(argv, env=GIT_ENV, stdin=subprocess.DEVNULL, check=False)
+            subprocess.run(argv, env=GIT_ENV, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                           check=False)  # fmt: skip
     return code
 
 
 def main() -> None:
     path, port, seconds, plan = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-    sys.stdout.reconfigure(line_buffering=True)
     listen(path, port)
     sys.exit(run(json.loads(plan), seconds))
 

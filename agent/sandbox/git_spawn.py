@@ -27,7 +27,6 @@ from agent.sandbox.spawn import parent_dirs
 
 DIR_IN_SANDBOX = "/harness-git"
 PORT_IN_SANDBOX = 47012
-RELAY_URL = f"http://127.0.0.1:{PORT_IN_SANDBOX}/git"
 FORWARDER = Path(__file__).with_name("git_forwarder.py")
 UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
 BRANCH = re.compile(r"^(?!-)(?!/)(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*\.lock$)(?!.*/$)"
@@ -75,9 +74,18 @@ def validate(message: dict) -> dict:
             "seconds": seconds}  # fmt: skip
 
 
-def plan(spec: dict) -> dict:
+def relay_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/git"
+
+
+RELAY_URL = relay_url(PORT_IN_SANDBOX)
+# Any port's: the file host's clones listen on a free one (agent/sandbox/host_clone.py).
+RELAY_URLS = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}/git")
+
+
+def plan(spec: dict, relay: str = RELAY_URL) -> dict:
     """The commands, run in order in the sandbox (cwd /workspace), and what a failure
-    leaves to remove."""
+    leaves to remove; git reaches the remote as ``relay``, the forwarder's address."""
     final = f"/workspace/{spec['repository']}"
     git = [GIT, *HARDENING]
     branch = spec["branch"]
@@ -89,7 +97,7 @@ def plan(spec: dict) -> dict:
         # to start for each, on the clone's fixed cost. Git is given the remote's own URL,
         # which it records as origin's, and reaches it as the relay's (``insteadOf``, for
         # this command alone): no second process to set the URL afterwards.
-        relayed = ["-c", f"url.{RELAY_URL}.insteadOf={spec['url']}"]
+        relayed = ["-c", f"url.{relay}.insteadOf={spec['url']}"]
         return {
             "run": [
                 {"do": "rmtree", "path": partial},
@@ -142,7 +150,7 @@ def plan(spec: dict) -> dict:
             [*git, "init", "--bare", "--quiet", shadow],
             ["/bin/sh", "-c", borrow, "sh", f"{final}/objects",
              f"{shadow}/objects/info/alternates"],
-            [*git, "--git-dir", shadow, "push", "--porcelain", "--", RELAY_URL,
+            [*git, "--git-dir", shadow, "push", "--porcelain", "--", relay,
              f"{{commit}}:{ref}"],
         ],
         "cleanup": [],

@@ -1,7 +1,8 @@
 """A user's file host: the file tools and the Files panel's reads and writes, run as the
 user inside their sandbox (the workspace at /workspace, their projects at /projects,
 nothing else of theirs writable), and the projects' git work (agent/core/projects), each
-operation in a sandbox of its own showing only its project (agent/sandbox/project_workers.py).
+operation in a sandbox of its own showing only its project (agent/sandbox/project_workers.py),
+and the clones that make projects (agent/sandbox/host_clone.py).
 
 The broker starts it for a server that has dropped root; the server talks to it over one
 socket (``wire`` frames, ``ops`` by name). A symlink, a race or a bug here reaches at most
@@ -19,10 +20,10 @@ from agent.core.projects import MOUNT, PROJECTS_DIR
 from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
 from agent.core.tools.workspace import Workspace
-from agent.sandbox import ops
+from agent.sandbox import git_spawn, host_clone, ops
 from agent.sandbox.layout import HOMES
 from agent.sandbox.project_workers import Workers
-from agent.sandbox.wire import WireError, read_frame, write_frame
+from agent.sandbox.wire import WireError, read_frame_fds, write_frame
 
 THREADS = 4
 
@@ -57,11 +58,13 @@ def main(fd: int) -> None:
                 scopes[key] = (worktree, {t.name: t for t in build_tools(worktree, "off")})
             return scopes[key]
 
-    def answer(header: dict, blob: bytes) -> None:
+    def answer(header: dict, blob: bytes, fds: list[int]) -> None:
         reply = {"id": header.get("id")}
         out = b""
         try:
-            if header.get("op") == "project":
+            if header.get("op") == "git_clone":
+                result = host_clone.clone(header.get("args"), fds)
+            elif header.get("op") == "project":
                 name, args = header.get("args")
                 result, out = projects.run(name, args)
             else:
@@ -69,15 +72,25 @@ def main(fd: int) -> None:
                 result, out = ops.run(root, tools, header.get("op"), header.get("args"), blob,
                                       homes)  # fmt: skip
             reply.update(ok=True, result=result)
+        except git_spawn.Refused as exc:
+            reply.update(ok=False, error="path", message=str(exc))
         except Exception as exc:
             reply.update(ok=False, **ops.error_header(exc))
+        finally:
+            for fd in fds:
+                os.close(fd)
         with lock:
             write_frame(sock, reply, out)
 
     with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
         while True:
             try:
-                header, blob = read_frame(sock)
+                header, blob, fds = read_frame_fds(sock)
             except (WireError, OSError):
                 return  # the server went away: so does the host
-            pool.submit(answer, header, blob)
+            if header.get("op") == "git_clone":
+                # A clone holds its thread while git runs (minutes, maybe): not one of
+                # the pool's, which the file operations need meanwhile.
+                threading.Thread(target=answer, args=(header, blob, fds), daemon=True).start()
+            else:
+                pool.submit(answer, header, blob, fds)

@@ -3,12 +3,14 @@
 Broker socket (``SOCK_SEQPACKET``): one JSON object per packet, descriptors beside it as
 ``SCM_RIGHTS``; the packet boundary is the message boundary, so no framing can be forged.
 Host socket (``SOCK_STREAM``): a 4-byte length, a JSON header, then ``blob`` bytes of
-payload (file contents travel raw, not inside JSON). Both ends bound what they read:
-neither trusts the other's lengths.
+payload (file contents travel raw, not inside JSON); a frame from the server may carry
+descriptors (``SCM_RIGHTS`` with its first bytes), which only the host reads. Both ends
+bound what they read: neither trusts the other's lengths.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import json
 import os
@@ -65,11 +67,16 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-def write_frame(sock: socket.socket, header: dict, blob: bytes = b"") -> None:
+def write_frame(sock: socket.socket, header: dict, blob: bytes = b"",
+                fds: list[int] = ()) -> None:  # fmt: skip
     if blob:
         header = {**header, "blob": len(blob)}
     data = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-    sock.sendall(_LENGTH.pack(len(data)) + data + blob)
+    frame = _LENGTH.pack(len(data)) + data + blob
+    if fds:  # with the frame's first bytes, where the reader's length read finds them
+        sent = socket.send_fds(sock, [frame], list(fds))
+        frame = frame[sent:]
+    sock.sendall(frame)
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:
@@ -85,6 +92,36 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
 
 def read_frame(sock: socket.socket) -> tuple[dict, bytes]:
     (size,) = _LENGTH.unpack(_exactly(sock, _LENGTH.size))
+    return _rest_of_frame(sock, size)
+
+
+def read_frame_fds(sock: socket.socket) -> tuple[dict, bytes, list[int]]:
+    """A frame and the descriptors sent with it (close-on-exec; the caller's to close;
+    closed here when the frame is bad)."""
+    received = array.array("i")
+    fds: list[int] = []
+    try:
+        data, ancillary, flags, _ = sock.recvmsg(
+            _LENGTH.size, socket.CMSG_SPACE(MAX_FDS * received.itemsize), socket.MSG_CMSG_CLOEXEC
+        )
+        for level, kind, payload in ancillary:
+            if (level, kind) == (socket.SOL_SOCKET, socket.SCM_RIGHTS):
+                received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+        fds = list(received)
+        if not data:
+            raise WireError("closed")
+        if flags & socket.MSG_CTRUNC:
+            raise WireError("too many descriptors")
+        (size,) = _LENGTH.unpack(data + _exactly(sock, _LENGTH.size - len(data)))
+        header, blob = _rest_of_frame(sock, size)
+    except BaseException:
+        for fd in fds:
+            _close(fd)
+        raise
+    return header, blob, fds
+
+
+def _rest_of_frame(sock: socket.socket, size: int) -> tuple[dict, bytes]:
     if size > MAX_HEADER:
         raise WireError("frame too large")
     try:

@@ -3,8 +3,11 @@ git's connections and runs the plan's steps."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
+
+import pytest
 
 from agent.sandbox import git_forwarder
 
@@ -49,3 +52,27 @@ def test_a_step_past_the_time_limit_is_stopped(tmp_path):
             "cleanup": [["/bin/touch", str(tmp_path / "cleaned")]]}  # fmt: skip
     assert git_forwarder.run(plan, 0.2) == 124
     assert not (tmp_path / "next").exists() and (tmp_path / "cleaned").exists()
+
+
+def test_every_word_goes_to_the_output_given_and_the_listener_ends_when_closed(tmp_path):
+    """The file host runs plans for several clones at once: each one's output (its steps',
+    git's stdout and stderr, the forwarder's own words) goes to that clone's pipe alone,
+    and its listener ends with it."""
+    read, write = os.pipe()
+    plan = {"run": [["/bin/sh", "-c", "echo out; echo err >&2"],
+                    {"do": "branch", "path": str(tmp_path)}],
+            "cleanup": [["/bin/sh", "-c", "echo cleaned"]]}  # fmt: skip
+    (tmp_path / "HEAD").write_text("0123abcd\n")  # detached: names no branch
+    try:
+        assert git_forwarder.run(plan, 30, write) == 1
+    finally:
+        os.close(write)
+    with os.fdopen(read) as said:
+        words = ["out", "err", "harness: the repository's HEAD names no branch", "cleaned"]
+        assert said.read().splitlines() == words
+    listener = git_forwarder.listen(str(tmp_path / "relay.sock"), 0)
+    port = listener.getsockname()[1]
+    assert port != 0
+    listener.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)

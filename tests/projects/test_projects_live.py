@@ -1,5 +1,6 @@
 """Projects' network half against a real root server: Daphne drops to the service user,
-its broker runs git as the owner's uid in their sandbox (the ``git`` request), and the
+git runs as the owner's uid in their sandbox (a clone by their file host, the
+``git_clone`` request; a push in a sandbox of the broker's, the ``git`` request), and the
 relay in the server adds the owner's credential on the way to a loopback remote."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from agent.sandbox.git_spawn import RELAY_URLS
 from testkit.api_client import Api
 from testkit.git_server import GitServer, git
 from testkit.live import LiveServer
@@ -124,6 +126,25 @@ def test_clone_through_the_broker_then_push_and_its_refusals(live, alice, bob, r
     status, failed = alice.call("POST", f"/api/conversations/{conversation}/push")
     assert (status, failed["error"]) == (502, "remote_error"), failed
     assert "refused the credential" in failed["message"] and TOKEN not in failed["message"]
+
+
+def test_a_failed_clone_by_the_file_host_says_why_and_keeps_nothing(live, alice, remote):
+    """The file host runs the clone (no sandbox of its own): git's words come back with the
+    remote's URL in place of the relay's loopback port, no token, and nothing half-made."""
+    alice.call("PUT", f"/api/credentials/git/{remote.host}",
+               {"username": "alice-git", "token": TOKEN})  # fmt: skip
+    status, made = alice.call("POST", "/api/projects",
+                              {"name": "gone", "git_url": remote.url("missing.git")})  # fmt: skip
+    assert status == 201
+    shown = _settled(alice, made["id"])
+    assert shown["state"] == "failed", shown
+    assert remote.url("missing.git") in shown["error"] and TOKEN not in shown["error"]
+    assert not RELAY_URLS.search(shown["error"]), shown["error"]
+    home = (live.root / "workspaces" / str(_user_id(live, "alice")) / ".harness-projects"
+            / made["id"].replace("-", ""))  # fmt: skip
+    assert not home.exists()
+    # The host that ran it still serves its files.
+    assert alice.call("GET", "/api/files/")[0] == 200
 
 
 def test_a_clone_worked_on_by_the_agent_then_committed_and_pushed(live, alice, remote, fresh):

@@ -87,6 +87,23 @@ def test_a_link_in_a_cli_home_cannot_make_root_write_or_chown(live, alice, model
     assert status["state"] == "error" and "outside the workspace" in status.get("message", "")
 
 
+def _descendants(pid: int) -> set[int]:
+    """``pid`` and every process under it, as the process table says now."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if entry.name.isdigit():
+                # the parent's pid follows the command's name, which may hold spaces
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo += [child for child in parents.get(current, []) if child not in found]
+    return found
+
+
 def test_the_cli_runs_as_the_user_in_the_users_cgroup_with_a_home_per_conversation(
     live, alice, model
 ):
@@ -109,9 +126,11 @@ def test_the_cli_runs_as_the_user_in_the_users_cgroup_with_a_home_per_conversati
     assert _home(live, first).is_dir() and _home(live, second).is_dir()
     assert not (_home(live, first).parent / "planted").exists()
     cgroups = []
+    # This server's alone: another test's server on the machine has users of the same ids.
+    ours = _descendants(live.process.pid)
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
+            if entry.name.isdigit() and int(entry.name) in ours and entry.stat().st_uid == uid:
                 cgroups.append((entry / "cgroup").read_text())
     assert cgroups
     enforced = [c for c in cgroups if "/harness/" in c]

@@ -60,6 +60,16 @@ class HeadTailBuffer:
         return f"{head}\n... ({dropped} bytes of output omitted) ...\n{tail}"
 
 
+def drain_fd(fd: int, buffer: HeadTailBuffer) -> None:
+    """Blocking: what the pipe ``fd`` carries until every writer closed it, into
+    ``buffer``; ``fd`` closed after."""
+    try:
+        while chunk := os.read(fd, 65536):
+            buffer.feed(chunk)
+    finally:
+        os.close(fd)
+
+
 async def _drain(stream: asyncio.StreamReader | None, buffer: HeadTailBuffer) -> None:
     if stream is None:
         return
