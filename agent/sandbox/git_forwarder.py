@@ -70,9 +70,24 @@ def relay(client: socket.socket, path: str) -> None:
     upstream.close()
 
 
-def listen(path: str, port: int) -> socket.socket:
+class Listener:
+    """A loopback port relayed to the relay's socket, until ``close``."""
+
+    def __init__(self, server: socket.socket):
+        self.server = server
+        self.port = server.getsockname()[1]
+
+    def close(self) -> None:
+        # shutdown first: a close alone leaves the socket listening while the accepting
+        # thread is blocked in accept() on it (the call holds it open)
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+
+
+def listen(path: str, port: int) -> Listener:
     """Relays each connection to ``port`` on this sandbox's loopback (0: a free one) to
-    the Unix socket ``path``, until the returned listening socket is closed."""
+    the Unix socket ``path``, until the listener is closed."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -87,7 +102,7 @@ def listen(path: str, port: int) -> socket.socket:
             threading.Thread(target=relay, args=(client, path), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    return server
+    return Listener(server)
 
 
 OBJECT_NAME = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")

@@ -46,7 +46,7 @@ def clone(fields: dict, fds: list[int]) -> dict:
     try:
         listener = git_forwarder.listen(f"/proc/self/fd/{fds[0]}", 0)
         try:
-            plan = git_spawn.plan(spec, git_spawn.relay_url(listener.getsockname()[1]))
+            plan = git_spawn.plan(spec, git_spawn.relay_url(listener.port))
             read, write = os.pipe2(os.O_CLOEXEC)
             drained = threading.Thread(target=drain_fd, args=(read, out), daemon=True)
             drained.start()

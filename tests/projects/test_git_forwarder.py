@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -71,8 +72,8 @@ def test_every_word_goes_to_the_output_given_and_the_listener_ends_when_closed(t
         words = ["out", "err", "harness: the repository's HEAD names no branch", "cleaned"]
         assert said.read().splitlines() == words
     listener = git_forwarder.listen(str(tmp_path / "relay.sock"), 0)
-    port = listener.getsockname()[1]
-    assert port != 0
+    assert listener.port != 0
+    time.sleep(0.1)  # its thread blocked in accept(), where a close alone would not end it
     listener.close()
     with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=5)
+        socket.create_connection(("127.0.0.1", listener.port), timeout=5)
