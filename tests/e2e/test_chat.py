@@ -224,6 +224,7 @@ def test_conversation_list_new_rename_switch_delete(new_context, fresh_model):
     assert page.url != current
     page.click("a.conv-link:text('Renamed chat')")
     assert page.url == current
+    page.wait_for_selector("body[data-ws=open]")  # the page it went back to is running
     page.on("dialog", lambda dialog: dialog.accept())
     page.click(".conv-actions summary")
     with page.expect_navigation():  # (the form is sent once the dialog is accepted)
