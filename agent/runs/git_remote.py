@@ -35,6 +35,7 @@ from agent.runs import git_credentials
 from agent.runs.git_relay import GitRelay
 from agent.runs.workspaces import sandbox_ids, workspace_for
 from agent.sandbox import git_spawn
+from agent.sandbox.client import BrokerError
 from agent.sandbox.spawn import SPAWN_ENV, limits
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
             if fields["action"] == "clone":  # by the user's file host, already running
                 return await workspace.sandbox.clone(fields, relay.socket_path, timeout)
             return await workspace.sandbox.git(fields, relay.socket_path, timeout, OUTPUT_CAP)
-        except PathError as exc:  # the host refused, failed or is gone
+        except (PathError, BrokerError) as exc:  # the host refused, failed or is gone
             raise GitFailed(str(exc)) from None
     bwrap = bwrap_path()
     if bwrap is None:

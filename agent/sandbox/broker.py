@@ -187,8 +187,9 @@ class Broker:
         return {}, [read, theirs.detach()]
 
     def git(self, message: dict, fds: list[int]):
-        """A clone or a push of a project's repository, as its owner, in their sandbox;
-        the network only through the relay's socket (the one descriptor sent)."""
+        """A push of a project's repository, as its owner, in their sandbox; the network
+        only through the relay's socket (the one descriptor sent). Clones are the file
+        host's (agent/sandbox/host_clone.py)."""
         user = _user(message)
         workspace = self._workspace_fd(user)
         try:

@@ -245,7 +245,7 @@ class UserSandbox:
         through the relay's socket, handed over as a descriptor opened here."""
         fd = os.open(relay_socket, os.O_PATH | os.O_CLOEXEC)
         try:
-            future = self._connection().submit("git_clone", fields, b"", None, fds=[fd])
+            future = self._connection().submit("git_clone", fields, b"", None, fds=(fd,))
         finally:
             os.close(fd)  # sent: the host holds its own
         try:
@@ -346,7 +346,7 @@ class HostConnection:
         threading.Thread(target=self._read, name="file-host", daemon=True).start()
 
     def submit(self, op: str, args: list | dict, blob: bytes, decode: str | None,
-               scope: list[str] | None = None, fds: list[int] = ()):  # fmt: skip
+               scope: list[str] | None = None, fds: tuple[int, ...] = ()):  # fmt: skip
         future: concurrent.futures.Future = concurrent.futures.Future()
         header = {"id": None, "op": op, "args": args}
         if scope is not None:

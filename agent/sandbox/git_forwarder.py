@@ -5,6 +5,9 @@ commands one after another, so that none can start before the port is open.
 
     python -I -S forwarder.py SOCKET PORT SECONDS PLAN_JSON
 
+The user's file host uses the same functions in-process for a clone (host_clone.py): its
+port a free one, the relay's socket a descriptor it was sent, the output a pipe of its own.
+
 PLAN_JSON is ``{"run": [step, ...], "cleanup": [argv, ...]}``: when a command fails or the
 time runs out, the rest is not run and ``cleanup`` is (what a failed clone made goes).
 A step is an argv, or ``{"argv": [...], "keep": NAME}``: its output (an object name, or
@@ -89,9 +92,13 @@ def listen(path: str, port: int) -> Listener:
     """Relays each connection to ``port`` on this sandbox's loopback (0: a free one) to
     the Unix socket ``path``, until the listener is closed."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", port))
-    server.listen(16)
+    try:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen(16)
+    except OSError:
+        server.close()
+        raise
 
     def accept() -> None:
         while True:
@@ -156,8 +163,10 @@ def wait(child: subprocess.Popen, seconds: float) -> int:
     return child.wait()
 
 
-def run(plan: dict, seconds: float, out: int = 1) -> int:
-    """The plan's steps, their output and git's (stdout and stderr) written to ``out``."""
+def run(plan: dict, seconds: float, out: int = 1, home: str | None = None) -> int:
+    """The plan's steps, their output and git's (stdout and stderr) written to ``out``;
+    ``home``: the commands' HOME, when not a fresh sandbox's /tmp."""
+    env = GIT_ENV if home is None else {**GIT_ENV, "HOME": home}
     deadline = time.monotonic() + seconds
     code = 0
     kept: dict[str, str] = {}
@@ -172,7 +181,7 @@ def run(plan: dict, seconds: float, out: int = 1) -> int:
         for name, value in kept.items():
             argv = [arg.replace("{" + name + "}", value) for arg in argv]
         left = deadline - time.monotonic()
-        child = subprocess.Popen(argv, env=GIT_ENV, stdin=subprocess.DEVNULL,
+        child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE if keep else out, stderr=out,
                                  start_new_session=True)  # fmt: skip
         try:
@@ -196,7 +205,7 @@ def run(plan: dict, seconds: float, out: int = 1) -> int:
             break
     if code != 0:
         for argv in plan.get("cleanup", ()):
-            subprocess.run(argv, env=GIT_ENV, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                            check=False)  # fmt: skip
     return code
 

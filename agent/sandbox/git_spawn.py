@@ -189,8 +189,11 @@ def argv(bwrap: str, spec: dict, workspace_fd: int, socket_fd: int, run_as: tupl
 
 def start(broker, user: int, message: dict, fds: list[int], workspace_fd: int,
           hide: list[str]):  # fmt: skip
-    """The broker's ``git`` request: (child, its cgroup, the read end of its output)."""
+    """The broker's ``git`` request: (child, its cgroup, the read end of its output). A
+    push only: under a broker the user's file host runs the clones (host_clone.py)."""
     spec = validate(message)
+    if spec["action"] != "push":
+        raise Refused("a clone is the file host's to run, not the broker's")
     if len(fds) != 1 or not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
         raise Refused("a git request sends one descriptor: the relay's socket")
     config = broker.config

@@ -91,6 +91,15 @@ def main(fd: int) -> None:
             if header.get("op") == "git_clone":
                 # A clone holds its thread while git runs (minutes, maybe): not one of
                 # the pool's, which the file operations need meanwhile.
-                threading.Thread(target=answer, args=(header, blob, fds), daemon=True).start()
+                clone = threading.Thread(target=answer, args=(header, blob, fds), daemon=True)
+                try:
+                    clone.start()
+                except RuntimeError:  # no thread to be had (the user's process bound)
+                    for fd in fds:
+                        os.close(fd)
+                    refused = {"id": header.get("id"), "ok": False, "error": "path",
+                               "message": "the file host could not start the clone"}  # fmt: skip
+                    with lock:
+                        write_frame(sock, refused)
             else:
                 pool.submit(answer, header, blob, fds)

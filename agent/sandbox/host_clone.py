@@ -19,7 +19,9 @@ repository alone, which the host, seeing every project of the user, does not.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import threading
 
 from agent.core.tools.process import HeadTailBuffer, drain_fd
@@ -45,18 +47,26 @@ def clone(fields: dict, fds: list[int]) -> dict:
     out = HeadTailBuffer(OUTPUT_CAP)
     try:
         listener = git_forwarder.listen(f"/proc/self/fd/{fds[0]}", 0)
+        # git's HOME: empty and its own (the host's /tmp lives as long as the host)
+        home = tempfile.mkdtemp(prefix="clone-home-")
+        read, write = os.pipe2(os.O_CLOEXEC)
         try:
             plan = git_spawn.plan(spec, git_spawn.relay_url(listener.port))
-            read, write = os.pipe2(os.O_CLOEXEC)
             drained = threading.Thread(target=drain_fd, args=(read, out), daemon=True)
             drained.start()
+            read = None  # the drain closes it
             try:
-                code = git_forwarder.run(plan, spec["seconds"], write)
+                code = git_forwarder.run(plan, spec["seconds"], write, home)
             finally:
                 os.close(write)
+                write = None
                 drained.join()
         finally:
+            for fd in (read, write):
+                if fd is not None:
+                    os.close(fd)
             listener.close()
+            shutil.rmtree(home, ignore_errors=True)
     finally:
         _clones.release()
     return {"exit": code, "output": out.text(), "truncated": out.truncated,

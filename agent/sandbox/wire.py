@@ -68,7 +68,7 @@ def _close(fd: int) -> None:
 
 
 def write_frame(sock: socket.socket, header: dict, blob: bytes = b"",
-                fds: list[int] = ()) -> None:  # fmt: skip
+                fds: tuple[int, ...] = ()) -> None:  # fmt: skip
     if blob:
         header = {**header, "blob": len(blob)}
     data = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from agent.sandbox import git_spawn, host_clone
+from agent.sandbox import git_forwarder, git_spawn, host_clone
 from agent.sandbox.wire import WireError, read_frame, read_frame_fds, write_frame
 
 PROJECT = "0a1b2c3d-0000-4000-8000-000000000000"
@@ -96,3 +96,23 @@ def test_what_the_host_refuses_before_any_git_runs(tmp_path):
         finally:
             os.close(sock)
             os.close(plain)
+
+
+def test_the_broker_runs_no_clone_now_that_the_file_host_does():
+    """Under a broker a clone is the file host's: the broker's ``git`` request refuses one
+    before it opens anything (the request's path that nothing sends, closed)."""
+    with pytest.raises(git_spawn.Refused, match="file host"):
+        git_spawn.start(None, 1, CLONE, [], -1, [])
+
+
+def test_git_gets_an_empty_home_of_its_own_in_a_long_lived_host(tmp_path):
+    """In the host, /tmp lives as long as the host: each clone's git gets a HOME of its
+    own (nothing planted there earlier, a ``.netrc`` say, is read)."""
+    read, write = os.pipe()
+    plan = {"run": [["/bin/sh", "-c", 'echo "$HOME"; ls -A "$HOME" | wc -l']], "cleanup": []}
+    try:
+        assert git_forwarder.run(plan, 30, write, str(tmp_path)) == 0
+    finally:
+        os.close(write)
+    with os.fdopen(read) as said:
+        assert said.read().split() == [str(tmp_path), "0"]
