@@ -40,7 +40,6 @@ from agent.sandbox.spawn import SPAWN_ENV, limits
 
 log = logging.getLogger(__name__)
 
-OUTPUT_CAP = 64 * 1024
 MESSAGE_CAP = 4000
 REJECTED = re.compile(r"non-fast-forward|fetch first|stale info")
 HASH = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -90,7 +89,8 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
         try:
             if fields["action"] == "clone":  # by the user's file host, already running
                 return await workspace.sandbox.clone(fields, relay.socket_path, timeout)
-            return await workspace.sandbox.git(fields, relay.socket_path, timeout, OUTPUT_CAP)
+            return await workspace.sandbox.git(fields, relay.socket_path, timeout,
+                                               git_spawn.OUTPUT_CAP)  # fmt: skip
         except (PathError, BrokerError) as exc:  # the host refused, failed or is gone
             raise GitFailed(str(exc)) from None
     bwrap = bwrap_path()
@@ -110,9 +110,9 @@ async def _run(owner_id: int, fields: dict, relay: GitRelay) -> ProcessResult:
                               str(settings.BASE_DIR), repo)  # fmt: skip
         bounds = limits(None, settings.HARNESS_SANDBOX_PIDS)
         passed = [root, sock] + ([repo] if repo is not None else [])
-        return await run_process(argv, env=SPAWN_ENV, timeout=timeout, output_cap=OUTPUT_CAP,
-                                 merge_stderr=True, pass_fds=passed,
-                                 preexec_fn=bounds)  # fmt: skip
+        return await run_process(argv, env=SPAWN_ENV, timeout=timeout,
+                                 output_cap=git_spawn.OUTPUT_CAP, merge_stderr=True,
+                                 pass_fds=passed, preexec_fn=bounds)  # fmt: skip
     except git_spawn.Refused as exc:
         raise GitFailed(str(exc)) from None
     finally:

@@ -20,13 +20,12 @@ from typing import Any
 from agent.core.tools.cgroups import RunStats
 from agent.core.tools.process import HeadTailBuffer, ProcessResult, drain_fd
 from agent.core.tools.workspace import PathError
-from agent.sandbox import ops
+from agent.sandbox import git_spawn, ops
 from agent.sandbox.wire import WireError, read_frame, recv_packet, send_packet, write_frame
 
 REQUEST_TIMEOUT = 600.0  # a workspace's first mount may migrate an old one (a copy)
 KILL_GRACE = 10.0
 READY_TIMEOUT = 30.0
-HOST_OUTPUT_CAP = 128 * 1024  # what a host may say of a clone (it keeps 64 KiB)
 
 
 class BrokerError(RuntimeError):
@@ -255,7 +254,8 @@ class UserSandbox:
             return ProcessResult(output="", stderr="", returncode=None, timed_out=True,
                                  truncated=False, total_bytes=0)  # fmt: skip
         try:
-            output, code = str(said["output"])[-HOST_OUTPUT_CAP:], int(said["exit"])
+            # (the host keeps as much; its note of what it left out comes on top)
+            output, code = str(said["output"])[-2 * git_spawn.OUTPUT_CAP :], int(said["exit"])
             return ProcessResult(output=output, stderr="", returncode=code, timed_out=False,
                                  truncated=bool(said["truncated"]),
                                  total_bytes=int(said["total"]))  # fmt: skip

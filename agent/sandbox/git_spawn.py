@@ -39,6 +39,7 @@ ACTIONS = ("clone", "push")
 TRANSPORT = (("protocol.http.allow", "always"), ("http.followRedirects", "false"))
 HARDENING = [arg for key, value in (*NEUTRAL, *TRANSPORT) for arg in ("-c", f"{key}={value}")]
 GIT = "/usr/bin/git"
+OUTPUT_CAP = 64 * 1024  # what git says that is kept (its head and tail), wherever it runs
 
 
 class Refused(Exception):

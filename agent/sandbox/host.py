@@ -20,7 +20,7 @@ from agent.core.projects import MOUNT, PROJECTS_DIR
 from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
 from agent.core.tools.workspace import Workspace
-from agent.sandbox import git_spawn, host_clone, ops
+from agent.sandbox import host_clone, ops
 from agent.sandbox.layout import HOMES
 from agent.sandbox.project_workers import Workers
 from agent.sandbox.wire import WireError, read_frame_fds, write_frame
@@ -72,8 +72,6 @@ def main(fd: int) -> None:
                 result, out = ops.run(root, tools, header.get("op"), header.get("args"), blob,
                                       homes)  # fmt: skip
             reply.update(ok=True, result=result)
-        except git_spawn.Refused as exc:
-            reply.update(ok=False, error="path", message=str(exc))
         except Exception as exc:
             reply.update(ok=False, **ops.error_header(exc))
         finally:

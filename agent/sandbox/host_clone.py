@@ -18,6 +18,7 @@ repository alone, which the host, seeing every project of the user, does not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -30,7 +31,6 @@ from agent.sandbox import git_forwarder, git_spawn
 # The server holds a user to three clones at once (agent/runs/projects.py); the host,
 # whose threads they hold for as long as git runs, holds them to it too.
 CLONES_AT_ONCE = 3
-OUTPUT_CAP = 64 * 1024
 _clones = threading.BoundedSemaphore(CLONES_AT_ONCE)
 
 
@@ -44,30 +44,27 @@ def clone(fields: dict, fds: list[int]) -> dict:
         raise git_spawn.Refused("a clone sends one descriptor: the relay's socket")
     if not _clones.acquire(blocking=False):
         raise git_spawn.Refused(f"at most {CLONES_AT_ONCE} clones run at once")
-    out = HeadTailBuffer(OUTPUT_CAP)
-    try:
+    out = HeadTailBuffer(git_spawn.OUTPUT_CAP)
+    with contextlib.ExitStack() as held:  # let go in reverse, whatever fails where
+        held.callback(_clones.release)
         listener = git_forwarder.listen(f"/proc/self/fd/{fds[0]}", 0)
+        held.callback(listener.close)
         # git's HOME: empty and its own (the host's /tmp lives as long as the host)
         home = tempfile.mkdtemp(prefix="clone-home-")
+        held.callback(shutil.rmtree, home, True)
+        plan = git_spawn.plan(spec, git_spawn.relay_url(listener.port))
         read, write = os.pipe2(os.O_CLOEXEC)
+        drained = threading.Thread(target=drain_fd, args=(read, out), daemon=True)
         try:
-            plan = git_spawn.plan(spec, git_spawn.relay_url(listener.port))
-            drained = threading.Thread(target=drain_fd, args=(read, out), daemon=True)
-            drained.start()
-            read = None  # the drain closes it
-            try:
-                code = git_forwarder.run(plan, spec["seconds"], write, home)
-            finally:
-                os.close(write)
-                write = None
-                drained.join()
+            drained.start()  # from here the drain closes ``read``
+        except BaseException:
+            os.close(read)
+            os.close(write)
+            raise
+        try:
+            code = git_forwarder.run(plan, spec["seconds"], write, home)
         finally:
-            for fd in (read, write):
-                if fd is not None:
-                    os.close(fd)
-            listener.close()
-            shutil.rmtree(home, ignore_errors=True)
-    finally:
-        _clones.release()
+            os.close(write)  # the drain ends once git's children have let go of it too
+            drained.join()
     return {"exit": code, "output": out.text(), "truncated": out.truncated,
             "total": out.total}  # fmt: skip

@@ -21,7 +21,7 @@ from agent.core.tools.browsing import (
     download_path,
 )
 from agent.core.tools.workspace import PathError, Workspace
-from agent.sandbox import archive_ops
+from agent.sandbox import archive_ops, git_spawn
 
 # What the server calls (a function given to the file workers) -> the operation's name.
 NAMES = {
@@ -141,7 +141,7 @@ def error_header(exc: BaseException) -> dict:
         return {"error": "too_large", "message": str(exc)}
     if isinstance(exc, ArchiveError):
         return {"error": "bad_archive", "message": str(exc)}
-    if isinstance(exc, PathError):
+    if isinstance(exc, (PathError, git_spawn.Refused)):
         return {"error": "path", "message": str(exc)}
     code = project_ops.error_code(exc)
     if code is not None:
