@@ -274,15 +274,22 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         try:
             while self.redraws_due and not self.refused:
                 due, self.redraws_due = self.redraws_due, set()
-                if due & {"archived", "title"}:
-                    await self._redraw_header(due)
-                if "shared" in due:
-                    await self.send(text_data=await _shared_list(self.user, self.conversation_id))
-                if "own" in due:
-                    await self.send(text_data=list_refresh_fragment(self.conversation_id))
+                try:
+                    await self._redraw(due)
+                except Exception:  # (a busy database): drawn again after the pause, not lost
+                    log.exception("could not redraw %s on %s", sorted(due), self.conversation_id)
+                    self.redraws_due |= due
                 await asyncio.sleep(REDRAW_SECONDS)
         finally:
             self.redrawing = None
+
+    async def _redraw(self, due: set[str]) -> None:
+        if due & {"archived", "title"}:
+            await self._redraw_header(due)
+        if "shared" in due:
+            await self.send(text_data=await _shared_list(self.user, self.conversation_id))
+        if "own" in due:
+            await self.send(text_data=list_refresh_fragment(self.conversation_id))
 
     async def _redraw_header(self, due: set[str]) -> None:
         header = await _header(self.conversation_id)

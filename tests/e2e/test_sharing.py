@@ -165,6 +165,7 @@ def test_shared_with_me_follows_a_share_live(new_context, fresh_model):
     entry.wait_for()
     share_with(alice, "bob", "collaborator")  # (the panel open again)
     alice.locator("#share-members").get_by_role("button", name="Remove bob").click()
+    alice.wait_for_selector('#share-members [data-member="bob"]', state="detached")
     entry.wait_for(state="detached")
     assert bob.input_value("#prompt") == "half-typed"  # the page never left
 

@@ -768,6 +768,30 @@ async def test_a_burst_of_shared_list_notices_redraws_once_now_and_once_at_the_e
     await ws.disconnect()
 
 
+async def test_a_redraw_that_fails_is_drawn_after_the_pause_not_lost(alice, monkeypatch):
+    """A redraw whose query failed (a busy database) ended the redrawing task with the
+    notice in it: the page kept a stale "Shared with me" until the next notice."""
+    import agent.web.consumers as consumers
+    from agent.web.revocation import user_group
+
+    monkeypatch.setattr(consumers, "REDRAW_SECONDS", 0.3)
+    real, calls = consumers.shared_list, []
+
+    def busy_once(user):
+        calls.append(user)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real(user)
+
+    monkeypatch.setattr(consumers, "shared_list", busy_once)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await get_channel_layer().group_send(user_group(user.pk), {"type": "shared.changed"})
+    redraws = await frames_holding(ws, 'id="shared-list"', 1.2)
+    assert len(calls) == 2 and len(redraws) == 1, (len(calls), len(redraws))
+    await ws.disconnect()
+
+
 async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(alice, monkeypatch):
     """Another tab's archive, pin, rename or delete: the socket swaps in the element that
     fetches the page's own list again (in its view), at once, then at most once per
