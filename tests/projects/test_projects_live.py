@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,65 @@ def test_a_clone_worked_on_by_the_agent_then_committed_and_pushed(live, alice, r
     author = git("--git-dir", str(remote.root / "site.git"), "log", "-1", "--format=%an|%s",
                  committed["commit"]).strip()  # fmt: skip
     assert author == "alice|More on the page"
+
+
+def _loopback_listeners(uid: int) -> dict[int, int]:
+    """Port → the pid of a process of ``uid`` in whose network namespace something listens
+    on 127.0.0.1 (read as root from each process's own /proc/<pid>/net/tcp)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            if f"\nUid:\t{uid}\t" not in status:
+                continue
+            lines = Path(f"/proc/{entry}/net/tcp").read_text().splitlines()[1:]
+        except OSError:  # it ended meanwhile
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, port = local.split(":")
+            if state == "0A" and address == "0100007F":  # LISTEN on 127.0.0.1
+                found[int(port, 16)] = int(entry)
+    return found
+
+
+def test_an_agents_bash_cannot_reach_a_running_clones_port(live, alice, remote, fresh):
+    """The clone's forwarder listens on the file host's loopback while git runs; the
+    agent's bash (its own network namespace) must not reach it, nor see it listed."""
+    code = ("from agent.runs.workspaces import sandbox_ids; from agent.models import User; "
+            "print(sandbox_ids(User.objects.get(username='alice').pk)[0])")  # fmt: skip
+    uid = int(live.manage("shell", "-c", code).split()[-1])
+    alice.call("PUT", f"/api/credentials/git/{remote.host}",
+               {"username": "alice-git", "token": TOKEN})  # fmt: skip
+    cid = alice.call("POST", "/api/conversations", {})[1]["id"]
+    fresh.enqueue(tool_reply(("bash", {"command": "true"})), text_reply("ready"))
+    # The bash sandbox and the file host, running.
+    seen = max(e["seq"] for e in prompt_and_read(alice, cid, "warm up"))
+    before = _loopback_listeners(uid)
+    remote.hold.clear()  # the remote holds its answer: the clone stays running
+    try:
+        made = alice.call("POST", "/api/projects",
+                          {"name": "held", "git_url": remote.url("app.git")})[1]  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not (ports := set(_loopback_listeners(uid)) - set(before)):
+            assert time.monotonic() < deadline, "the clone's forwarder never listened"
+            time.sleep(0.05)
+        (port,) = ports
+        host = _loopback_listeners(uid)[port]
+        # The control: from the host's own namespace the port answers.
+        reach = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo OPEN || echo CLOSED"
+        inside = subprocess.run(["nsenter", "-t", str(host), "-n", "bash", "-c", reach],
+                                capture_output=True, text=True, timeout=10)  # fmt: skip
+        assert inside.stdout.strip() == "OPEN", inside
+        listed = f"grep -ci ':{port:04X} ' /proc/net/tcp /proc/net/tcp6 || true"
+        fresh.enqueue(tool_reply(("bash", {"command": f"{reach}; {listed}"})), text_reply("x"))
+        events = prompt_and_read(alice, cid, "try the clone's port", since=seen)
+        (result,) = [e for e in events if e["type"] == "tool_result"]
+        text = str(result["result"])
+        assert "CLOSED" in text and "OPEN" not in text, text
+        assert "/proc/net/tcp:0" in text and "/proc/net/tcp6:0" in text, text
+    finally:
+        remote.hold.set()
+    assert _settled(alice, made["id"])["state"] == "ready"
