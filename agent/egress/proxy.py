@@ -34,7 +34,7 @@ from asgiref.sync import sync_to_async
 
 from agent.core.egress_rules import EgressRefused, resolve_checked
 from agent.egress import http_head, ledger
-from agent.egress.rules import admits, rules_for
+from agent.egress.rules import admission, admits
 from agent.server import metrics
 from agent.server.token_bucket import TokenBucket
 
@@ -154,12 +154,11 @@ class EgressProxy:
         except http_head.BadRequest as exc:
             await _answer(writer, 400, str(exc))
             return
-        rules = await sync_to_async(rules_for)(who.user_id)
+        rules, used = await sync_to_async(admission)(who.user_id)
         if not admits(rules, head.host, head.port):
             reason = f"no egress rule admits {head.host}:{head.port}"
             await self._refuse(writer, who, head.host, head.port, reason)
             return
-        used = await sync_to_async(ledger.used_today)(who.user_id)
         if used + self._live[who.user_id] >= self._bound():
             reason = "the daily egress bound (HARNESS_EGRESS_MB_PER_DAY) is used up"
             await self._refuse(writer, who, head.host, head.port, reason)

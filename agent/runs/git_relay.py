@@ -37,7 +37,7 @@ from django.conf import settings
 
 from agent.core.egress_rules import EgressRefused, resolve_checked
 from agent.egress import ledger
-from agent.egress.rules import rules_for
+from agent.egress.rules import admission
 from agent.runs.git_credentials import Credential, host_of_url
 from agent.runs.workspaces import sandbox_ids
 from agent.sandbox import drop
@@ -170,11 +170,11 @@ class GitRelay:
         """The remote's checked addresses when the owner may reach it now: their day's
         bytes not spent, every address public or named by one of their rules (the DB is
         read off the event loop, as the egress proxy does); else ``EgressRefused``."""
-        used = await sync_to_async(ledger.used_today)(self.owner_id)
+        rules, used = await sync_to_async(admission)(self.owner_id)
         if used >= ledger.bound_bytes():
             raise EgressRefused(f"{self.host}:{self.port} was not reached: {_day_spent()}")
         self._day_left = ledger.bound_bytes() - used
-        rules = await sync_to_async(rules_for)(self.owner_id)
+        # (a name's lookup may take long: not on the thread the database calls share)
         return await asyncio.to_thread(resolve_checked, self.host, self.port, rules)
 
     async def close(self) -> None:
@@ -185,8 +185,8 @@ class GitRelay:
             if self._session is not None:
                 await self._session.close()
                 self._session = None
-            if self._directory:
-                await asyncio.to_thread(shutil.rmtree, self._directory, True)
+            if self._directory:  # (its one socket: nothing to wait for)
+                shutil.rmtree(self._directory, True)
         finally:
             await self._log()
 
