@@ -299,7 +299,7 @@ def modes() -> list[str]:
     return found
 
 
-def measure(files: int = 10_000, runs: int = 30, restores: int = 7, clones: int = 5) -> dict:
+def measure(files: int = 10_000, runs: int = 30, restores: int = 7, clones: int = 9) -> dict:
     from testkit.git_server import GitServer
 
     try:
