@@ -77,6 +77,7 @@ TOO_MANY_REASON = "too many connections"
 # A socket redraws what notices change on its page (the sidebar's "Shared with me", its
 # owner's list, the header's mark and heading) at most once in this time.
 REDRAW_SECONDS = 2.0
+REDRAW_TRIES = 3  # a redraw that fails is tried again after the pause, this many times in all
 
 
 @partial(database_sync_to_async, thread_sensitive=False)
@@ -271,14 +272,18 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         self._redraw_soon("title")
 
     async def _redraw_due(self) -> None:
+        failures = 0
         try:
             while self.redraws_due and not self.refused:
                 due, self.redraws_due = self.redraws_due, set()
                 try:
                     await self._redraw(due)
+                    failures = 0
                 except Exception:  # (a busy database): drawn again after the pause, not lost
                     log.exception("could not redraw %s on %s", sorted(due), self.conversation_id)
-                    self.redraws_due |= due
+                    failures += 1
+                    if failures < REDRAW_TRIES:  # (a lasting fault: not logged for ever)
+                        self.redraws_due |= due
                 await asyncio.sleep(REDRAW_SECONDS)
         finally:
             self.redrawing = None

@@ -792,6 +792,27 @@ async def test_a_redraw_that_fails_is_drawn_after_the_pause_not_lost(alice, monk
     await ws.disconnect()
 
 
+async def test_a_redraw_that_keeps_failing_is_given_up_after_its_tries(alice, monkeypatch):
+    """A lasting fault is not retried (and logged) for as long as the socket lives."""
+    import agent.web.consumers as consumers
+    from agent.web.revocation import user_group
+
+    monkeypatch.setattr(consumers, "REDRAW_SECONDS", 0.1)
+    calls = []
+
+    def broken(user):
+        calls.append(user)
+        raise RuntimeError("a lasting fault")
+
+    monkeypatch.setattr(consumers, "shared_list", broken)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await get_channel_layer().group_send(user_group(user.pk), {"type": "shared.changed"})
+    await asyncio.sleep(1.0)
+    assert len(calls) == consumers.REDRAW_TRIES
+    await ws.disconnect()
+
+
 async def test_the_owners_list_notices_make_the_page_fetch_its_list_coalesced(alice, monkeypatch):
     """Another tab's archive, pin, rename or delete: the socket swaps in the element that
     fetches the page's own list again (in its view), at once, then at most once per
