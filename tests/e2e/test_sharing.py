@@ -21,7 +21,11 @@ def share_with(page, username: str, role: str) -> None:
     page.keyboard.press("Tab")
     page.select_option("#share-role", role)
     page.focus("#share-username")
+    # The answer redraws the panel: waited for, not only for a row that may show already
+    # (a role given again), or the next click races this request on the server.
+    panel = page.query_selector("#share-panel")
     page.keyboard.press("Enter")
+    page.wait_for_function("panel => !panel.isConnected", arg=panel)
     page.wait_for_selector(f'#share-members [data-member="{username}"][data-role="{role}"]')
     # The panel is redrawn: the focus is not lost with it, but ready for the next name.
     page.wait_for_function("() => document.activeElement.id === 'share-username'")
