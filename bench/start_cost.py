@@ -1,13 +1,13 @@
 """What does a prompt's start cost the server in CPU, before the model is asked?
 
 Two steps run for every prompt sent from the page: the socket's credential check of the
-prompt frame (``socket_access``) and the run's claim (``claim._claim_all``: access, quotas,
-the claim's UPDATE, then the workspace, a plain folder here, and the system prompt), in
-groups of 10 as prompts arriving together are claimed. Each is timed in CPU time (other
-processes on the machine do not count) over ``--prompts`` users, each with a conversation
-and a signed-in session, in a fresh SQLite database of its own, after one untimed round;
-the queries each step runs are counted too. Under a burst these are what every prompt pays
-on the event loop's core.
+prompt frame (``socket_access``) and the run's claim (``claim._claim_together``: access,
+quotas, the claim's UPDATE; then ``claim._prepare_blocking``: the workspace, a plain folder
+here, and the system prompt), in groups of 10 as prompts arriving together are claimed.
+Each is timed in CPU time (other processes on the machine do not count) over ``--prompts``
+users, each with a conversation and a signed-in session, in a fresh SQLite database of its
+own, after one untimed round; the queries each step runs are counted too. Under a burst
+these are what every prompt pays on the event loop's core.
 
     python -m bench.start_cost                 # prints the figures as JSON
     python -m bench.start_cost --prompts 200
@@ -81,8 +81,10 @@ def measure(prompts: int) -> dict:
     def claims(items) -> None:
         requests = [claim._Claim(c, u, "hello", True) for c, u, _, _ in items]
         for start in range(0, len(requests), GROUP):
-            for setup in claim._claim_all(requests[start : start + GROUP]):
+            for setup in claim._claim_together(requests[start : start + GROUP]):
                 assert isinstance(setup, claim.Setup), setup
+                claim._prepare_blocking(setup)
+                assert setup.unprepared is None, setup.unprepared
 
     warm = people("warm")
     checks(warm)
