@@ -67,8 +67,8 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
     report = json.loads((tmp_path / "latest.json").read_text())
     assert "levels" not in report and report["options"]["only"] == "projects"
     projects = report["projects"]
-    assert projects["files"] == 300 and projects["plain_clone"]["count"] == 5
-    assert projects["plain_clone_checked_out"]["count"] == 5
+    assert projects["files"] == 300 and projects["plain_clone"]["count"] == 9
+    assert projects["plain_clone_checked_out"]["count"] == 9
     assert "clone <= x1.2 a plain `git clone --bare`" in proc.stdout
     for mode in ("core", "oneshot", "host"):
         figures = projects["paths"][mode]
@@ -80,10 +80,10 @@ def test_bench_only_projects_measures_each_path_this_machine_can(tmp_path):
         assert 0 < figures["after_one_change"]["p50_ms"] <= figures["after_one_change"]["p99_ms"]
         assert figures["first_ms"] > 0 and figures["restore"]["p50_ms"] > 0
         if mode != "core":  # the product's clone, against the plain one
-            assert figures["clone"]["count"] == 5 and figures["clone_ratio"] > 0
+            assert figures["clone"]["count"] == 9 and figures["clone_ratio"] > 0
             assert f"(x{figures['clone_ratio']} its paired" in proc.stdout
-            assert figures["plain_clone"]["count"] == 5  # one before each of the product's
-            assert figures["clone_large"]["count"] == figures["plain_clone_large"]["count"] == 5
+            assert figures["plain_clone"]["count"] == 9  # one before each of the product's
+            assert figures["clone_large"]["count"] == figures["plain_clone_large"]["count"] == 9
             assert figures["clone_large_ratio"] > 0
             assert f"(x{figures['clone_large_ratio']} " in proc.stdout
             assert figures["ready"]["p50_ms"] > figures["clone"]["p50_ms"]  # plus the worktree
