@@ -185,8 +185,8 @@ class GitRelay:
             if self._session is not None:
                 await self._session.close()
                 self._session = None
-            if self._directory:  # (its one socket: nothing to wait for)
-                shutil.rmtree(self._directory, True)
+            if self._directory:  # (a root server gave it to the user's uid: off the loop)
+                await asyncio.to_thread(shutil.rmtree, self._directory, True)
         finally:
             await self._log()
 
