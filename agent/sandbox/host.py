@@ -19,7 +19,7 @@ import threading
 from agent.core.projects import MOUNT, PROJECTS_DIR
 from agent.core.projects.layout import Layout
 from agent.core.tools import build_tools
-from agent.core.tools.workspace import Workspace
+from agent.core.tools.workspace import PathError, Workspace
 from agent.sandbox import host_clone, ops
 from agent.sandbox.layout import HOMES
 from agent.sandbox.project_workers import Workers
@@ -95,8 +95,8 @@ def main(fd: int) -> None:
                 except RuntimeError:  # no thread to be had (the user's process bound)
                     for fd in fds:
                         os.close(fd)
-                    refused = {"id": header.get("id"), "ok": False, "error": "path",
-                               "message": "the file host could not start the clone"}  # fmt: skip
+                    cause = PathError("the file host could not start the clone")
+                    refused = {"id": header.get("id"), "ok": False, **ops.error_header(cause)}
                     with lock:
                         write_frame(sock, refused)
             else:
