@@ -22,7 +22,7 @@ def share_with(page, username: str, role: str) -> None:
     page.select_option("#share-role", role)
     page.focus("#share-username")
     # The answer redraws the panel: waited for, not only for a row that may show already
-    # (a role given again), or the next click races this request on the server.
+    # (a role given again), or the next click lands while the panel is swapped under it.
     panel = page.query_selector("#share-panel")
     page.keyboard.press("Enter")
     page.wait_for_function("panel => !panel.isConnected", arg=panel)
