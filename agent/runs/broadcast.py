@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import threading
 from typing import Any
@@ -62,7 +63,7 @@ class _Outbox:
             while self.pending:
                 await asyncio.sleep(0)  # the other runs' batches of this turn join in
                 taken, self.pending = self.pending, []
-                message = {"type": "live.batches", "batches": [batch for batch, _ in taken]}
+                message = {"type": "live.batches", "batches": encode([b for b, _ in taken])}
                 try:
                     await get_channel_layer().group_send(LIVE_GROUP, message)
                 except Exception:  # the pages see a gap and catch up from the event log
@@ -76,6 +77,18 @@ class _Outbox:
                         sent.set_result(None)
         finally:
             self.sending = None
+
+
+def encode(batches: list[dict[str, Any]]) -> str:
+    """A message's batches as one JSON string: Channels' in-memory layer deep-copies every
+    message it carries (at 25 streams, 8% of the event loop for the events' nested dicts)
+    and Redis's packs it; one string costs neither."""
+    return json.dumps(batches, separators=(",", ":"))
+
+
+def decode(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batches of a ``live.batches`` message."""
+    return json.loads(message["batches"])
 
 
 _outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from channels.layers import get_channel_layer
 
-from agent.runs.broadcast import LIVE_GROUP
+from agent.runs.broadcast import LIVE_GROUP, decode
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Dispatcher:
 
     async def _forward(self) -> None:
         async for message in received(self.layer, self.channel, "the live batches"):
-            for batch in message.get("batches", ()):
+            for batch in decode(message):
                 await self._hand_out(batch)
 
     async def _hand_out(self, batch: dict) -> None:

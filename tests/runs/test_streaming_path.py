@@ -16,6 +16,7 @@ import pytest
 import agent.runs.eventlog as eventlog
 from agent.core.events import from_dict
 from agent.models import Conversation, Event, UsageDay, User
+from agent.runs.broadcast import decode
 from tests.conftest import REPO
 
 
@@ -187,10 +188,10 @@ async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_message():
     await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
                            for n in (1, 2) for c in conversations))  # fmt: skip
     message = await layer.receive(channel)
-    got = [(b["conversation"], b["seq_from"]) for b in message["batches"]]
+    got = [(b["conversation"], b["seq_from"]) for b in decode(message)]
     assert got == [(str(c), n) for n in (1, 2) for c in conversations]
     await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
-    assert [b["seq_from"] for b in (await layer.receive(channel))["batches"]] == [3]
+    assert [b["seq_from"] for b in decode(await layer.receive(channel))] == [3]
     await layer.group_discard(LIVE_GROUP, channel)
 
 
