@@ -22,7 +22,8 @@ from agent.server import metrics
 
 MIN_INTERVAL = 0.015  # seconds: an idle process; under one delta's spacing at 50 deltas/s
 MAX_INTERVAL = 0.25  # a process far behind still shows text four times a second
-LAG_FACTOR = 3.0  # interval = MIN_INTERVAL + LAG_FACTOR × smoothed lag
+LAG_FACTOR = 3.0  # interval = MIN_INTERVAL + LAG_FACTOR × (smoothed lag - LAG_FLOOR)
+LAG_FLOOR = 0.005  # lag no frame waits for: a timer's slack, a short burst of work
 TICK = 0.02  # the sampler's sleep
 RISE, FALL = 0.5, 0.05  # smoothing weights of a sample above / below the current value
 
@@ -48,7 +49,7 @@ class LoopLag:
             self.gauge.set(lag)
 
     def interval(self) -> float:
-        return min(MAX_INTERVAL, MIN_INTERVAL + LAG_FACTOR * self.lag)
+        return min(MAX_INTERVAL, MIN_INTERVAL + LAG_FACTOR * max(0.0, self.lag - LAG_FLOOR))
 
     def acquire(self) -> None:
         """A run starts streaming: sample while at least one does (an idle process does

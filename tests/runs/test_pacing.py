@@ -5,13 +5,25 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.runs.pacing import MAX_INTERVAL, MIN_INTERVAL, TICK, LoopLag
+from agent.runs.pacing import LAG_FLOOR, MAX_INTERVAL, MIN_INTERVAL, TICK, LoopLag
 from agent.server.metrics import Gauge
 
 
 def test_an_unloaded_loop_paces_frames_at_the_shortest_interval():
     lag = LoopLag()
     assert lag.interval() == MIN_INTERVAL
+
+
+def test_lag_under_the_floor_does_not_hold_frames_back():
+    """A sleeping timer wakes a little late even on an idle loop (its slack, about a
+    millisecond): frames spaced by that would make every delta of a 50/s stream wait."""
+    lag = LoopLag()
+    for _ in range(50):
+        lag.observe(LAG_FLOOR * 0.9)
+    assert lag.interval() == MIN_INTERVAL
+    for _ in range(50):
+        lag.observe(LAG_FLOOR * 3)
+    assert lag.interval() > MIN_INTERVAL
 
 
 def test_lag_rises_quickly_and_falls_slowly():
