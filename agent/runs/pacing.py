@@ -10,7 +10,9 @@ delta, which is what brings the lag back down.
 
 The lag is sampled by one task per process sleeping a fixed tick and measuring how late it
 wakes; a smoothed value (quick to rise, slow to fall, so bursts are caught and frames do
-not flap) sets the interval.
+not flap) sets the interval. Lag under a floor counts for nothing: a timer wakes about a
+millisecond late on an idle loop, and at 50 deltas a second every millisecond added to
+the interval past their 20 ms spacing is one more that each delta waits.
 """
 
 from __future__ import annotations
