@@ -74,7 +74,12 @@ class Dispatcher:
 
     async def _forward(self) -> None:
         async for message in received(self.layer, self.channel, "the live batches"):
-            for batch in decode(message):
+            try:
+                batches = decode(message)
+            except (KeyError, TypeError, ValueError):  # (not ours; an older process's)
+                log.exception("a live message could not be read")
+                continue
+            for batch in batches:
                 await self._hand_out(batch)
 
     async def _hand_out(self, batch: dict) -> None:

@@ -195,6 +195,37 @@ async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_message():
     await layer.group_discard(LIVE_GROUP, channel)
 
 
+async def test_a_live_message_the_receiver_cannot_read_is_logged_and_the_next_handed_out(caplog):
+    """One malformed message on the live group (another version's, during a deploy) must not
+    end this process's receiver: every page here would stop getting frames."""
+    import uuid
+
+    from channels.layers import get_channel_layer
+
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import LIVE_GROUP, broadcast, flushed
+    from agent.web import dispatch
+
+    receiver = await dispatch.dispatcher()
+    conversation = str(uuid.uuid4())
+    got = asyncio.Queue()
+
+    async def listener(batch):
+        await got.put(batch["seq_from"])
+
+    receiver.listeners[conversation] = listener
+    try:
+        layer = get_channel_layer()
+        await layer.group_send(LIVE_GROUP, {"type": "live.batches", "batches": [{"x": 1}]})
+        await layer.group_send(LIVE_GROUP, {"type": "live.batches", "batches": "not json"})
+        await broadcast(conversation, [TextDeltaEvent(seq=7, content="x")], run=7)
+        await flushed()
+        assert await asyncio.wait_for(got.get(), 5) == 7
+    finally:
+        del receiver.listeners[conversation]
+    assert caplog.text.count("a live message could not be read") == 2
+
+
 def test_the_embedded_default_layer_is_channels_own_configured(settings):
     layer = settings.CHANNEL_LAYERS["default"]
     assert layer["BACKEND"] == "channels.layers.InMemoryChannelLayer"
