@@ -76,7 +76,7 @@ class Dispatcher:
         async for message in received(self.layer, self.channel, "the live batches"):
             try:
                 batches = decode(message)
-            except (KeyError, TypeError, ValueError):  # (not ours; an older process's)
+            except (KeyError, TypeError, ValueError):  # (another version's, in a deploy)
                 log.exception("a live message could not be read")
                 continue
             for batch in batches:
