@@ -227,11 +227,11 @@ def test_an_agents_bash_cannot_reach_a_running_clones_port(live, alice, remote, 
         made = alice.call("POST", "/api/projects",
                           {"name": "held", "git_url": remote.url("app.git")})[1]  # fmt: skip
         deadline = time.monotonic() + 30
-        while not (ports := set(_loopback_listeners(uid)) - set(before)):
+        while not (ports := set(listeners := _loopback_listeners(uid)) - set(before)):
             assert time.monotonic() < deadline, "the clone's forwarder never listened"
             time.sleep(0.05)
         (port,) = ports
-        host = _loopback_listeners(uid)[port]
+        host = listeners[port]  # (the scan that found it: a second one could miss it)
         # The control: from the host's own namespace the port answers.
         reach = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo OPEN || echo CLOSED"
         inside = subprocess.run(["nsenter", "-t", str(host), "-n", "bash", "-c", reach],
