@@ -1,14 +1,13 @@
-"""This process's receiver of the live batches: one channel in the group every process's
-receiver joins (``LIVE_GROUP``), one task that hands each batch to the conversation's
-listeners here: its sockets' subscription (agent/web/viewers.py) and its API event
-streams (agent/web/feed.py's ``ChannelInbox``, through their own channels).
+"""This process's receiver of the live batches: it puts each batch into the queues of the
+conversation's listeners here, its sockets' subscription (agent/web/viewers.py) and its API
+event streams (agent/web/feed.py's ``ChannelInbox``), each read by a task of its own, so no
+listener waits for another.
 
-Runs send their batches together (agent/runs/broadcast.py: the batches written in one turn
-of a process's event loop are one group message), so under load a frame costs a share of
-one channel-layer message, not one each: Channels' in-memory layer sweeps every channel
-and group membership on each group send and receive, a cost that grows with the open
-sockets. With ``REDIS_URL`` each process receives every process's batches and keeps those
-of the conversations watched here.
+This process's runs hand it their batches directly (agent/runs/broadcast.py's
+``receive_here``), the batches written in one turn of the event loop together. With
+``REDIS_URL`` it also reads, on one channel in the group every process's receiver joins
+(``LIVE_GROUP``), every other process's batches (skipping its own process's, had already)
+and keeps those of the conversations watched here.
 """
 
 from __future__ import annotations
@@ -18,15 +17,22 @@ import contextvars
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 from channels.layers import get_channel_layer
 
-from agent.runs.broadcast import LIVE_GROUP, decode
+from agent.runs.broadcast import (
+    LIVE_GROUP,
+    crosses_processes,
+    decode,
+    process_token,
+    receive_here,
+    stop_receiving,
+)
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[dict], Awaitable[None]]
+Listener = Callable[[dict], None]  # puts the batch into its queue; waits for nothing
 
 
 def key(conversation_id) -> str:
@@ -49,12 +55,12 @@ async def received(layer, channel: str, what: str) -> AsyncIterator[dict]:
 
 
 class Dispatcher:
-    def __init__(self) -> None:
-        self.layer = get_channel_layer()
+    def __init__(self, layer=None) -> None:
+        self.layer = layer or get_channel_layer()
         self.listeners: dict[str, Listener] = {}  # conversation -> its sockets' feed
-        self.streams: dict[str, set[str]] = {}  # conversation -> event streams' channels
+        self.streams: dict[str, set[Listener]] = {}  # conversation -> its event streams
         self.channel: str | None = None
-        self.task: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task] = []  # (held: the loop keeps only weak references)
         self.ready: asyncio.Event | None = None
 
     async def start(self) -> None:
@@ -63,44 +69,58 @@ class Dispatcher:
             return
         self.ready = asyncio.Event()
         try:
-            self.channel = await self.layer.new_channel()
-            await self.layer.group_add(LIVE_GROUP, self.channel)
-            # A context of its own: it serves every conversation of the process.
-            self.task = asyncio.get_running_loop().create_task(
-                self._forward(), context=contextvars.Context()
-            )
+            receive_here(self.hand_out)
+            if crosses_processes(self.layer):
+                self.channel = await self.layer.new_channel()
+                await self.layer.group_add(LIVE_GROUP, self.channel)
+                # A context of its own: it serves every conversation of the process.
+                loop = asyncio.get_running_loop()
+                self.tasks.append(loop.create_task(self._from_other_processes(),
+                                                   context=contextvars.Context()))  # fmt: skip
         finally:
             self.ready.set()
 
-    async def _forward(self) -> None:
+    async def leave(self) -> None:
+        """Its loop is closed (its tasks with it): nothing is handed to it any more."""
+        stop_receiving(self.hand_out)
+        if self.channel is not None:
+            await self.layer.group_discard(LIVE_GROUP, self.channel)
+
+    async def _from_other_processes(self) -> None:
+        here = process_token()
         async for message in received(self.layer, self.channel, "the live batches"):
+            if message.get("origin") == here:
+                continue  # handed to this receiver directly
             try:
                 batches = decode(message)
             except (KeyError, TypeError, ValueError):  # (another version's, in a deploy)
                 log.exception("a live message could not be read")
                 continue
-            for batch in batches:
-                await self._hand_out(batch)
+            self.hand_out(batches)
 
-    async def _hand_out(self, batch: dict) -> None:
-        conversation = key(batch["conversation"])
-        listener = self.listeners.get(conversation)
+    def hand_out(self, batches: list[dict]) -> None:
+        for batch in batches:
+            self._hand_out(batch)
+
+    def _hand_out(self, batch: dict) -> None:
         try:
+            conversation = key(batch["conversation"])
+            listener = self.listeners.get(conversation)
             if listener is not None:
-                await listener(batch)
-            for channel in list(self.streams.get(conversation, ())):
-                await self.layer.send(channel, batch)
+                listener(batch)
+            for stream in list(self.streams.get(conversation, ())):
+                stream(batch)
         except Exception:  # that conversation's pages catch up from the event log
-            log.exception("could not hand out a batch of %s", conversation)
+            log.exception("could not hand out a live batch")
 
-    def add_stream(self, conversation_id, channel: str) -> None:
-        self.streams.setdefault(key(conversation_id), set()).add(channel)
+    def add_stream(self, conversation_id, stream: Listener) -> None:
+        self.streams.setdefault(key(conversation_id), set()).add(stream)
 
-    def drop_stream(self, conversation_id, channel: str) -> None:
-        channels = self.streams.get(key(conversation_id))
-        if channels is not None:
-            channels.discard(channel)
-            if not channels:
+    def drop_stream(self, conversation_id, stream: Listener) -> None:
+        streams = self.streams.get(key(conversation_id))
+        if streams is not None:
+            streams.discard(stream)
+            if not streams:
                 del self.streams[key(conversation_id)]
 
 
@@ -119,7 +139,6 @@ async def dispatcher() -> Dispatcher:
         if found is None:
             found = _dispatchers[loop] = Dispatcher()
     for old in stale:  # a closed loop's receiver no longer reads: out of the group
-        if old.channel is not None:
-            await old.layer.group_discard(LIVE_GROUP, old.channel)
+        await old.leave()
     await found.start()
     return found

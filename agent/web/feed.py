@@ -129,41 +129,49 @@ class QueueInbox:
 
 class ChannelInbox:
     """A channel of its own in the conversation's group and ``groups``; the batches come
-    through this process's receiver of them (agent/web/dispatch.py)."""
+    through this process's receiver of them (agent/web/dispatch.py), into a queue."""
 
     def __init__(self, conversation_id, groups: list[str]) -> None:
         self.conversation_id = conversation_id
         self.groups = [group_name(conversation_id), *groups]
         self.layer = get_channel_layer()
         self.channel: str | None = None
-        self.batches: dispatch.Dispatcher | None = None
+        self.dispatcher: dispatch.Dispatcher | None = None
+        self.batches: asyncio.Queue[dict] = asyncio.Queue()
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
         # pub/sub layer drop the channel (what arrives meanwhile would be lost).
         self.receiving: asyncio.Future | None = None
+        self.taking: asyncio.Future | None = None
 
     async def open(self) -> None:
         self.channel = await self.layer.new_channel()
         for group in self.groups:
             await self.layer.group_add(group, self.channel)
-        self.batches = await dispatch.dispatcher()
-        self.batches.add_stream(self.conversation_id, self.channel)
+        self.dispatcher = await dispatch.dispatcher()
+        self.dispatcher.add_stream(self.conversation_id, self.batches.put_nowait)
 
     async def get(self, timeout: float | None) -> dict | None:
         self.receiving = self.receiving or asyncio.ensure_future(self.layer.receive(self.channel))
-        done, _ = await asyncio.wait({self.receiving}, timeout=timeout)
-        if not done:
+        self.taking = self.taking or asyncio.ensure_future(self.batches.get())
+        done, _ = await asyncio.wait({self.receiving, self.taking}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if self.taking in done:  # (the other, if done too, is taken next time)
+            message, self.taking = self.taking.result(), None
+        elif self.receiving in done:
+            message, self.receiving = self.receiving.result(), None
+        else:
             return None
-        message, self.receiving = self.receiving.result(), None
         return message
 
     def wake(self) -> None:
         pass  # the answer is read at the next message or heartbeat
 
     async def close(self) -> None:
-        if self.batches is not None:
-            self.batches.drop_stream(self.conversation_id, self.channel)
-        if self.receiving is not None:
-            self.receiving.cancel()
+        if self.dispatcher is not None:
+            self.dispatcher.drop_stream(self.conversation_id, self.batches.put_nowait)
+        for waiting in (self.receiving, self.taking):
+            if waiting is not None:
+                waiting.cancel()
         if self.channel is not None:
             for group in self.groups:
                 await self.layer.group_discard(group, self.channel)

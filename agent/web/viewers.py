@@ -38,53 +38,55 @@ class Viewer(Protocol):
 
 
 class Viewers:
-    """The sockets of this process on one conversation, and the task that feeds them."""
+    """The sockets of this process on one conversation, and the task that feeds them: its
+    own, so a conversation whose frame waits (a rebuild from the log, a long answer
+    rendered in the worker) holds up no other conversation's."""
 
     def __init__(self, conversation_id) -> None:
         self.conversation_id = conversation_id
         self.sockets: dict[str, Viewer] = {}
         self.layer = get_channel_layer()
         self.channel: str | None = None
-        self.task: asyncio.Task | None = None
+        self.messages: asyncio.Queue[dict] = asyncio.Queue()  # from either source, in order
+        self.tasks: list[asyncio.Task] = []
         self.ready = asyncio.Event()
         self.frames = LiveFrames(conversation_id)
-        self.handing = asyncio.Lock()  # one message at a time, from either source
         self.dispatcher: dispatch.Dispatcher | None = None
 
     async def start(self) -> None:
         # The batches come through this process's receiver (agent/web/dispatch.py); the
-        # conversation's other messages through its group.
+        # conversation's other messages through its group; both into one queue.
         self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self._hand_out
+        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self.messages.put_nowait
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(group_name(self.conversation_id), self.channel)
-        self.task = asyncio.create_task(self._forward())
+        self.tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._hand_out())]
         self.ready.set()
 
     async def stop(self) -> None:
         await self.ready.wait()
         if self.dispatcher is not None:
             listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
-            if listeners.get(key) == self._hand_out:  # (not a newer feed's)
+            if listeners.get(key) == self.messages.put_nowait:  # (not a newer feed's)
                 del listeners[key]
-        if self.task is not None:
-            self.task.cancel()
+        for task in self.tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+                await task
         await self._leave_group()
 
     async def _leave_group(self) -> None:
         if self.channel is not None:
             await self.layer.group_discard(group_name(self.conversation_id), self.channel)
 
-    async def _forward(self) -> None:
+    async def _receive(self) -> None:
         what = f"the live feed of {self.conversation_id}"
         async for message in dispatch.received(self.layer, self.channel, what):
-            await self._hand_out(message)
+            self.messages.put_nowait(message)
 
-    async def _hand_out(self, message: dict) -> None:
-        async with self.handing:
-            await self._hand_out_now(message)
+    async def _hand_out(self) -> None:
+        while True:
+            await self._hand_out_now(await self.messages.get())
 
     async def _hand_out_now(self, message: dict) -> None:
         kind = message.get("type")

@@ -171,58 +171,157 @@ async def test_group_send_reaches_every_member_in_order():
     await layer.flush()
 
 
-async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_message():
-    """Runs' batches share a channel-layer message (agent/runs/broadcast.py), each
-    conversation's in the order written; a batch written later goes in the next."""
+async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_hand_off():
+    """Runs' batches are handed to this process's receiver together (agent/runs/
+    broadcast.py), each conversation's in the order written; a batch written later goes in
+    the next hand-off."""
     import uuid
 
-    from channels.layers import get_channel_layer
-
     from agent.core.events import TextDeltaEvent
-    from agent.runs.broadcast import LIVE_GROUP, broadcast
+    from agent.runs.broadcast import broadcast, flushed, receive_here, stop_receiving
 
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    await layer.group_add(LIVE_GROUP, channel)
-    conversations = [uuid.uuid4() for _ in range(5)]
-    await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
-                           for n in (1, 2) for c in conversations))  # fmt: skip
-    message = await layer.receive(channel)
-    got = [(b["conversation"], b["seq_from"]) for b in decode(message)]
-    assert got == [(str(c), n) for n in (1, 2) for c in conversations]
-    await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
-    assert [b["seq_from"] for b in decode(await layer.receive(channel))] == [3]
-    await layer.group_discard(LIVE_GROUP, channel)
+    handed: list[list[dict]] = []
+    receive_here(handed.append)
+    try:
+        conversations = [uuid.uuid4() for _ in range(5)]
+        await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
+                               for n in (1, 2) for c in conversations))  # fmt: skip
+        await flushed()
+        assert len(handed) == 1
+        got = [(b["conversation"], b["seq_from"]) for b in handed[0]]
+        assert got == [(str(c), n) for n in (1, 2) for c in conversations]
+        await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
+        await flushed()
+        assert [[b["seq_from"] for b in batches] for batches in handed[1:]] == [[3]]
+    finally:
+        stop_receiving(handed.append)
 
 
-async def test_a_live_message_the_receiver_cannot_read_is_logged_and_the_next_handed_out(caplog):
-    """One malformed message on the live group (another version's, during a deploy) must not
-    end this process's receiver: every page here would stop getting frames."""
+async def test_a_receiver_on_another_event_loop_gets_its_own_copy_through_that_loop():
+    """Tests and ``async_to_sync`` run loops of their own in one process: a batch sent on
+    one reaches the others' receivers, called on their own loop, as dicts of their own."""
+    import threading
     import uuid
 
-    from channels.layers import get_channel_layer
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import broadcast, flushed, receive_here, stop_receiving
+
+    other = asyncio.new_event_loop()
+    got = []
+    done = asyncio.get_running_loop().create_future()
+    here = asyncio.get_running_loop()
+
+    def take(batches):
+        got.append((threading.current_thread(), batches))
+        here.call_soon_threadsafe(done.set_result, None)
+
+    async def register():
+        receive_here(take)
+
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(register(), other).result(5)
+        mine: list[list[dict]] = []
+        receive_here(mine.append)
+        conversation = uuid.uuid4()
+        await broadcast(conversation, [TextDeltaEvent(seq=9, content="x")], run=9)
+        await flushed()
+        await asyncio.wait_for(done, 5)
+        [(on, theirs)] = got
+        assert on is thread
+        assert theirs == mine[0] and theirs[0] is not mine[0][0]
+    finally:
+        stop_receiving(mine.append)
+        stop_receiving(take)
+        other.call_soon_threadsafe(other.stop)
+        thread.join(5)
+        other.close()
+
+
+def _redis_layer():
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from tests.services import REDIS_URL
+
+    return RedisPubSubChannelLayer(hosts=[{"address": REDIS_URL, "socket_timeout": 30}])
+
+
+async def test_with_redis_the_batches_reach_other_processes_through_the_layer_once(settings):
+    """Each batch is one group message, named by its process: the other processes' receivers
+    take it; this process's receiver, handed it directly, skips it on the layer."""
+    import uuid
 
     from agent.core.events import TextDeltaEvent
-    from agent.runs.broadcast import LIVE_GROUP, broadcast, flushed
+    from agent.runs.broadcast import (
+        LIVE_GROUP,
+        broadcast,
+        flushed,
+        process_token,
+        receive_here,
+        stop_receiving,
+    )
+    from tests.services import REDIS_URL, require_redis
+
+    require_redis()
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+    }}  # fmt: skip
+    other = _redis_layer()  # another process's connection
+    handed: list[list[dict]] = []
+    receive_here(handed.append)
+    try:
+        channel = await other.new_channel()
+        await other.group_add(LIVE_GROUP, channel)
+        conversation = uuid.uuid4()
+        await broadcast(conversation, [TextDeltaEvent(seq=4, content="x")], run=4)
+        await flushed()
+        message = await asyncio.wait_for(other.receive(channel), 5)
+        assert message["origin"] == process_token()
+        assert [b["seq_from"] for b in decode(message)] == [4]
+        assert [[b["seq_from"] for b in batches] for batches in handed] == [[4]]
+    finally:
+        stop_receiving(handed.append)
+        await other.flush()
+
+
+async def test_a_receiver_takes_other_processes_batches_skips_its_own_and_survives_bad_ones(caplog):
+    """On the layer, a receiver takes what other processes send and skips its own process's
+    (handed to it directly). One malformed message on the live group (another version's,
+    during a deploy) must not end it: every page here would stop getting frames."""
+    import json
+    import uuid
+
+    from agent.runs.broadcast import LIVE_GROUP, process_token
     from agent.web import dispatch
+    from tests.services import require_redis
 
-    receiver = await dispatch.dispatcher()
+    require_redis()
+    layer = _redis_layer()
+    receiver = dispatch.Dispatcher(layer)
+    await receiver.start()
     conversation = str(uuid.uuid4())
     got = asyncio.Queue()
 
-    async def listener(batch):
-        await got.put(batch["seq_from"])
+    receiver.listeners[conversation] = lambda batch: got.put_nowait(batch["seq_from"])
 
-    receiver.listeners[conversation] = listener
+    def message(seq: int, origin: str) -> dict:
+        batch = {"conversation": conversation, "seq_from": seq}
+        return {"type": "live.batches", "origin": origin, "batches": json.dumps([batch])}
+
     try:
-        layer = get_channel_layer()
         await layer.group_send(LIVE_GROUP, {"type": "live.batches", "batches": [{"x": 1}]})
         await layer.group_send(LIVE_GROUP, {"type": "live.batches", "batches": "not json"})
-        await broadcast(conversation, [TextDeltaEvent(seq=7, content="x")], run=7)
-        await flushed()
+        await layer.group_send(LIVE_GROUP, message(6, process_token()))  # its own: skipped
+        await layer.group_send(LIVE_GROUP, message(7, "another process"))
         assert await asyncio.wait_for(got.get(), 5) == 7
+        assert got.empty()
     finally:
-        del receiver.listeners[conversation]
+        await receiver.leave()
+        for task in receiver.tasks:
+            task.cancel()
+        await layer.flush()
     assert caplog.text.count("a live message could not be read") == 2
 
 

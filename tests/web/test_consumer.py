@@ -608,6 +608,39 @@ async def test_sockets_of_one_process_share_one_subscription_and_see_every_frame
     assert group not in layer.groups  # the last socket ended the subscription
 
 
+async def test_a_conversation_whose_frame_waits_holds_up_no_other_conversations_frames(
+    alice, monkeypatch
+):
+    """Every batch of the process comes through one receiver (agent/web/dispatch.py): a
+    frame that waits (a rebuild from the log, a long answer rendered in the worker) must
+    wait alone, not in front of every other conversation's."""
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import broadcast, flushed
+    from agent.web.live_frames import LiveFrames
+
+    user, slow = alice
+    fast = await Conversation.objects.acreate(owner=user, model="claude-haiku-4-5")
+    released = asyncio.Event()
+    real_render = LiveFrames.render
+
+    async def render(self, message):
+        if str(self.conversation_id) == str(slow.id):
+            await released.wait()
+        return await real_render(self, message)
+
+    monkeypatch.setattr(LiveFrames, "render", render)
+    slow_ws, fast_ws = await connected(slow, user), await connected(fast, user)
+    await broadcast(slow.id, [TextDeltaEvent(seq=1, content="held")], run=1)
+    await broadcast(fast.id, [TextDeltaEvent(seq=1, content="on time")], run=1)
+    await flushed()
+    assert (await fast_ws.receive_from(timeout=5)).startswith(str(sync_marker(1, 1)))
+    assert await slow_ws.receive_nothing(timeout=0.05)
+    released.set()
+    assert (await slow_ws.receive_from(timeout=5)).startswith(str(sync_marker(1, 1)))
+    await slow_ws.disconnect()
+    await fast_ws.disconnect()
+
+
 async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alice, monkeypatch):
     """A race: frames sent while the socket redraws (a slow handler) or has just taken a
     message off its queue must queue behind it. The redraws take random time; the sender
