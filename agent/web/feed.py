@@ -25,6 +25,7 @@ renders each batch once for all the process's sockets) and by the socket's own c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +33,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from agent.core.events import BranchEvent, Event
 from agent.runs.branches import resume_point
@@ -137,7 +139,9 @@ class ChannelInbox:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.dispatcher: dispatch.Dispatcher | None = None
-        self.batches: asyncio.Queue[dict] = asyncio.Queue()
+        # As the layer's channels: a full queue drops what comes (the feed fills the gap
+        # from the log at the next batch).
+        self.batches: asyncio.Queue[dict] = asyncio.Queue(maxsize=settings.LAYER_CAPACITY)
         # One receive outlives heartbeats: cancelling a receive makes channels-redis's
         # pub/sub layer drop the channel (what arrives meanwhile would be lost).
         self.receiving: asyncio.Future | None = None
@@ -148,7 +152,11 @@ class ChannelInbox:
         for group in self.groups:
             await self.layer.group_add(group, self.channel)
         self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.add_stream(self.conversation_id, self.batches.put_nowait)
+        self.dispatcher.add_stream(self.conversation_id, self.take)
+
+    def take(self, batch: dict) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self.batches.put_nowait(batch)
 
     async def get(self, timeout: float | None) -> dict | None:
         self.receiving = self.receiving or asyncio.ensure_future(self.layer.receive(self.channel))
@@ -168,7 +176,7 @@ class ChannelInbox:
 
     async def close(self) -> None:
         if self.dispatcher is not None:
-            self.dispatcher.drop_stream(self.conversation_id, self.batches.put_nowait)
+            self.dispatcher.drop_stream(self.conversation_id, self.take)
         for waiting in (self.receiving, self.taking):
             if waiting is not None:
                 waiting.cancel()

@@ -406,3 +406,25 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def test_an_event_streams_full_queue_drops_what_comes_as_its_channel_did(
+    settings, conversations
+):
+    """An event stream that reads slower than batches come holds at most the layer's
+    capacity of them, as its channel did (its feed then fills the gap from the log)."""
+    from agent.web import dispatch
+    from agent.web.feed import ChannelInbox
+
+    settings.LAYER_CAPACITY = 2
+    conversation = conversations[0]
+    inbox = ChannelInbox(conversation.id, [])
+    await inbox.open()
+    try:
+        receiver = await dispatch.dispatcher()
+        for seq in range(1, 6):
+            receiver.hand_out([{"conversation": str(conversation.id), "seq_from": seq}])
+        assert [(await inbox.get(1))["seq_from"] for _ in range(2)] == [1, 2]
+        assert await inbox.get(0.01) is None  # 3 to 5 were dropped, not queued
+    finally:
+        await inbox.close()
