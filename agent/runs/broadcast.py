@@ -45,9 +45,9 @@ LIVE_GROUP = "live.batches"  # every process's receiver of the live batches
 _lock = threading.Lock()
 
 Receiver = Callable[[list[dict[str, Any]]], None]
-# This process's receivers, one per event loop (a server has one; tests and
+# This process's receivers, by their event loop (a server has one; tests and
 # ``async_to_sync`` make more): each is called on its own loop.
-_receivers: dict[asyncio.AbstractEventLoop, Receiver] = {}
+_receivers: dict[asyncio.AbstractEventLoop, list[Receiver]] = {}
 _process: tuple[int, str] = (0, "")
 
 
@@ -68,13 +68,16 @@ def crosses_processes(layer) -> bool:
 def receive_here(receiver: Receiver) -> None:
     """``receiver`` gets, on the running loop, every list of batches this process sends."""
     with _lock:
-        _receivers[asyncio.get_running_loop()] = receiver
+        _receivers.setdefault(asyncio.get_running_loop(), []).append(receiver)
 
 
 def stop_receiving(receiver: Receiver) -> None:
     with _lock:
-        for loop in [loop for loop, found in _receivers.items() if found == receiver]:
-            del _receivers[loop]
+        for loop, found in list(_receivers.items()):
+            if receiver in found:
+                found.remove(receiver)
+            if not found:
+                del _receivers[loop]
 
 
 def _hand_here(batches: list[dict[str, Any]]) -> None:
@@ -84,7 +87,7 @@ def _hand_here(batches: list[dict[str, Any]]) -> None:
     with _lock:
         for closed in [loop for loop in _receivers if loop.is_closed()]:
             del _receivers[closed]
-        receivers = list(_receivers.items())
+        receivers = [(loop, receiver) for loop, found in _receivers.items() for receiver in found]
     for loop, receiver in receivers:
         if loop is here:
             receiver(batches)
