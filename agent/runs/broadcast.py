@@ -36,7 +36,6 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from agent.core.events import Event
 from agent.models import Conversation
 from agent.runs.eventlog import SHOWN, wire
-from agent.runs.groups import group_name
 from agent.runs.recovery import interrupt
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,10 @@ def _hand_here(batches: list[dict[str, Any]]) -> None:
         receivers = [(loop, receiver) for loop, found in _receivers.items() for receiver in found]
     for loop, receiver in receivers:
         if loop is here:
-            receiver(batches)
+            try:
+                receiver(batches)
+            except Exception:  # that receiver's pages catch up from the event log
+                log.exception("a receiver could not take %d live batches", len(batches))
             continue
         with contextlib.suppress(RuntimeError):  # (closed meanwhile)
             loop.call_soon_threadsafe(receiver, json.loads(encode(batches)))
@@ -208,9 +210,11 @@ async def announce_branch(conversation_id, active: int, fork_seq: int,
                           events: list[dict] | None = None) -> None:  # fmt: skip
     """The conversation now shows another branch (docs/API.md, branches): pages re-draw their
     transcript; streams get ``branch {active, fork_seq}`` and the new path's events after
-    ``fork_seq`` (``events``: their JSON; none yet for a branch just started)."""
-    await get_channel_layer().group_send(group_name(conversation_id), {
+    ``fork_seq`` (``events``: their JSON; none yet for a branch just started). It goes the
+    batches' way, in line with them: the new branch's first frames never overtake it."""
+    _outbox().add({
         "type": "conversation.branch",
+        "conversation": str(conversation_id),
         "active": active,
         "fork_seq": fork_seq,
         "events": events or [],

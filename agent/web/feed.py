@@ -25,7 +25,6 @@ renders each batch once for all the process's sockets) and by the socket's own c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -129,9 +128,34 @@ class QueueInbox:
         pass
 
 
+class Arrivals:
+    """Messages in the order they came, from this process's receiver of the live batches
+    and from a channel. At most ``LAYER_CAPACITY`` batches wait, as on a channel of the
+    layer: more are dropped (the reader fills the gap from the event log by seq). Other
+    messages (a branch switch, a revocation) are never dropped."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict] = asyncio.Queue()
+        self.batches = 0
+
+    def put(self, message: dict) -> None:
+        if message.get("type") == "conversation.batch":
+            if self.batches >= settings.LAYER_CAPACITY:
+                return
+            self.batches += 1
+        self.queue.put_nowait(message)
+
+    async def get(self) -> dict:
+        message = await self.queue.get()
+        if message.get("type") == "conversation.batch":
+            self.batches -= 1
+        return message
+
+
 class ChannelInbox:
-    """A channel of its own in the conversation's group and ``groups``; the batches come
-    through this process's receiver of them (agent/web/dispatch.py), into a queue."""
+    """A channel of its own in the conversation's group and ``groups``, read by a task of
+    its own, and the batches of this process's receiver of them (agent/web/dispatch.py):
+    both into one queue, in the order they came."""
 
     def __init__(self, conversation_id, groups: list[str]) -> None:
         self.conversation_id = conversation_id
@@ -139,47 +163,40 @@ class ChannelInbox:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.dispatcher: dispatch.Dispatcher | None = None
-        # As the layer's channels: a full queue drops what comes (the feed fills the gap
-        # from the log at the next batch).
-        self.batches: asyncio.Queue[dict] = asyncio.Queue(maxsize=settings.LAYER_CAPACITY)
-        # One receive outlives heartbeats: cancelling a receive makes channels-redis's
+        self.arrivals = Arrivals()
+        # One receive, for the stream's life: cancelling a receive makes channels-redis's
         # pub/sub layer drop the channel (what arrives meanwhile would be lost).
-        self.receiving: asyncio.Future | None = None
-        self.taking: asyncio.Future | None = None
+        self.reading: asyncio.Task | None = None
 
     async def open(self) -> None:
         self.channel = await self.layer.new_channel()
         for group in self.groups:
             await self.layer.group_add(group, self.channel)
+        self.reading = asyncio.create_task(self._read())
         self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.add_stream(self.conversation_id, self.take)
+        self.dispatcher.add_stream(self.conversation_id, self.arrivals.put)
 
-    def take(self, batch: dict) -> None:
-        with contextlib.suppress(asyncio.QueueFull):
-            self.batches.put_nowait(batch)
+    async def _read(self) -> None:
+        what = f"an event stream of {self.conversation_id}"
+        async for message in dispatch.received(self.layer, self.channel, what):
+            self.arrivals.put(message)
 
     async def get(self, timeout: float | None) -> dict | None:
-        self.receiving = self.receiving or asyncio.ensure_future(self.layer.receive(self.channel))
-        self.taking = self.taking or asyncio.ensure_future(self.batches.get())
-        done, _ = await asyncio.wait({self.receiving, self.taking}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        if self.taking in done:  # (the other, if done too, is taken next time)
-            message, self.taking = self.taking.result(), None
-        elif self.receiving in done:
-            message, self.receiving = self.receiving.result(), None
-        else:
+        if timeout is None:
+            return await self.arrivals.get()
+        try:
+            return await asyncio.wait_for(self.arrivals.get(), timeout)
+        except TimeoutError:
             return None
-        return message
 
     def wake(self) -> None:
         pass  # the answer is read at the next message or heartbeat
 
     async def close(self) -> None:
         if self.dispatcher is not None:
-            self.dispatcher.drop_stream(self.conversation_id, self.take)
-        for waiting in (self.receiving, self.taking):
-            if waiting is not None:
-                waiting.cancel()
+            self.dispatcher.drop_stream(self.conversation_id, self.arrivals.put)
+        if self.reading is not None:
+            self.reading.cancel()
         if self.channel is not None:
             for group in self.groups:
                 await self.layer.group_discard(group, self.channel)

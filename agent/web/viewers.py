@@ -26,7 +26,7 @@ from channels.layers import get_channel_layer
 
 from agent.runs.groups import group_name
 from agent.web import dispatch
-from agent.web.feed import KINDS, QueueInbox
+from agent.web.feed import KINDS, Arrivals, QueueInbox
 from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Viewers:
         self.sockets: dict[str, Viewer] = {}
         self.layer = get_channel_layer()
         self.channel: str | None = None
-        self.messages: asyncio.Queue[dict] = asyncio.Queue()  # from either source, in order
+        self.messages = Arrivals()  # from either source, in order
         self.tasks: list[asyncio.Task] = []
         self.ready = asyncio.Event()
         self.frames = LiveFrames(conversation_id)
@@ -57,9 +57,10 @@ class Viewers:
         # The batches come through this process's receiver (agent/web/dispatch.py); the
         # conversation's other messages through its group; both into one queue.
         self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self.messages.put_nowait
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(group_name(self.conversation_id), self.channel)
+        # Last: a start that failed above leaves no listener behind, feeding no one.
+        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self.messages.put
         self.tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._hand_out())]
         self.ready.set()
 
@@ -67,7 +68,7 @@ class Viewers:
         await self.ready.wait()
         if self.dispatcher is not None:
             listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
-            if listeners.get(key) == self.messages.put_nowait:  # (not a newer feed's)
+            if listeners.get(key) == self.messages.put:  # (not a newer feed's)
                 del listeners[key]
         for task in self.tasks:
             task.cancel()
@@ -82,7 +83,7 @@ class Viewers:
     async def _receive(self) -> None:
         what = f"the live feed of {self.conversation_id}"
         async for message in dispatch.received(self.layer, self.channel, what):
-            self.messages.put_nowait(message)
+            self.messages.put(message)
 
     async def _hand_out(self) -> None:
         while True:

@@ -423,8 +423,12 @@ async def test_an_event_streams_full_queue_drops_what_comes_as_its_channel_did(
     try:
         receiver = await dispatch.dispatcher()
         for seq in range(1, 6):
-            receiver.hand_out([{"conversation": str(conversation.id), "seq_from": seq}])
-        assert [(await inbox.get(1))["seq_from"] for _ in range(2)] == [1, 2]
+            receiver.hand_out([{"type": "conversation.batch", "conversation": str(conversation.id),
+                                "seq_from": seq}])  # fmt: skip
+        switch = {"type": "conversation.branch", "conversation": str(conversation.id)}
+        receiver.hand_out([switch])  # never dropped
+        got = [await inbox.get(1) for _ in range(3)]
+        assert [m.get("seq_from") for m in got] == [1, 2, None] and got[2] == switch
         assert await inbox.get(0.01) is None  # 3 to 5 were dropped, not queued
     finally:
         await inbox.close()
