@@ -1,17 +1,18 @@
 """This process's sockets on a conversation, fed by one subscription: the conversation's
 group is joined once per process, not once per socket.
 
-A streamed batch is one group message, whoever watches: each process that has a socket on
-the conversation takes it off its one channel (``Viewers``, through the channel layer's
-public ``new_channel``/``group_add``/``receive``), renders it once
-(agent/web/live_frames.py) and puts it, with its fragments, into each socket's feed
-(agent/web/feed.py's ``QueueInbox``), which the socket reads in order. A batch therefore
-costs one layer message per process (one Redis PUBLISH with ``REDIS_URL``) and one
-render, not one per socket. The conversation's other messages the feed takes (a branch
-switch, in line with the frames; a re-check; a deletion) go the same way; any other is
-sent to the socket's own channel, where Channels hands it to its consumer. The sockets
-join their user's and session's groups themselves: those messages reach each socket
-through its own channel, and its consumer puts them into its feed.
+A streamed batch reaches each process that has a socket on the conversation once (through
+this process's receiver, agent/web/dispatch.py; from another process, one Redis PUBLISH
+with ``REDIS_URL``), and so does a branch switch, in line with the batches. ``Viewers``
+renders the batch once (agent/web/live_frames.py) and puts it, with its fragments, into
+each socket's feed (agent/web/feed.py's ``QueueInbox``), which the socket reads in order:
+one render per process, not one per socket. The conversation's group (joined through the
+channel layer's public ``new_channel``/``group_add``/``receive``) brings its other
+messages: those the feed takes (a re-check, a deletion) go into the feeds the same way,
+in the order they came; any other is sent to the socket's own channel, where Channels
+hands it to its consumer. The sockets join their user's and session's groups themselves:
+those messages reach each socket through its own channel, and its consumer puts them into
+its feed.
 """
 
 from __future__ import annotations
