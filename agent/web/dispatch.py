@@ -57,8 +57,8 @@ async def received(layer, channel: str, what: str) -> AsyncIterator[dict]:
 class Dispatcher:
     def __init__(self, layer=None) -> None:
         self.layer = layer or get_channel_layer()
-        self.listeners: dict[str, Listener] = {}  # conversation -> its sockets' feed
-        self.streams: dict[str, set[Listener]] = {}  # conversation -> its event streams
+        # conversation -> its listeners here: its sockets' subscription, its event streams
+        self.listeners: dict[str, set[Listener]] = {}
         self.channel: str | None = None
         self.tasks: list[asyncio.Task] = []  # (held: the loop keeps only weak references)
         self.ready: asyncio.Event | None = None
@@ -104,24 +104,20 @@ class Dispatcher:
 
     def _hand_out(self, batch: dict) -> None:
         try:
-            conversation = key(batch["conversation"])
-            listener = self.listeners.get(conversation)
-            if listener is not None:
+            for listener in list(self.listeners.get(key(batch["conversation"]), ())):
                 listener(batch)
-            for stream in list(self.streams.get(conversation, ())):
-                stream(batch)
         except Exception:  # that conversation's pages catch up from the event log
             log.exception("could not hand out a live batch")
 
-    def add_stream(self, conversation_id, stream: Listener) -> None:
-        self.streams.setdefault(key(conversation_id), set()).add(stream)
+    def add(self, conversation_id, listener: Listener) -> None:
+        self.listeners.setdefault(key(conversation_id), set()).add(listener)
 
-    def drop_stream(self, conversation_id, stream: Listener) -> None:
-        streams = self.streams.get(key(conversation_id))
-        if streams is not None:
-            streams.discard(stream)
-            if not streams:
-                del self.streams[key(conversation_id)]
+    def drop(self, conversation_id, listener: Listener) -> None:
+        listeners = self.listeners.get(key(conversation_id))
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self.listeners[key(conversation_id)]
 
 
 # One per event loop: a server has one; tests and ``async_to_sync`` make many.

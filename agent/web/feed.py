@@ -145,6 +145,12 @@ class Arrivals:
             self.batches += 1
         self.queue.put_nowait(message)
 
+    async def read(self, layer, channel: str, what: str) -> None:
+        """Every message of ``channel`` into the queue, for as long as the caller's task
+        runs."""
+        async for message in dispatch.received(layer, channel, what):
+            self.put(message)
+
     async def get(self) -> dict:
         message = await self.queue.get()
         if message.get("type") == "conversation.batch":
@@ -172,14 +178,10 @@ class ChannelInbox:
         self.channel = await self.layer.new_channel()
         for group in self.groups:
             await self.layer.group_add(group, self.channel)
-        self.reading = asyncio.create_task(self._read())
-        self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.add_stream(self.conversation_id, self.arrivals.put)
-
-    async def _read(self) -> None:
         what = f"an event stream of {self.conversation_id}"
-        async for message in dispatch.received(self.layer, self.channel, what):
-            self.arrivals.put(message)
+        self.reading = asyncio.create_task(self.arrivals.read(self.layer, self.channel, what))
+        self.dispatcher = await dispatch.dispatcher()
+        self.dispatcher.add(self.conversation_id, self.arrivals.put)
 
     async def get(self, timeout: float | None) -> dict | None:
         if timeout is None:
@@ -194,7 +196,7 @@ class ChannelInbox:
 
     async def close(self) -> None:
         if self.dispatcher is not None:
-            self.dispatcher.drop_stream(self.conversation_id, self.arrivals.put)
+            self.dispatcher.drop(self.conversation_id, self.arrivals.put)
         if self.reading is not None:
             self.reading.cancel()
         if self.channel is not None:

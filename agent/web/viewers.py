@@ -61,16 +61,16 @@ class Viewers:
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(group_name(self.conversation_id), self.channel)
         # Last: a start that failed above leaves no listener behind, feeding no one.
-        self.dispatcher.listeners[dispatch.key(self.conversation_id)] = self.messages.put
-        self.tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._hand_out())]
+        self.dispatcher.add(self.conversation_id, self.messages.put)
+        what = f"the live feed of {self.conversation_id}"
+        self.tasks = [asyncio.create_task(self.messages.read(self.layer, self.channel, what)),
+                      asyncio.create_task(self._hand_out())]  # fmt: skip
         self.ready.set()
 
     async def stop(self) -> None:
         await self.ready.wait()
         if self.dispatcher is not None:
-            listeners, key = self.dispatcher.listeners, dispatch.key(self.conversation_id)
-            if listeners.get(key) == self.messages.put:  # (not a newer feed's)
-                del listeners[key]
+            self.dispatcher.drop(self.conversation_id, self.messages.put)
         for task in self.tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -80,11 +80,6 @@ class Viewers:
     async def _leave_group(self) -> None:
         if self.channel is not None:
             await self.layer.group_discard(group_name(self.conversation_id), self.channel)
-
-    async def _receive(self) -> None:
-        what = f"the live feed of {self.conversation_id}"
-        async for message in dispatch.received(self.layer, self.channel, what):
-            self.messages.put(message)
 
     async def _hand_out(self) -> None:
         while True:

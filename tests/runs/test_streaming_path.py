@@ -304,7 +304,7 @@ async def test_a_receiver_takes_other_processes_batches_skips_its_own_and_surviv
     conversation = str(uuid.uuid4())
     got = asyncio.Queue()
 
-    receiver.listeners[conversation] = lambda batch: got.put_nowait(batch["seq_from"])
+    receiver.add(conversation, lambda batch: got.put_nowait(batch["seq_from"]))
 
     def message(seq: int, origin: str) -> dict:
         batch = {"conversation": conversation, "seq_from": seq}
