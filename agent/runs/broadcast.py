@@ -4,17 +4,17 @@ The edge of the run layer towards the channel layer: typed events become their w
 here. Each listening process renders them for its pages (agent/web/live_frames.py), and the
 API's event streams send them as they are.
 
-The batches of every run of this process written in one turn of its event loop go out
-together: handed straight to this process's receivers (``receive_here``: agent/web/
-dispatch.py, which hands them to that conversation's listeners), and, when the channel
-layer reaches other processes (Redis), as one message to ``LIVE_GROUP``, which every other
-process's receiver reads; a receiver skips its own process's message, which it has had
-already. A channel-layer message costs the same with one batch or fifty, so under load the
-frames share it; and a process's own pages never wait on the layer (Channels' in-memory
-layer sweeps every channel and group on each send and receive: 9% of the event loop at
-100 streams, profiled). An idle process sends each batch as soon as its turn ends. A
-conversation's batches keep their order: one sender per process, one hand-off after the
-other.
+Each batch is handed to this process's receivers (``receive_here``: agent/web/dispatch.py,
+which hands it to that conversation's listeners) as it is written, before ``broadcast``
+returns: under load every trip through the event loop's queue costs a full turn of the
+loop, so the path from a run to its pages takes as few as it can. When the channel layer
+reaches other processes (Redis), the batches of every run of this process written in one
+turn of its event loop also go out as one message to ``LIVE_GROUP``, which every other
+process's receiver reads (a message costs the same with one batch or fifty); a receiver
+skips its own process's message, which it has had already. A process's own pages never
+wait on the layer (Channels' in-memory layer sweeps every channel and group on each send
+and receive: 9% of the event loop at 100 streams, profiled). A conversation's batches keep
+their order: handed here in the order written, and one sender per process to the layer.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def shown(conversation: Conversation) -> dict[str, Any]:
 
 
 class _Outbox:
-    """The batches this event loop's runs wrote and not yet sent; one sender at a time."""
+    """The batches this event loop's runs wrote and not yet sent to the other processes;
+    one sender at a time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -128,12 +129,9 @@ class _Outbox:
                 taken, self.pending = self.pending, []
                 batches = [b for b, _ in taken]
                 try:
-                    _hand_here(batches)
-                    layer = get_channel_layer()
-                    if crosses_processes(layer):
-                        message = {"type": "live.batches", "origin": process_token(),
-                                   "batches": encode(batches)}  # fmt: skip
-                        await layer.group_send(LIVE_GROUP, message)
+                    message = {"type": "live.batches", "origin": process_token(),
+                               "batches": encode(batches)}  # fmt: skip
+                    await get_channel_layer().group_send(LIVE_GROUP, message)
                 except Exception:  # the pages see a gap and catch up from the event log
                     log.exception("could not send %d live batches", len(taken))
                     for _, sent in taken:
@@ -161,6 +159,13 @@ def decode(message: dict[str, Any]) -> list[dict[str, Any]]:
 _outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
 
 
+def _send(batch: dict[str, Any]) -> None:
+    """Here at once; to the other processes with this turn's other batches."""
+    _hand_here([batch])
+    if crosses_processes(get_channel_layer()):
+        _outbox().add(batch)
+
+
 def _outbox() -> _Outbox:
     loop = asyncio.get_running_loop()
     with _lock:
@@ -178,8 +183,9 @@ async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, ru
     """Send a persisted batch to every socket and stream on the conversation, with its seq
     range (pages apply it only where it continues what they have), the run's first seq
     (``run``: where its rendering starts), the figures pages show and whether the title
-    changed. Sent with the other batches of this turn of the loop; ``flushed`` waits for
-    it (a run's writer goes on meanwhile: the sender logs a failure, the pages catch up)."""
+    changed. This process's listeners have it when this returns; other processes get it
+    with the other batches of this turn of the loop, and ``flushed`` waits for that (a
+    run's writer goes on meanwhile: the sender logs a failure, the pages catch up)."""
     batch = {
         "type": "conversation.batch",
         "conversation": str(conversation_id),
@@ -193,12 +199,12 @@ async def broadcast(conversation_id, events: list[Event], branch: int = 0, *, ru
         batch["shown"] = shown(conversation)
     if title:
         batch["title"] = True
-    _outbox().add(batch)
+    _send(batch)
 
 
 async def flushed() -> None:
-    """Returns once the batches this loop has broadcast so far are sent (a caller whose
-    loop ends next: ``async_to_sync``)."""
+    """Returns once the batches this loop has broadcast so far are sent to the other
+    processes (a caller whose loop ends next: ``async_to_sync``)."""
     outbox = _outbox()
     if outbox.pending:
         await asyncio.gather(*(sent for _, sent in outbox.pending), return_exceptions=True)
@@ -212,7 +218,7 @@ async def announce_branch(conversation_id, active: int, fork_seq: int,
     transcript; streams get ``branch {active, fork_seq}`` and the new path's events after
     ``fork_seq`` (``events``: their JSON; none yet for a branch just started). It goes the
     batches' way, in line with them: the new branch's first frames never overtake it."""
-    _outbox().add({
+    _send({
         "type": "conversation.branch",
         "conversation": str(conversation_id),
         "active": active,

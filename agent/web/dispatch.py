@@ -1,13 +1,12 @@
-"""This process's receiver of the live batches: it puts each batch into the queues of the
-conversation's listeners here, its sockets' subscription (agent/web/viewers.py) and its API
-event streams (agent/web/feed.py's ``ChannelInbox``), each read by a task of its own, so no
-listener waits for another.
+"""This process's receiver of the live batches: it hands each batch to the conversation's
+listeners here, its sockets' subscription (agent/web/viewers.py) and its API event streams
+(agent/web/feed.py's ``ChannelInbox``). None of them waits: a stream's queue takes it; the
+subscription renders it at once when it can, else queues it for its own task.
 
-This process's runs hand it their batches directly (agent/runs/broadcast.py's
-``receive_here``), the batches written in one turn of the event loop together. With
-``REDIS_URL`` it also reads, on one channel in the group every process's receiver joins
-(``LIVE_GROUP``), every other process's batches (skipping its own process's, had already)
-and keeps those of the conversations watched here.
+This process's runs hand it each batch as they write it (agent/runs/broadcast.py's
+``receive_here``). With ``REDIS_URL`` it also reads, on one channel in the group every
+process's receiver joins (``LIVE_GROUP``), every other process's batches (skipping its own
+process's, had already) and keeps those of the conversations watched here.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from agent.runs.broadcast import (
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[dict], None]  # puts the batch into its queue; waits for nothing
+Listener = Callable[[dict], None]  # takes the batch now; waits for nothing
 
 
 def key(conversation_id) -> str:
@@ -61,24 +60,28 @@ class Dispatcher:
         self.listeners: dict[str, set[Listener]] = {}
         self.channel: str | None = None
         self.tasks: list[asyncio.Task] = []  # (held: the loop keeps only weak references)
-        self.ready: asyncio.Event | None = None
+        self.receiving = False  # this process's own batches come to ``hand_out``
+        self.started = False
+        self.starting = asyncio.Lock()
 
     async def start(self) -> None:
-        if self.ready is not None:
-            await self.ready.wait()
-            return
-        self.ready = asyncio.Event()
-        try:
-            receive_here(self.hand_out)
+        """Receives from now on. A start that fails (Redis unreachable) is tried again by
+        the next caller: this process's own batches are received already."""
+        async with self.starting:
+            if self.started:
+                return
+            if not self.receiving:
+                receive_here(self.hand_out)
+                self.receiving = True
             if crosses_processes(self.layer):
-                self.channel = await self.layer.new_channel()
-                await self.layer.group_add(LIVE_GROUP, self.channel)
+                channel = await self.layer.new_channel()
+                await self.layer.group_add(LIVE_GROUP, channel)
+                self.channel = channel
                 # A context of its own: it serves every conversation of the process.
                 loop = asyncio.get_running_loop()
                 self.tasks.append(loop.create_task(self._from_other_processes(),
                                                    context=contextvars.Context()))  # fmt: skip
-        finally:
-            self.ready.set()
+            self.started = True
 
     async def leave(self) -> None:
         """Its loop is closed (its tasks with it): nothing is handed to it any more."""

@@ -25,6 +25,7 @@ renders each batch once for all the process's sockets) and by the socket's own c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -175,13 +176,19 @@ class ChannelInbox:
         self.reading: asyncio.Task | None = None
 
     async def open(self) -> None:
-        self.channel = await self.layer.new_channel()
-        for group in self.groups:
-            await self.layer.group_add(group, self.channel)
-        what = f"an event stream of {self.conversation_id}"
-        self.reading = asyncio.create_task(self.arrivals.read(self.layer, self.channel, what))
-        self.dispatcher = await dispatch.dispatcher()
-        self.dispatcher.add(self.conversation_id, self.arrivals.put)
+        """Joined, read and listening; or, when any step fails (the layer unreachable),
+        none of it: the groups left, the reading task ended."""
+        try:
+            self.channel = await self.layer.new_channel()
+            for group in self.groups:
+                await self.layer.group_add(group, self.channel)
+            what = f"an event stream of {self.conversation_id}"
+            self.reading = asyncio.create_task(self.arrivals.read(self.layer, self.channel, what))
+            self.dispatcher = await dispatch.dispatcher()
+            self.dispatcher.add(self.conversation_id, self.arrivals.put)
+        except BaseException:
+            await self.close()
+            raise
 
     async def get(self, timeout: float | None) -> dict | None:
         if timeout is None:
@@ -201,7 +208,8 @@ class ChannelInbox:
             self.reading.cancel()
         if self.channel is not None:
             for group in self.groups:
-                await self.layer.group_discard(group, self.channel)
+                with contextlib.suppress(Exception):  # (the layer unreachable: nothing to do)
+                    await self.layer.group_discard(group, self.channel)
 
 
 Item = Batch | Replayed | Rechecked | Switched | Ended | None

@@ -20,7 +20,7 @@ from functools import partial
 
 from asgiref.sync import sync_to_async
 
-from agent.core.events import Event, TextEvent, UserEvent, from_dict
+from agent.core.events import Event, TextEvent, ToolResultEvent, UserEvent, from_dict
 from agent.models import Conversation
 from agent.models import Event as StoredEvent
 from agent.runs.eventlog import SHOWN, from_stored
@@ -94,11 +94,26 @@ class LiveFrames:
         for prompt in await _prompt_before(self.conversation_id, run):
             self.renderer.transcript.answering(prompt)
 
+    def render_now(self, message: dict) -> str | None:
+        """The batch's fragments, when they need nothing awaited: the next batch of the run
+        being rendered, with no finished text or tool result (which may go to the render
+        worker). That is most batches of a stream (its deltas); None for the others, which
+        ``render`` takes."""
+        first = message["seq_from"]
+        if (message.get("interrupted") or message.get("run", first) != self.run
+                or first != self.next_seq):  # fmt: skip
+            return None
+        events = [from_dict(event) for event in message["events"]]
+        if any(isinstance(event, TextEvent | ToolResultEvent) for event in events):
+            return None
+        self.next_seq = message["seq_to"] + 1
+        return self._framed(message, self.renderer.render(events, self._shown(message)))
+
     async def render(self, message: dict) -> str:
         """The batch's fragments, its sync marker first."""
         first, last = message["seq_from"], message["seq_to"]
         events = [from_dict(event) for event in message["events"]]
-        conversation = shown_conversation(self.conversation_id, message.get("shown"))
+        conversation = self._shown(message)
         if message.get("interrupted"):
             html = self._interrupted(message, events, conversation)
         else:
@@ -113,9 +128,15 @@ class LiveFrames:
             await prerender([e.content for e in events if isinstance(e, TextEvent)])
             await prehighlight(pending_highlights(self.renderer.transcript, events))
             html = self.renderer.render(events, conversation)
+        return self._framed(message, html)
+
+    def _shown(self, message: dict) -> Shown:
+        return shown_conversation(self.conversation_id, message.get("shown"))
+
+    def _framed(self, message: dict, html: str) -> str:
         if message.get("title"):
-            html = title_fragments(conversation) + html
-        return sync_marker(first, last) + html
+            html = title_fragments(self._shown(message)) + html
+        return sync_marker(message["seq_from"], message["seq_to"]) + html
 
     def _interrupted(self, message: dict, events: list[Event], conversation) -> str:
         """A dead process's run, ended by another: pages may hold its live block (it is

@@ -6,7 +6,9 @@ this process's receiver, agent/web/dispatch.py; from another process, one Redis 
 with ``REDIS_URL``), and so does a branch switch, in line with the batches. ``Viewers``
 renders the batch once (agent/web/live_frames.py) and puts it, with its fragments, into
 each socket's feed (agent/web/feed.py's ``QueueInbox``), which the socket reads in order:
-one render per process, not one per socket. The conversation's group (joined through the
+one render per process, not one per socket. A stream's next deltas are rendered as they
+come; what must wait for its fragments (a rebuild, the render worker) queues for the
+subscription's task, and whatever comes after it queues behind it. The conversation's group (joined through the
 channel layer's public ``new_channel``/``group_add``/``receive``) brings its other
 messages: those the feed takes (a re-check, a deletion) go into the feeds the same way,
 in the order they came; any other is sent to the socket's own channel, where Channels
@@ -32,6 +34,8 @@ from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
 
+BATCH = "conversation.batch"
+
 
 class Viewer(Protocol):
     channel_name: str
@@ -53,6 +57,7 @@ class Viewers:
         self.ready = asyncio.Event()
         self.frames = LiveFrames(conversation_id)
         self.dispatcher: dispatch.Dispatcher | None = None
+        self.busy = False  # the task is handing a message out
 
     async def start(self) -> None:
         # The batches come through this process's receiver (agent/web/dispatch.py); the
@@ -61,7 +66,7 @@ class Viewers:
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(group_name(self.conversation_id), self.channel)
         # Last: a start that failed above leaves no listener behind, feeding no one.
-        self.dispatcher.add(self.conversation_id, self.messages.put)
+        self.dispatcher.add(self.conversation_id, self.take)
         what = f"the live feed of {self.conversation_id}"
         self.tasks = [asyncio.create_task(self.messages.read(self.layer, self.channel, what)),
                       asyncio.create_task(self._hand_out())]  # fmt: skip
@@ -70,7 +75,7 @@ class Viewers:
     async def stop(self) -> None:
         await self.ready.wait()
         if self.dispatcher is not None:
-            self.dispatcher.drop(self.conversation_id, self.messages.put)
+            self.dispatcher.drop(self.conversation_id, self.take)
         for task in self.tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -81,26 +86,51 @@ class Viewers:
         if self.channel is not None:
             await self.layer.group_discard(group_name(self.conversation_id), self.channel)
 
+    def take(self, message: dict) -> None:
+        """A message from this process's receiver. A batch that nothing of this conversation
+        waits before, and whose fragments need nothing awaited (most of a stream's), goes
+        to the sockets at once: under load each trip through the task's queue costs a turn
+        of the event loop. The others queue for the task, in order."""
+        if not self.busy and self.messages.queue.empty() and message.get("type") == BATCH:
+            try:
+                html = self.frames.render_now(message)
+            except Exception:  # the pages see a gap, and catch up from the event log
+                log.exception("could not render a batch of %s", self.conversation_id)
+                return
+            if html is not None:
+                self._to_feeds({**message, "html": html})
+                return
+        self.messages.put(message)
+
     async def _hand_out(self) -> None:
         while True:
-            await self._hand_out_now(await self.messages.get())
+            message = await self.messages.get()
+            self.busy = True
+            try:
+                await self._hand_out_now(message)
+            finally:
+                self.busy = False
 
     async def _hand_out_now(self, message: dict) -> None:
         kind = message.get("type")
-        if kind == "conversation.batch":
+        if kind == BATCH:
             try:
                 message = {**message, "html": await self.frames.render(message)}
             except Exception:  # the pages see a gap, and catch up from the event log
                 log.exception("could not render a batch of %s", self.conversation_id)
                 return
-        for channel, socket in list(self.sockets.items()):
-            if kind in KINDS:
-                socket.inbox.put(message)  # read by the socket's feed, in order
-                continue
+        if kind in KINDS:
+            self._to_feeds(message)
+            return
+        for channel in list(self.sockets):
             try:
                 await self.layer.send(channel, message)
             except Exception:  # that socket's own task meets its error; the others go on
                 log.exception("a socket of %s could not take a message", self.conversation_id)
+
+    def _to_feeds(self, message: dict) -> None:
+        for socket in list(self.sockets.values()):
+            socket.inbox.put(message)  # read by the socket's feed, in order
 
 
 # Per event loop: a server has one; tests and ``async_to_sync`` make many.

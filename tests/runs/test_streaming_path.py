@@ -171,28 +171,25 @@ async def test_group_send_reaches_every_member_in_order():
     await layer.flush()
 
 
-async def test_batches_written_in_one_turn_of_the_loop_go_out_as_one_hand_off():
-    """Runs' batches are handed to this process's receiver together (agent/runs/
-    broadcast.py), each conversation's in the order written; a batch written later goes in
-    the next hand-off."""
+async def test_each_batch_reaches_this_processs_receivers_before_broadcast_returns():
+    """No trip through the event loop's queue between a run and this process's pages (under
+    load each costs a turn of the loop: agent/runs/broadcast.py): a batch is handed to the
+    receivers as it is written, each conversation's in the order written."""
     import uuid
 
     from agent.core.events import TextDeltaEvent
-    from agent.runs.broadcast import broadcast, flushed, receive_here, stop_receiving
+    from agent.runs.broadcast import broadcast, receive_here, stop_receiving
 
     handed: list[list[dict]] = []
     receive_here(handed.append)
     try:
         conversations = [uuid.uuid4() for _ in range(5)]
-        await asyncio.gather(*(broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
-                               for n in (1, 2) for c in conversations))  # fmt: skip
-        await flushed()
-        assert len(handed) == 1
-        got = [(b["conversation"], b["seq_from"]) for b in handed[0]]
+        for n in (1, 2):
+            for c in conversations:
+                await broadcast(c, [TextDeltaEvent(seq=n, content="x")], run=1)
+                assert [(b["conversation"], b["seq_from"]) for b in handed[-1]] == [(str(c), n)]
+        got = [(b["conversation"], b["seq_from"]) for batches in handed for b in batches]
         assert got == [(str(c), n) for n in (1, 2) for c in conversations]
-        await broadcast(conversations[0], [TextDeltaEvent(seq=3, content="x")], run=1)
-        await flushed()
-        assert [[b["seq_from"] for b in batches] for batches in handed[1:]] == [[3]]
     finally:
         stop_receiving(handed.append)
 
@@ -248,8 +245,9 @@ def _redis_layer():
 
 
 async def test_with_redis_the_batches_reach_other_processes_through_the_layer_once(settings):
-    """Each batch is one group message, named by its process: the other processes' receivers
-    take it; this process's receiver, handed it directly, skips it on the layer."""
+    """The batches written in one turn of the loop are one group message, named by its
+    process: the other processes' receivers take it; this process's receiver, handed each
+    batch directly, skips it on the layer."""
     import uuid
 
     from agent.core.events import TextDeltaEvent
@@ -274,13 +272,13 @@ async def test_with_redis_the_batches_reach_other_processes_through_the_layer_on
     try:
         channel = await other.new_channel()
         await other.group_add(LIVE_GROUP, channel)
-        conversation = uuid.uuid4()
-        await broadcast(conversation, [TextDeltaEvent(seq=4, content="x")], run=4)
+        await asyncio.gather(*(broadcast(uuid.uuid4(), [TextDeltaEvent(seq=n, content="x")],
+                                         run=n) for n in (4, 5)))  # fmt: skip
         await flushed()
         message = await asyncio.wait_for(other.receive(channel), 5)
         assert message["origin"] == process_token()
-        assert [b["seq_from"] for b in decode(message)] == [4]
-        assert [[b["seq_from"] for b in batches] for batches in handed] == [[4]]
+        assert [b["seq_from"] for b in decode(message)] == [4, 5]
+        assert [[b["seq_from"] for b in batches] for batches in handed] == [[4], [5]]
     finally:
         stop_receiving(handed.append)
         await other.flush()
@@ -432,3 +430,75 @@ async def test_an_event_streams_full_queue_drops_what_comes_as_its_channel_did(
         assert await inbox.get(0.01) is None  # 3 to 5 were dropped, not queued
     finally:
         await inbox.close()
+
+
+class _UnreachableLayer:
+    """A layer across processes (Redis) whose joins fail while ``down`` names the group."""
+
+    def __init__(self, down: set[str]) -> None:
+        self.down, self.groups, self.made = down, {}, 0
+
+    async def new_channel(self) -> str:
+        self.made += 1
+        return f"channel.{self.made}"
+
+    async def group_add(self, group: str, channel: str) -> None:
+        if group in self.down:
+            raise ConnectionError("the layer is unreachable")
+        self.groups.setdefault(group, set()).add(channel)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        self.groups.get(group, set()).discard(channel)
+
+    async def receive(self, channel: str) -> dict:
+        await asyncio.Event().wait()  # nothing comes
+        raise AssertionError
+
+
+async def test_a_receiver_whose_start_failed_joins_the_live_group_at_the_next_start():
+    """Redis unreachable when the process's first socket connected: the next connect joins
+    the live group (other processes' batches reach this one again), and this process's own
+    batches are handed to its listeners once, not once per start."""
+    import uuid
+
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import LIVE_GROUP, broadcast
+    from agent.web import dispatch
+
+    layer = _UnreachableLayer(down={LIVE_GROUP})
+    receiver = dispatch.Dispatcher(layer)
+    with pytest.raises(ConnectionError):
+        await receiver.start()
+    layer.down.clear()
+    try:
+        await receiver.start()
+        assert layer.groups[LIVE_GROUP] == {receiver.channel}
+        conversation, got = uuid.uuid4(), []
+        receiver.add(conversation, got.append)
+        await broadcast(conversation, [TextDeltaEvent(seq=1, content="x")], run=1)
+        assert [batch["seq_from"] for batch in got] == [1]
+    finally:
+        await receiver.leave()
+        for task in receiver.tasks:
+            task.cancel()
+
+
+async def test_an_event_stream_whose_opening_fails_leaves_its_groups_and_stops_reading(
+    conversations, monkeypatch
+):
+    """A stream whose opening fails part way (the layer unreachable) keeps no membership of
+    the groups it joined and no task reading its channel."""
+    from agent.web import dispatch
+    from agent.web.feed import ChannelInbox
+
+    async def unreachable():
+        raise ConnectionError("the layer is unreachable")
+
+    monkeypatch.setattr(dispatch, "dispatcher", unreachable)
+    inbox = ChannelInbox(conversations[0].id, ["user.1"])
+    inbox.layer = layer = _UnreachableLayer(down=set())
+    with pytest.raises(ConnectionError):
+        await inbox.open()
+    await asyncio.sleep(0)
+    assert all(not members for members in layer.groups.values()) and len(layer.groups) == 2
+    assert inbox.reading.done()

@@ -641,6 +641,63 @@ async def test_a_conversation_whose_frame_waits_holds_up_no_other_conversations_
     await fast_ws.disconnect()
 
 
+async def test_a_streams_next_deltas_reach_the_sockets_feed_before_broadcast_returns(alice):
+    """Under load every trip through the event loop's queue costs a turn of the loop: a
+    stream's next batch of deltas (nothing to await for its fragments) is rendered and put
+    into each socket's feed as it is broadcast, with no task of the subscription between."""
+    from agent.core.events import TextDeltaEvent
+    from agent.runs.broadcast import broadcast
+    from agent.web import viewers
+
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    await broadcast(conversation.id, [TextDeltaEvent(seq=1, content="first")], run=1)
+    assert (await ws.receive_from(timeout=5)).startswith(str(sync_marker(1, 1)))
+    (socket,) = viewers._of_loop()[str(conversation.id)].sockets.values()
+    await broadcast(conversation.id, [TextDeltaEvent(seq=2, content="next")], run=1)
+    message = socket.inbox.queue.get_nowait()  # there already: no turn of the loop
+    assert message["html"].startswith(str(sync_marker(2, 2))) and "next" in message["html"]
+    socket.inbox.put(message)
+    assert "next" in await ws.receive_from(timeout=5)
+    await ws.disconnect()
+
+
+async def test_a_batch_rendered_at_once_never_overtakes_a_message_before_it(alice, monkeypatch):
+    """A race: the deltas that follow a finished answer still in the render worker, or a
+    branch switch broadcast in the same turn, queue behind it instead of going out at once
+    (their own fragments need nothing awaited)."""
+    from agent.core.events import TextDeltaEvent, TextEvent
+    from agent.runs.broadcast import announce_branch, broadcast
+
+    user, conversation = alice
+    released = asyncio.Event()
+
+    async def prerender(texts):
+        if texts:
+            await released.wait()  # a long answer, in the worker
+
+    async def redraw(conversation_id, user):
+        return "<redraw>"
+
+    monkeypatch.setattr("agent.web.live_frames.prerender", prerender)
+    monkeypatch.setattr("agent.web.socket_frames._redraw", redraw)
+    ws = await connected(conversation, user)
+    await broadcast(conversation.id, [TextDeltaEvent(seq=1, content="a")], run=1)
+    assert (await ws.receive_from(timeout=5)).startswith(str(sync_marker(1, 1)))
+    await broadcast(conversation.id, [TextEvent(seq=2, content="a")], run=1)
+    await asyncio.sleep(0.01)  # its rendering has started, and waits
+    await broadcast(conversation.id, [TextDeltaEvent(seq=3, content="b")], run=1)
+    assert await ws.receive_nothing(timeout=0.05)
+    released.set()
+    for n in (2, 3):
+        assert (await ws.receive_from(timeout=5)).startswith(str(sync_marker(n, n)))
+    # In one turn: the switch is still in the queue when the next batch comes.
+    await announce_branch(conversation.id, 0, 3)
+    await broadcast(conversation.id, [TextDeltaEvent(seq=4, content="c")], run=1)
+    assert await ws.receive_from(timeout=5) == "<redraw>"
+    await ws.disconnect()
+
+
 async def test_frames_never_overtake_a_message_the_socket_is_still_handling(alice, monkeypatch):
     """A race: frames sent while the socket redraws (a slow handler) or has just taken a
     message off its queue must queue behind it. The redraws take random time; the sender
