@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .upstream import STAMP
 
+STARTS_SETTLE = 1.0  # seconds after the last prompt of a level is sent: its start is done
+
 # A batch that completes the block carries the rendered answer (every stamp again) after
 # this marker; only what precedes it is live text.
 END_OF_LIVE_TEXT = "delete:#live-text"
@@ -28,6 +30,10 @@ class Sample:
     frames: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Deltas stamped from this time (ns) on: once every prompt of the level has started
+    # and the starts' work is done (None: not kept apart)
+    steady_from_ns: int | None = None
+    steady_ms: list[float] = field(default_factory=list)
 
     @property
     def delivered(self) -> int:
@@ -48,6 +54,7 @@ class Sample:
             "mean_ms": _round(statistics.fmean(self.latencies_ms) if self.latencies_ms else None),
             "first_token_p50_ms": _round(self.percentile(50, self.first_token_ms)),
             "first_token_p99_ms": _round(self.percentile(99, self.first_token_ms)),
+            "steady_p99_ms": _round(self.percentile(99, self.steady_ms)),
             "delivered": self.delivered,
             "expected": self.expected,
             "frames": self.frames,
@@ -73,7 +80,11 @@ class _Seen:
             index = int(match[1])
             if index not in self.indexes:
                 self.indexes.add(index)
-                self.sample.latencies_ms.append((arrived_ns - int(match[2])) / 1e6)
+                stamped = int(match[2])
+                self.sample.latencies_ms.append((arrived_ns - stamped) / 1e6)
+                steady = self.sample.steady_from_ns
+                if steady is not None and stamped >= steady:
+                    self.sample.steady_ms.append((arrived_ns - stamped) / 1e6)
         if first and self.indexes:
             self.sample.first_token_ms.append((arrived_ns - self.started_ns) / 1e6)
 
@@ -86,7 +97,7 @@ async def sdk_streams(base_url: str, sessions: int, tokens: int, spread: float) 
     from agent.core.config import Config
     from agent.core.model.client import make_client
 
-    sample = Sample(expected=sessions * tokens)
+    sample = Sample(expected=sessions * tokens, steady_from_ns=_steady_from(spread))
     client = make_client(Config(api_key="bench", base_url=base_url))
 
     async def one(i: int) -> None:
@@ -131,10 +142,16 @@ async def open_sessions(sessions: list[dict]) -> list:
     return opened
 
 
+def _steady_from(spread: float) -> int:
+    """Deltas stamped from then on count as steady streaming: every prompt of the level has
+    been sent (over ``spread`` seconds) and had time to start."""
+    return time.time_ns() + int((spread + STARTS_SETTLE) * 1e9)
+
+
 async def product_streams(sockets: list, tokens: int, spread: float) -> Sample:
     """Send one prompt on each open session (started over ``spread`` seconds) and read the
     live frames until the run's final status."""
-    sample = Sample(expected=len(sockets) * tokens)
+    sample = Sample(expected=len(sockets) * tokens, steady_from_ns=_steady_from(spread))
 
     async def one(i: int, ws) -> None:
         await asyncio.sleep(spread * i / len(sockets))
