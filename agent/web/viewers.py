@@ -8,13 +8,13 @@ renders the batch once (agent/web/live_frames.py) and puts it, with its fragment
 each socket's feed (agent/web/feed.py's ``QueueInbox``), which the socket reads in order:
 one render per process, not one per socket. A stream's next deltas are rendered as they
 come; what must wait for its fragments (a rebuild, the render worker) queues for the
-subscription's task, and whatever comes after it queues behind it. The conversation's group (joined through the
-channel layer's public ``new_channel``/``group_add``/``receive``) brings its other
-messages: those the feed takes (a re-check, a deletion) go into the feeds the same way,
-in the order they came; any other is sent to the socket's own channel, where Channels
-hands it to its consumer. The sockets join their user's and session's groups themselves:
-those messages reach each socket through its own channel, and its consumer puts them into
-its feed.
+subscription's task, and whatever comes after it queues behind it. The conversation's
+group (joined through the channel layer's public ``new_channel``/``group_add``/``receive``)
+brings its other messages: those the feed takes (a re-check, a deletion) go into the feeds
+the same way, in the order they came; any other is sent to the socket's own channel, where
+Channels hands it to its consumer. The sockets join their user's and session's groups
+themselves: those messages reach each socket through its own channel, and its consumer puts
+them into its feed.
 """
 
 from __future__ import annotations
