@@ -160,10 +160,15 @@ _outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
 
 
 def _send(batch: dict[str, Any]) -> None:
-    """Here at once; to the other processes with this turn's other batches."""
-    _hand_here([batch])
-    if crosses_processes(get_channel_layer()):
-        _outbox().add(batch)
+    """Here at once; to the other processes with this turn's other batches. A failure is
+    logged, never raised into the run's writer: the pages see a gap and catch up from the
+    event log."""
+    try:
+        _hand_here([batch])
+        if crosses_processes(get_channel_layer()):
+            _outbox().add(batch)
+    except Exception:
+        log.exception("could not send a live batch of %s", batch.get("conversation"))
 
 
 def _outbox() -> _Outbox:

@@ -12,6 +12,7 @@ process's, had already) and keeps those of the conversations watched here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
@@ -63,25 +64,46 @@ class Dispatcher:
         self.receiving = False  # this process's own batches come to ``hand_out``
         self.started = False
         self.starting = asyncio.Lock()
+        self.failures = 0  # starts that failed, and the last one's error
+        self.failure: Exception | None = None
 
     async def start(self) -> None:
-        """Receives from now on. A start that fails (Redis unreachable) is tried again by
-        the next caller: this process's own batches are received already."""
+        """Receives from now on. Callers that waited for a start that failed (Redis
+        unreachable) share its failure rather than each waiting for a try of its own; the
+        next caller tries again. This process's own batches are received already."""
+        if self.started:
+            return
+        waited_for = self.failures
         async with self.starting:
             if self.started:
                 return
-            if not self.receiving:
-                receive_here(self.hand_out)
-                self.receiving = True
-            if crosses_processes(self.layer):
-                channel = await self.layer.new_channel()
+            if self.failures != waited_for and self.failure is not None:
+                raise self.failure
+            try:
+                await self._start()
+            except Exception as exc:
+                self.failures, self.failure = self.failures + 1, exc
+                raise
+
+    async def _start(self) -> None:
+        if not self.receiving:
+            receive_here(self.hand_out)
+            self.receiving = True
+        if crosses_processes(self.layer):
+            channel = await self.layer.new_channel()
+            try:
                 await self.layer.group_add(LIVE_GROUP, channel)
-                self.channel = channel
-                # A context of its own: it serves every conversation of the process.
-                loop = asyncio.get_running_loop()
-                self.tasks.append(loop.create_task(self._from_other_processes(),
-                                                   context=contextvars.Context()))  # fmt: skip
-            self.started = True
+            except BaseException:
+                # (it may have joined before the error: no member that no one reads)
+                with contextlib.suppress(Exception):
+                    await self.layer.group_discard(LIVE_GROUP, channel)
+                raise
+            self.channel = channel
+            # A context of its own: it serves every conversation of the process.
+            loop = asyncio.get_running_loop()
+            self.tasks.append(loop.create_task(self._from_other_processes(),
+                                               context=contextvars.Context()))  # fmt: skip
+        self.started = True
 
     async def leave(self) -> None:
         """Its loop is closed (its tasks with it): nothing is handed to it any more."""

@@ -15,6 +15,7 @@ continues what they hold (the sync marker), and catch up from the same log other
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 from functools import partial
 
@@ -106,8 +107,20 @@ class LiveFrames:
         events = [from_dict(event) for event in message["events"]]
         if any(isinstance(event, TextEvent | ToolResultEvent) for event in events):
             return None
+        with self._rebuilt_after_failure():
+            html = self.renderer.render(events, self._shown(message))
         self.next_seq = message["seq_to"] + 1
-        return self._framed(message, self.renderer.render(events, self._shown(message)))
+        return self._framed(message, html)
+
+    @contextlib.contextmanager
+    def _rebuilt_after_failure(self):
+        """A batch whose rendering failed is lost to the pages (they catch up from the log)
+        and to the renderer: the next batch starts again from the event log."""
+        try:
+            yield
+        except BaseException:
+            self.next_seq = None
+            raise
 
     async def render(self, message: dict) -> str:
         """The batch's fragments, its sync marker first."""
@@ -115,8 +128,8 @@ class LiveFrames:
         events = [from_dict(event) for event in message["events"]]
         conversation = self._shown(message)
         if message.get("interrupted"):
-            html = self._interrupted(message, events, conversation)
-        else:
+            return self._framed(message, self._interrupted(message, events, conversation))
+        with self._rebuilt_after_failure():
             run = message.get("run", first)
             if run == first:  # the run's first batch
                 self.renderer, self.next_seq = FragmentRenderer(), first
@@ -124,10 +137,11 @@ class LiveFrames:
             elif run != self.run or first != self.next_seq:
                 await self._rebuild(run, first)
             self.run = run
-            self.next_seq = last + 1 if self.next_seq is not None else None
+            whole = self.next_seq is not None
             await prerender([e.content for e in events if isinstance(e, TextEvent)])
             await prehighlight(pending_highlights(self.renderer.transcript, events))
             html = self.renderer.render(events, conversation)
+            self.next_seq = last + 1 if whole else None
         return self._framed(message, html)
 
     def _shown(self, message: dict) -> Shown:

@@ -435,14 +435,16 @@ async def test_an_event_streams_full_queue_drops_what_comes_as_its_channel_did(
 class _UnreachableLayer:
     """A layer across processes (Redis) whose joins fail while ``down`` names the group."""
 
-    def __init__(self, down: set[str]) -> None:
-        self.down, self.groups, self.made = down, {}, 0
+    def __init__(self, down: set[str], delay: float = 0) -> None:
+        self.down, self.groups, self.made, self.delay, self.joins = down, {}, 0, delay, 0
 
     async def new_channel(self) -> str:
         self.made += 1
         return f"channel.{self.made}"
 
     async def group_add(self, group: str, channel: str) -> None:
+        self.joins += 1
+        await asyncio.sleep(self.delay)
         if group in self.down:
             raise ConnectionError("the layer is unreachable")
         self.groups.setdefault(group, set()).add(channel)
@@ -477,6 +479,29 @@ async def test_a_receiver_whose_start_failed_joins_the_live_group_at_the_next_st
         receiver.add(conversation, got.append)
         await broadcast(conversation, [TextDeltaEvent(seq=1, content="x")], run=1)
         assert [batch["seq_from"] for batch in got] == [1]
+    finally:
+        await receiver.leave()
+        for task in receiver.tasks:
+            task.cancel()
+
+
+async def test_sockets_connecting_while_the_receiver_starts_share_its_one_attempt():
+    """Redis unreachable (each try timing out) while many sockets connect at once: they wait
+    for one try and share its failure, not for one try each in turn."""
+    from agent.runs.broadcast import LIVE_GROUP
+    from agent.web import dispatch
+
+    layer = _UnreachableLayer(down={LIVE_GROUP}, delay=0.05)
+    receiver = dispatch.Dispatcher(layer)
+    started = time.monotonic()
+    outcomes = await asyncio.gather(*(receiver.start() for _ in range(5)),
+                                    return_exceptions=True)  # fmt: skip
+    assert all(isinstance(outcome, ConnectionError) for outcome in outcomes)
+    assert layer.joins == 1 and time.monotonic() - started < 0.2
+    layer.down.clear()
+    try:
+        await asyncio.gather(*(receiver.start() for _ in range(5)))
+        assert layer.joins == 2 and layer.groups[LIVE_GROUP] == {receiver.channel}
     finally:
         await receiver.leave()
         for task in receiver.tasks:

@@ -670,10 +670,11 @@ async def test_a_batch_rendered_at_once_never_overtakes_a_message_before_it(alic
     from agent.runs.broadcast import announce_branch, broadcast
 
     user, conversation = alice
-    released = asyncio.Event()
+    started, released = asyncio.Event(), asyncio.Event()
 
     async def prerender(texts):
         if texts:
+            started.set()
             await released.wait()  # a long answer, in the worker
 
     async def redraw(conversation_id, user):
@@ -685,7 +686,7 @@ async def test_a_batch_rendered_at_once_never_overtakes_a_message_before_it(alic
     await broadcast(conversation.id, [TextDeltaEvent(seq=1, content="a")], run=1)
     assert (await ws.receive_from(timeout=5)).startswith(str(sync_marker(1, 1)))
     await broadcast(conversation.id, [TextEvent(seq=2, content="a")], run=1)
-    await asyncio.sleep(0.01)  # its rendering has started, and waits
+    await asyncio.wait_for(started.wait(), 5)  # its rendering has started, and waits
     await broadcast(conversation.id, [TextDeltaEvent(seq=3, content="b")], run=1)
     assert await ws.receive_nothing(timeout=0.05)
     released.set()

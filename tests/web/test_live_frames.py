@@ -98,3 +98,34 @@ async def test_each_run_starts_a_renderer_of_its_own_and_every_frame_has_its_syn
         batch["run"] = 101
     first_frame = await frames.render(second[0])
     assert 'data-part="user"' in first_frame  # the new run's prompt, drawn by a new renderer
+
+
+async def test_a_batch_whose_rendering_failed_makes_the_next_one_start_again_from_the_log(
+    conversation, monkeypatch
+):
+    """The failed batch is lost to the renderer too: rendering the next one on its state
+    would draw the rest of the run from a wrong start."""
+    from agent.ui.fragments import FragmentRenderer
+
+    events = _run_events()
+    batches = _batches(events, size=2)
+    frames = LiveFrames(conversation.id)
+    await frames.render(batches[0])
+    assert frames.render_now(batches[1]) is not None  # the next deltas: at once
+    real = FragmentRenderer.render
+
+    def broken(self, *args):
+        raise RuntimeError("a template failed")
+
+    monkeypatch.setattr(FragmentRenderer, "render", broken)
+    with pytest.raises(RuntimeError):
+        frames.render_now(batches[2])
+    assert frames.next_seq is None and frames.render_now(batches[3]) is None
+    with pytest.raises(RuntimeError):
+        await frames.render(batches[3])
+    assert frames.next_seq is None
+    monkeypatch.setattr(FragmentRenderer, "render", real)
+    await eventlog.store(conversation.id, [e for e in events if e.seq < batches[4]["seq_from"]])
+    from_start = LiveFrames(conversation.id)
+    expected = [await from_start.render(batch) for batch in batches][4]
+    assert await frames.render(batches[4]) == expected  # rebuilt from the log
