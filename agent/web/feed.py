@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -46,7 +46,8 @@ from agent.web.revocation import NOT_FOUND, SIGNED_OUT
 ENDS = {"user.revoked": SIGNED_OUT, "token.revoked": SIGNED_OUT, "conversation.deleted": NOT_FOUND}
 RECHECKS = frozenset({"access.recheck", "session.recheck"})  # sharing or a password changed
 # The messages a feed takes (the rest of the conversation's group's go to a socket itself).
-KINDS = frozenset({*ENDS, *RECHECKS, "conversation.batch", "conversation.branch"})
+BATCH = "conversation.batch"  # a run's live events
+KINDS = frozenset({*ENDS, *RECHECKS, BATCH, "conversation.branch"})
 
 
 @dataclass
@@ -101,6 +102,16 @@ class Ended:
     reason: str  # NOT_FOUND or SIGNED_OUT (agent/web/revocation.py)
 
 
+async def _within(getting: Coroutine[Any, Any, dict], timeout: float | None) -> dict | None:
+    """The next message, or None when ``timeout`` seconds pass first (None: no limit)."""
+    if timeout is None:
+        return await getting
+    try:
+        return await asyncio.wait_for(getting, timeout)
+    except TimeoutError:
+        return None
+
+
 class QueueInbox:
     """Messages handed in by this process (agent/web/viewers.py, the socket's consumer)."""
 
@@ -118,12 +129,7 @@ class QueueInbox:
         pass
 
     async def get(self, timeout: float | None) -> dict | None:
-        if timeout is None:
-            return await self.queue.get()
-        try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            return None
+        return await _within(self.queue.get(), timeout)
 
     async def close(self) -> None:
         pass
@@ -140,7 +146,7 @@ class Arrivals:
         self.batches = 0
 
     def put(self, message: dict) -> None:
-        if message.get("type") == "conversation.batch":
+        if message.get("type") == BATCH:
             if self.batches >= settings.LAYER_CAPACITY:
                 return
             self.batches += 1
@@ -154,7 +160,7 @@ class Arrivals:
 
     async def get(self) -> dict:
         message = await self.queue.get()
-        if message.get("type") == "conversation.batch":
+        if message.get("type") == BATCH:
             self.batches -= 1
         return message
 
@@ -191,12 +197,7 @@ class ChannelInbox:
             raise
 
     async def get(self, timeout: float | None) -> dict | None:
-        if timeout is None:
-            return await self.arrivals.get()
-        try:
-            return await asyncio.wait_for(self.arrivals.get(), timeout)
-        except TimeoutError:
-            return None
+        return await _within(self.arrivals.get(), timeout)
 
     def wake(self) -> None:
         pass  # the answer is read at the next message or heartbeat
@@ -290,7 +291,7 @@ class ConversationFeed:
         if kind == "conversation.branch":
             # A feed of one named branch is not moved.
             return [self._switched(message)] if self.branch is None else []
-        if kind != "conversation.batch":
+        if kind != BATCH:
             return []
         if self.sent is not None and message["seq_to"] <= self.sent:
             return []

@@ -61,6 +61,8 @@ class Shown:
 
 
 _DEFAULTS = {"title": "", "cost_usd": "0", "project_id": ""}
+# Events whose fragments may be made in the render worker first (``render`` awaits it)
+_MAY_WAIT = frozenset({TextEvent.type, ToolResultEvent.type})
 
 
 def shown_conversation(conversation_id, shown: dict | None) -> Shown:
@@ -102,11 +104,10 @@ class LiveFrames:
         ``render`` takes."""
         first = message["seq_from"]
         if (message.get("interrupted") or message.get("run", first) != self.run
-                or first != self.next_seq):  # fmt: skip
+                or first != self.next_seq
+                or any(event["type"] in _MAY_WAIT for event in message["events"])):  # fmt: skip
             return None
         events = [from_dict(event) for event in message["events"]]
-        if any(isinstance(event, TextEvent | ToolResultEvent) for event in events):
-            return None
         with self._rebuilt_after_failure():
             html = self.renderer.render(events, self._shown(message))
         self.next_seq = message["seq_to"] + 1

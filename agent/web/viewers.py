@@ -29,12 +29,10 @@ from channels.layers import get_channel_layer
 
 from agent.runs.groups import group_name
 from agent.web import dispatch
-from agent.web.feed import KINDS, Arrivals, QueueInbox
+from agent.web.feed import BATCH, KINDS, Arrivals, QueueInbox
 from agent.web.live_frames import LiveFrames
 
 log = logging.getLogger(__name__)
-
-BATCH = "conversation.batch"
 
 
 class Viewer(Protocol):
