@@ -194,7 +194,7 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
     claims that arrive together are made together, in one transaction on the claims' own
     thread (agent/server/grouping.py), each in a savepoint of its own."""
     group = grouping.for_loop("harness-claims", _claim_together, abandoned=_give_back,
-                              workers=CLAIM_WORKERS)  # fmt: skip
+                              workers=CLAIM_WORKERS, most=CLAIM_GROUP)  # fmt: skip
     request = _Claim(conversation_id, user_id, prompt, remember, branch_from, tuple(images))
     setup = await group.submit(request)
     # Each claim's workspace apart: a new user's is made (their sandbox's host started),
@@ -210,6 +210,7 @@ async def claim(conversation_id, user_id, prompt: str | None, remember: bool = F
 # Groups of claims handled at once: a slow claim (a large image, a row lock held
 # elsewhere) holds up only the claims grouped with it.
 CLAIM_WORKERS = 2
+CLAIM_GROUP = 8
 # Workspaces prepared at once (mostly waiting on the broker and the user's sandbox).
 PREPARE = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="prepare")
 _giving_back: set[asyncio.Task] = set()

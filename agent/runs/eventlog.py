@@ -212,7 +212,9 @@ def _apply_group(batches: list[Batch]) -> list[Conversation | None]:
 
 def _store_all(batches: list[Batch]) -> list[Conversation | None | BaseException]:
     """One transaction for all; if it fails, each batch alone (a failure is its own)."""
-    return grouping.together_or_alone(batches, _apply_group, _apply, "event-log batches")
+    return grouping.together_or_alone(
+        batches, _apply_group, _apply, "event-log batches", urgent=True
+    )
 
 
 def wire(events: list[CoreEvent], branch: int = 0) -> list[dict[str, Any]]:

@@ -253,13 +253,54 @@ def test_on_sqlite_claims_and_the_event_log_take_turns_through_one_writers_lock(
     for what, write in writes.items():
         done = threading.Event()
         worker = threading.Thread(target=lambda w=write, d=done: (asyncio.run(w()), d.set()))
-        with grouping._sqlite_writer:  # another writer's turn
+        with grouping._sqlite_writer.turn(urgent=False):  # another writer's turn
             worker.start()
             assert not done.wait(0.3), f"the {what} wrote while another writer had its turn"
         assert done.wait(10), f"the {what} never got its turn"
         worker.join()
     assert Conversation.objects.get(id=first.id).state == "running"
     assert Event.objects.filter(conversation=second).count() == 1
+
+
+def _until(condition) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "the writer never came to wait"
+        time.sleep(0.001)
+
+
+def test_the_event_log_writes_before_claims_waiting_and_they_then_alternate():
+    """Runs already streaming wait on the event log (a run's first deltas wait for its
+    prompt's events): its turn comes before the claims waiting, and a claim's after it,
+    so neither kind waits out a run of the other's turns."""
+    turns = grouping._Turns()
+    order: list[str] = []
+
+    def write(name: str, urgent: bool) -> None:
+        with turns.turn(urgent):
+            order.append(name)
+
+    writers = []
+    with turns.turn(urgent=False):  # a claim group's turn
+        for name, urgent in (("claim 1", False), ("claim 2", False), ("log 1", True),
+                             ("log 2", True)):  # fmt: skip
+            writers.append(threading.Thread(target=write, args=(name, urgent)))
+            writers[-1].start()
+            _until(lambda: turns._urgent + turns._others == len(writers))
+    for writer in writers:
+        writer.join(10)
+    assert [name.split()[0] for name in order] == ["log", "claim", "log", "claim"], order
+
+
+def test_a_burst_of_claims_is_made_in_groups_of_a_bounded_size(groups, settings):
+    """A group holds SQLite's one writer while it is made: a bounded group lets the event
+    log's turn come sooner under a burst of prompts."""
+    settings.HARNESS_CONCURRENT_RUNS = 30
+    conversations = _conversations(claims.CLAIM_GROUP * 2 + 3)
+    results = _sent_together(conversations)
+    assert all(isinstance(result, Setup) for result in results), results
+    assert sorted(groups, reverse=True) == [claims.CLAIM_GROUP, claims.CLAIM_GROUP, 3]
+    assert set(Conversation.objects.values_list("state", flat=True)) == {"running"}
 
 
 def test_a_group_reads_its_conversations_once_and_each_claim_decides_on_them(settings):
