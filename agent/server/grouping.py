@@ -60,8 +60,8 @@ class _Turns:
         self._changed = threading.Condition()
         self._held = False
         self._last_urgent = False  # the last turn taken was an urgent one
-        self._urgent = 0  # writers waiting, urgent and not
-        self._others = 0
+        self._urgent = 0  # urgent writers waiting
+        self._others = 0  # the other writers waiting
 
     def _may_go(self, urgent: bool) -> bool:
         if self._held:
@@ -164,8 +164,8 @@ class Grouped:
             self._wake.clear()
             await self._slots.acquire()
             # A caller cancelled before its group started is left out: its item is not done.
-            waiting = [waiting for waiting in self._pending if not waiting.done.done()]
-            group, self._pending = waiting[: self.most], waiting[self.most :]
+            live = [waiting for waiting in self._pending if not waiting.done.done()]
+            group, self._pending = live[: self.most], live[self.most :]
             if self._pending:
                 self._wake.set()
             if not group:
