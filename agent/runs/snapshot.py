@@ -52,7 +52,11 @@ def _read(
         rows = accessible_to(user.pk).filter(id=conversation_id)
         if tail:  # read with the row: a long conversation's page costs no query more
             rows = rows.annotate(tail_start=_tail_start(tail))
-        conversation = (rows.select_for_update() if locking else rows).first()
+        # Only the conversation's row (the query joins its owner's, which a claim holds
+        # while it updates this one: locking both deadlocked), and in the mode an UPDATE
+        # takes, so the event log's inserts, which only reference the row, go on.
+        locked = rows.select_for_update(of=("self",), no_key=True)
+        conversation = (locked if locking else rows).first()
         if conversation is None:
             return None
         # Partial-text rows always come whole: they are the block still streaming, which a

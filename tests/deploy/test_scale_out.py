@@ -77,7 +77,8 @@ def test_cancel_through_one_process_stops_a_run_on_the_other(cluster, model):
     conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
     _, stream = on_a.events(conversation)
     model.enqueue(text_reply("long " * 2000, delay=0.01))
-    on_b.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on B"})
+    assert on_b.call("POST", f"/api/conversations/{conversation}/prompt",
+                     {"content": "run on B"})[0] == 202  # fmt: skip
     read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
     started = time.monotonic()
     assert on_a.call("POST", f"/api/conversations/{conversation}/cancel") == (
@@ -95,7 +96,8 @@ def test_a_killed_processs_run_is_recovered_by_the_other(cluster, model):
     conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
     _, stream = on_a.events(conversation)
     model.enqueue(text_reply("doomed " * 2000, delay=0.01))
-    on_b.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on B"})
+    assert on_b.call("POST", f"/api/conversations/{conversation}/prompt",
+                     {"content": "run on B"})[0] == 202  # fmt: skip
     read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
     streaming_since = time.monotonic()  # partial text is stored once a second: wait past it
     read_until(stream, lambda item: time.monotonic() - streaming_since > 1.5)
@@ -145,7 +147,8 @@ def test_queue_and_unqueue_through_one_process_on_a_run_on_the_other(cluster, mo
     conversation = on_a.call("POST", "/api/conversations", {})[1]["id"]
     _, stream = on_a.events(conversation)
     model.enqueue(text_reply("long " * 300, delay=0.01), text_reply("follow-up answered"))
-    on_a.call("POST", f"/api/conversations/{conversation}/prompt", {"content": "run on A"})
+    assert on_a.call("POST", f"/api/conversations/{conversation}/prompt",
+                     {"content": "run on A"})[0] == 202  # fmt: skip
     seen = read_until(stream, lambda item: item[0] == "event" and item[2]["type"] == "text_delta")
     base = f"/api/conversations/{conversation}"
     answers = [on_b.call("POST", f"{base}/prompt", {"content": text, "mode": "follow_up"})

@@ -61,6 +61,15 @@ def test_concurrent_prompts_are_held_to_the_prompts_running_at_once(postgres):
     assert outcome["running"] == AT_ONCE and outcome["refused"] == THREADS - AT_ONCE, outcome
 
 
+def test_a_page_read_during_a_claim_neither_waits_for_the_owner_nor_deadlocks(postgres):
+    # The read locked the owner's row too (its query joins it), after the conversation's;
+    # a claim holds the owner's row (the rate), then updates the conversation: PostgreSQL
+    # found the deadlock and failed the prompt (seen in tests/deploy/test_scale_out.py).
+    outcome = race(postgres, "read_during_claim")
+    assert outcome["errors"] == []
+    assert outcome["read_while_claiming"] and outcome["claimed"], outcome
+
+
 # -- run in the shell, on PostgreSQL --------------------------------------------------------
 def at_once(action) -> list:
     """``action()`` in THREADS threads released together; each one's result or exception."""
@@ -156,3 +165,49 @@ def claim_race() -> dict:
     refused, errors = _refused(results, "quota_concurrent")
     running = Conversation.objects.filter(owner=owner, state="running").count()
     return {"running": running, "refused": refused, "errors": errors}
+
+
+def read_during_claim() -> dict:
+    """A claim holds the owner's row (as its rate check does) while a page reads the
+    conversation; then the claim updates the conversation and commits."""
+    from django.db import connection, transaction
+
+    from agent.models import Conversation, User
+    from agent.runs import rate
+    from agent.runs.snapshot import snapshot
+
+    owner = User.objects.create_user("reader", password="pw-reader-1234")
+    conversation = Conversation.objects.create(owner=owner, model="claude-haiku-4-5")
+    holding, read = threading.Event(), threading.Event()
+    errors: list[str] = []
+    outcome = {"read_while_claiming": False, "claimed": False}
+
+    def claimer() -> None:
+        try:
+            with transaction.atomic():
+                rate.count_prompt(owner.pk)
+                holding.set()
+                outcome["read_while_claiming"] = read.wait(5)
+                Conversation.objects.filter(pk=conversation.pk).update(state="running")
+            outcome["claimed"] = True
+        except Exception as exc:  # noqa: BLE001 - the outcome reports it
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    def reader() -> None:
+        try:
+            holding.wait(5)
+            if snapshot(conversation.id, owner) is not None:
+                read.set()
+        except Exception as exc:  # noqa: BLE001 - the outcome reports it
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimer), threading.Thread(target=reader)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {**outcome, "errors": errors}
