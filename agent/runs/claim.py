@@ -105,6 +105,14 @@ class _Read:
         return cls({row.id: row for row in with_owners(keys)},
                    set(members.values_list("conversation_id", flat=True).distinct()))  # fmt: skip
 
+    def lock_order(self, request: _Claim) -> int:
+        """Where the claim comes in the order every group takes its owners' rows (each
+        claim holds its owner's row, then its conversation's): two groups at once
+        (``CLAIM_WORKERS``) with claims of the same owners in other orders deadlocked, and
+        PostgreSQL undid one. An owner's own claims keep the order they came in."""
+        row = self.rows.get(_key(request.conversation_id))
+        return 0 if row is None else row.owner_id
+
     def take(self, key) -> tuple[Conversation | None, bool | None]:
         """The row, once: a second claim of the group on the same conversation reads it
         again (the first may have changed it, or been undone)."""
@@ -251,7 +259,10 @@ def _claim_together(requests: list[_Claim]) -> list[Setup | BaseException]:
 
     def together(group: list[_Claim]) -> list[Setup | RunRefused]:
         read = _Read.of(group)
-        return [_attempt(replace(request, read=read)) for request in group]
+        results: list[Setup | RunRefused | None] = [None] * len(group)
+        for index in sorted(range(len(group)), key=lambda i: read.lock_order(group[i])):
+            results[index] = _attempt(replace(group[index], read=read))
+        return results
 
     return grouping.together_or_alone(requests, together, _attempt, "claims")
 

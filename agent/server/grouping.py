@@ -103,14 +103,15 @@ def together_or_alone(items: list, together: Callable[[list], list],
                       urgent: bool = False) -> list:  # fmt: skip
     """A handler's usual shape: ``together(items)`` in one transaction; if that fails, each
     item alone in a transaction of its own (``alone(item)``), so one item's failure is its
-    own (its exception is its result). ``urgent``: on SQLite, its turn to write comes before
-    the other writers' waiting (``_Turns``)."""
+    own (its exception is its result); one item alone from the start is done again only
+    when the database undid it for another transaction's sake (``UNDONE``). ``urgent``: on
+    SQLite, its turn to write comes before the other writers' waiting (``_Turns``)."""
     with _one_writer(urgent):
         try:
             with transaction.atomic():
                 return together(items)
-        except Exception:
-            if len(items) == 1:
+        except Exception as exc:
+            if len(items) == 1 and not _undone_by_the_database(exc):
                 raise
             log.warning("a group of %d %s failed; handling them one by one", len(items), what)
         results = []
@@ -121,6 +122,15 @@ def together_or_alone(items: list, together: Callable[[list], list],
             except Exception as exc:  # noqa: BLE001 - handed to the item's own caller
                 results.append(exc)
         return results
+
+
+# A deadlock's victim, a serialization failure: the database undid the transaction for
+# another's sake, and the same work done again may pass (PostgreSQL's documented advice).
+UNDONE = frozenset({"40P01", "40001"})
+
+
+def _undone_by_the_database(exc: Exception) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) in UNDONE
 
 
 @dataclass

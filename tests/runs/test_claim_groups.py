@@ -366,3 +366,30 @@ def test_a_slow_workspace_holds_up_only_its_own_claim(groups, settings, monkeypa
     assert groups == [2]
     assert slow_setup.unprepared is None and quick_setup.unprepared is None
     assert slow_setup.workspace is not None and quick_setup.workspace is not None
+
+
+class _Undone(Exception):
+    sqlstate = "40P01"  # (psycopg's errors carry it; Django's wrapper has it as its cause)
+
+
+@pytest.mark.parametrize("sqlstate, tries", [("40P01", 2), ("40001", 2), ("23505", 1)])
+def test_an_item_alone_is_done_again_only_when_the_database_undid_it(sqlstate, tries):
+    undone = _Undone()
+    undone.sqlstate = sqlstate
+    calls = []
+
+    def together(items):
+        calls.append("together")
+        raise OperationalError("deadlock detected") from undone
+
+    def alone(item):
+        calls.append("alone")
+        return item * 2
+
+    if tries == 1:
+        with pytest.raises(OperationalError):
+            grouping.together_or_alone([21], together, alone, "tries")
+        assert calls == ["together"]
+    else:
+        assert grouping.together_or_alone([21], together, alone, "tries") == [42]
+        assert calls == ["together", "alone"]

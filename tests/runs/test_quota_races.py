@@ -70,6 +70,14 @@ def test_a_page_read_during_a_claim_neither_waits_for_the_owner_nor_deadlocks(po
     assert outcome["read_while_claiming"] and outcome["claimed"], outcome
 
 
+def test_groups_of_claims_crossing_owners_take_their_locks_in_one_order(postgres):
+    # Each claim holds its owner's row, then its conversation's; two groups, one with
+    # claims of A then B, the other of B then A, deadlocked, and PostgreSQL undid one.
+    outcome = race(postgres, "crossing_groups")
+    assert outcome["errors"] == [] and outcome["fell_back"] == 0, outcome
+    assert outcome["claimed"] == outcome["expected"], outcome
+
+
 # -- run in the shell, on PostgreSQL --------------------------------------------------------
 def at_once(action) -> list:
     """``action()`` in THREADS threads released together; each one's result or exception."""
@@ -211,3 +219,64 @@ def read_during_claim() -> dict:
     for thread in threads:
         thread.join()
     return {**outcome, "errors": errors}
+
+
+def crossing_groups(rounds: int = 15) -> dict:
+    """Two groups of claims handled at once (as the claims' two workers do), each with a
+    claim of owner A and one of owner B, in opposite orders; every claim is released
+    after its round."""
+    import logging
+
+    from django.test import override_settings
+
+    from agent.models import Conversation, User
+    from agent.runs import claim
+
+    owners = [User.objects.create_user(name, password=f"pw-{name}-1234") for name in ("ann", "bob")]
+    made = {(o.pk, i): Conversation.objects.create(owner=o, model="claude-haiku-4-5").id
+            for o in owners for i in range(2)}  # fmt: skip
+    a, b = owners[0].pk, owners[1].pk
+    groups = [[(a, 0), (b, 0)], [(b, 1), (a, 1)]]
+    fell_back: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: fell_back.append(record.getMessage())
+    logging.getLogger("agent.server.grouping").addHandler(handler)
+    errors, claimed = [], 0
+    with override_settings(HARNESS_RUNS_PER_MINUTE=1000, HARNESS_CONCURRENT_RUNS=10):
+        for _ in range(rounds):
+            results = _at_once_each(groups, made, claim._claim_together)
+            for result in (r for group in results for r in group):
+                if isinstance(result, Exception):
+                    errors.append(repr(result))
+                else:
+                    claimed += 1
+            Conversation.objects.update(state="idle", lease_owner="", lease_until=None)
+    return {"claimed": claimed, "expected": 4 * rounds, "errors": errors,
+            "fell_back": len(fell_back)}  # fmt: skip
+
+
+def _at_once_each(groups: list, made: dict, handle) -> list:
+    """``handle`` of each group's claims, the groups in threads released together."""
+    from django.db import connection
+
+    from agent.runs import claim
+
+    barrier = threading.Barrier(len(groups))
+    results: list = [None] * len(groups)
+
+    def one(index: int) -> None:
+        try:
+            requests = [claim._Claim(made[key], key[0], "go") for key in groups[index]]
+            barrier.wait()
+            results[index] = handle(requests)
+        except Exception as exc:  # noqa: BLE001 - the outcome reports it
+            results[index] = [exc]
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(groups))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
