@@ -23,6 +23,12 @@ def model():
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def unread_replies_forgotten(model):
+    """A test that failed leaves its scripted reply unread: the next one must not get it."""
+    model.reset()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, model):
     with two_servers(tmp_path_factory.mktemp("cluster"), model.url, "olga") as (a, b):
