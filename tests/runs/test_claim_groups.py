@@ -369,13 +369,16 @@ def test_a_slow_workspace_holds_up_only_its_own_claim(groups, settings, monkeypa
 
 
 class _Undone(Exception):
-    sqlstate = "40P01"  # (psycopg's errors carry it; Django's wrapper has it as its cause)
+    """As psycopg's errors do, it carries its SQLSTATE (Django's wrapper has it as cause)."""
+
+    def __init__(self, sqlstate: str):
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
 
 
 @pytest.mark.parametrize("sqlstate, tries", [("40P01", 2), ("40001", 2), ("23505", 1)])
 def test_an_item_alone_is_done_again_only_when_the_database_undid_it(sqlstate, tries):
-    undone = _Undone()
-    undone.sqlstate = sqlstate
+    undone = _Undone(sqlstate)
     calls = []
 
     def together(items):

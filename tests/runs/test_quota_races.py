@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import partial
 
 import pytest
 
@@ -81,21 +82,27 @@ def test_groups_of_claims_crossing_owners_take_their_locks_in_one_order(postgres
 # -- run in the shell, on PostgreSQL --------------------------------------------------------
 def at_once(action) -> list:
     """``action()`` in THREADS threads released together; each one's result or exception."""
+    return each_at_once([action] * THREADS)
+
+
+def each_at_once(actions: list) -> list:
+    """Each action in a thread of its own, the threads released together; each one's
+    result or exception."""
     from django.db import connection
 
-    barrier = threading.Barrier(THREADS)
-    results: list = [None] * THREADS
+    barrier = threading.Barrier(len(actions))
+    results: list = [None] * len(actions)
 
     def worker(index: int) -> None:
         try:
             barrier.wait()
-            results[index] = action()
+            results[index] = actions[index]()
         except Exception as exc:  # noqa: BLE001 - the caller sorts outcomes
             results[index] = exc
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(actions))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -236,7 +243,8 @@ def crossing_groups(rounds: int = 15) -> dict:
     made = {(o.pk, i): Conversation.objects.create(owner=o, model="claude-haiku-4-5").id
             for o in owners for i in range(2)}  # fmt: skip
     a, b = owners[0].pk, owners[1].pk
-    groups = [[(a, 0), (b, 0)], [(b, 1), (a, 1)]]
+    groups = [[claim._Claim(made[key], key[0], "go") for key in keys]
+              for keys in ([(a, 0), (b, 0)], [(b, 1), (a, 1)])]  # fmt: skip
     fell_back: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: fell_back.append(record.getMessage())
@@ -244,8 +252,8 @@ def crossing_groups(rounds: int = 15) -> dict:
     errors, claimed = [], 0
     with override_settings(HARNESS_RUNS_PER_MINUTE=1000, HARNESS_CONCURRENT_RUNS=10):
         for _ in range(rounds):
-            results = _at_once_each(groups, made, claim._claim_together)
-            for result in (r for group in results for r in group):
+            results = each_at_once([partial(claim._claim_together, group) for group in groups])
+            for result in (r for group in results for r in _listed(group)):
                 if isinstance(result, Exception):
                     errors.append(repr(result))
                 else:
@@ -255,28 +263,6 @@ def crossing_groups(rounds: int = 15) -> dict:
             "fell_back": len(fell_back)}  # fmt: skip
 
 
-def _at_once_each(groups: list, made: dict, handle) -> list:
-    """``handle`` of each group's claims, the groups in threads released together."""
-    from django.db import connection
-
-    from agent.runs import claim
-
-    barrier = threading.Barrier(len(groups))
-    results: list = [None] * len(groups)
-
-    def one(index: int) -> None:
-        try:
-            requests = [claim._Claim(made[key], key[0], "go") for key in groups[index]]
-            barrier.wait()
-            results[index] = handle(requests)
-        except Exception as exc:  # noqa: BLE001 - the outcome reports it
-            results[index] = [exc]
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(groups))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+def _listed(result) -> list:
+    """A group's results, or the exception that failed the group whole, as one result."""
+    return [result] if isinstance(result, Exception) else result
