@@ -35,7 +35,7 @@ from agent.runs.broadcast import broadcast
 from agent.runs.checkpoints import Checkpointer
 from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.inbox import Inbox
-from agent.runs.pacing import loop_lag
+from agent.runs.pacing import loop_lag, partial_save_due
 from agent.runs.projects import in_project
 from agent.runs.spend import SpendGuard
 from agent.server import metrics
@@ -44,11 +44,6 @@ log = logging.getLogger(__name__)
 
 # Frames of text deltas are coalesced over an interval that adapts to the process's load
 # (agent/runs/pacing.py): at once when idle, spaced out when the event loop runs late.
-# Frames of text deltas alone are broadcast at once and stored at most this often, in the
-# background (everything else is stored before it is sent): a crash loses under a second
-# of partial text, and a stream costs one write a second instead of twenty.
-PARTIAL_SAVE_INTERVAL = 1.0
-
 # A run whose events cannot be stored is ended (agent/runs/eventlog.py storage_full): its
 # transcript would silently lose everything from then on.
 STORAGE_FULL_MESSAGE = (
@@ -270,7 +265,7 @@ class Run:
                     # Sent first, stored later (at most once a second, off the hot path).
                     unsaved += batch
                     await self._send(batch, conversation)
-                    if time.monotonic() - last_save >= PARTIAL_SAVE_INTERVAL:
+                    if partial_save_due(last_save, time.monotonic()):
                         await self._stored_partial()
                         self._saving = asyncio.create_task(eventlog.store(self.conversation.id,
                                                                           unsaved, None,

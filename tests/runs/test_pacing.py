@@ -73,3 +73,23 @@ async def test_the_smoothed_lag_is_published_on_the_gauge_and_cleared_when_nothi
     assert gauge.values[None] == lag.lag > 0.01
     lag.release()
     assert gauge.values[None] == 0.0
+
+
+def test_streams_store_their_partial_text_on_the_ticks_they_share():
+    """Partial text is stored on the first frame after each tick of one clock, whatever
+    each stream's own phase: the streams' saves reach the event log together (few group
+    commits), each stream still saves about once a second, and a stream's first frame is
+    stored at once."""
+    from agent.runs.pacing import PARTIAL_SAVE_INTERVAL as PERIOD
+    from agent.runs.pacing import partial_save_due
+
+    assert partial_save_due(0.0, 1000.3 * PERIOD)  # nothing saved yet: at once
+    # Two streams that last saved at different phases of the same tick...
+    early, late = 1000.05 * PERIOD, 1000.95 * PERIOD
+    for now in (1000.5 * PERIOD, 1000.99 * PERIOD):
+        assert not partial_save_due(early, now) and not partial_save_due(late, now)
+    # ...are both due from the next tick on, not each a tick after its own save.
+    assert partial_save_due(early, 1001.01 * PERIOD) and partial_save_due(late, 1001.01 * PERIOD)
+    # At most once a tick: saved just after the tick, the next is due at the one after.
+    assert not partial_save_due(1001.02 * PERIOD, 1001.98 * PERIOD)
+    assert partial_save_due(1001.02 * PERIOD, 1002.0 * PERIOD)
