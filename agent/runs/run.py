@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # Frames of text deltas are coalesced over an interval that adapts to the process's load
 # (agent/runs/pacing.py): at once when idle, spaced out when the event loop runs late.
+# Their partial text is stored once a second, on a tick the process's runs share.
+
 # A run whose events cannot be stored is ended (agent/runs/eventlog.py storage_full): its
 # transcript would silently lose everything from then on.
 STORAGE_FULL_MESSAGE = (
@@ -262,7 +264,7 @@ class Run:
                     only_deltas = _only_deltas(batch)
             try:
                 if only_deltas and not done:
-                    # Sent first, stored later (at most once a second, off the hot path).
+                    # Sent first, stored later (on the next shared tick, off the hot path).
                     unsaved += batch
                     await self._send(batch, conversation)
                     if partial_save_due(last_save, time.monotonic()):
