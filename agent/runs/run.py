@@ -35,7 +35,7 @@ from agent.runs.broadcast import broadcast
 from agent.runs.checkpoints import Checkpointer
 from agent.runs.claim import Setup, finish, renew_lease
 from agent.runs.inbox import Inbox
-from agent.runs.pacing import loop_lag, partial_save_due
+from agent.runs.pacing import loop_lag, partial_save_due, save_phase
 from agent.runs.projects import in_project
 from agent.runs.spend import SpendGuard
 from agent.server import metrics
@@ -242,6 +242,7 @@ class Run:
         last_text = last_save = 0.0
         unsaved: list[Event] = []  # delta frames sent but not stored yet
         conversation = self.conversation
+        phase = save_phase(conversation.id)
         done = False
         while not done:
             batch, done = await self.inbox.take()
@@ -264,10 +265,10 @@ class Run:
                     only_deltas = _only_deltas(batch)
             try:
                 if only_deltas and not done:
-                    # Sent first, stored later (on the next shared tick, off the hot path).
+                    # Sent first, stored later (on its phase's next tick, off the hot path).
                     unsaved += batch
                     await self._send(batch, conversation)
-                    if partial_save_due(last_save, time.monotonic()):
+                    if partial_save_due(last_save, time.monotonic(), phase):
                         await self._stored_partial()
                         self._saving = asyncio.create_task(eventlog.store(self.conversation.id,
                                                                           unsaved, None,

@@ -76,10 +76,10 @@ async def test_the_smoothed_lag_is_published_on_the_gauge_and_cleared_when_nothi
 
 
 def test_streams_store_their_partial_text_on_the_ticks_they_share():
-    """Partial text is stored on the first frame after each tick of one clock, whatever
-    each stream's own phase: the streams' saves reach the event log together (few group
-    commits), each stream still saves about once a second, and a stream's first frame is
-    stored at once."""
+    """Partial text is stored on the first frame after each tick of its phase's clock,
+    whatever the stream's own timing: the streams of a phase reach the event log together
+    (few group commits), each stream still saves about once a second, and a stream's first
+    frame is stored at once."""
     from agent.runs.pacing import PARTIAL_SAVE_INTERVAL as PERIOD
     from agent.runs.pacing import partial_save_due
 
@@ -93,3 +93,34 @@ def test_streams_store_their_partial_text_on_the_ticks_they_share():
     # At most once a tick: saved just after the tick, the next is due at the one after.
     assert not partial_save_due(1001.02 * PERIOD, 1001.98 * PERIOD)
     assert partial_save_due(1001.02 * PERIOD, 1002.0 * PERIOD)
+
+
+def test_the_streams_save_ticks_are_spread_over_the_second_in_a_few_phases():
+    """Conversations fall in SAVE_PHASES phases: those of one phase save on the same ticks
+    (one group commit), the phases' ticks are spread over the period (no one burst of every
+    stream's save), and each conversation's tick comes once a period."""
+    import uuid
+
+    from agent.runs.pacing import PARTIAL_SAVE_INTERVAL as PERIOD
+    from agent.runs.pacing import SAVE_PHASES, partial_save_due, save_phase
+
+    ids = [uuid.uuid4() for _ in range(400)]
+    phases = {save_phase(i) for i in ids}
+    assert len(phases) == SAVE_PHASES > 1
+    assert all(0 <= p < PERIOD for p in phases)
+
+    def first_tick_after(last_save: float, phase: float) -> float:
+        """The first moment, in steps of 1/1000 period, at which a save is due again."""
+        step, k = PERIOD / 1000, 0
+        while not partial_save_due(last_save, last_save + k * step, phase):
+            k += 1
+        return round((last_save + k * step) % PERIOD, 2)
+
+    # Two streams of one phase that saved at different moments are due at the same tick;
+    # each phase's tick is its own, and it comes within a period of the last save.
+    for phase in phases:
+        ticks = {first_tick_after(1000.02 * PERIOD + phase, phase),
+                 first_tick_after(1000.97 * PERIOD + phase, phase)}  # fmt: skip
+        assert ticks == {round(phase % PERIOD, 2)}
+    ticks = {first_tick_after(1000.5 * PERIOD, phase) for phase in phases}
+    assert len(ticks) == SAVE_PHASES
