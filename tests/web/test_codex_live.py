@@ -130,6 +130,33 @@ def test_cancel_stops_codex_and_the_next_prompt_goes_to_the_same_session(live, a
     assert f"ah-{conversation_id}" in tmux_sessions(live)
 
 
+@pytest.mark.parametrize("delay", [0.1, 0.3])
+def test_a_command_approved_just_before_a_cancel_does_not_keep_running(live, model, delay):
+    """The race: a cancel that reaches Codex as an approved command starts. Codex ends the
+    turn as interrupted, but the command lived on as a background terminal, for its whole
+    minute (in 3 of 5 runs before the bridge ended the interrupted turn's terminals). Its
+    own user: each Codex session is many threads of the user's process limit."""
+    name = f"bo{int(delay * 10)}"
+    live.create_users(name)
+    bo = Api(live.url, live.manage("create_api_token", name).strip())
+    conversation_id = bo.call("POST", "/api/conversations", {"agent": "codex"})[1]["id"]
+    path = f"/api/conversations/{conversation_id}"
+    assert bo.call("PATCH", path, {"approval": "ask"})[0] == 200
+    sleep = long_sleep()
+    script(model, tool_reply(("exec_command", {"cmd": sleep, "yield_time_ms": 60000})),
+           text_reply("stopped"))  # fmt: skip
+    response, stream = bo.events(conversation_id, timeout=90)
+    bo.call("POST", f"{path}/prompt", {"content": "wait"})
+    card = read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "approval",
+                      timeout=90)[-1][2]  # fmt: skip
+    assert bo.call("POST", f"{path}/approvals/{card['id']}", {"decision": "approve"})[0] == 200
+    time.sleep(delay)  # the command starting, or about to
+    assert bo.call("POST", f"{path}/cancel")[1] == {"cancelled": True}
+    read_until(stream, lambda i: i[0] == "event" and i[2]["type"] == "status"
+               and i[2]["state"] in ("idle", "error"), timeout=30)  # fmt: skip
+    _wait_for(lambda: not _sandboxed(sleep), timeout=15)  # not its minute
+
+
 def test_in_ask_mode_codexs_approval_requests_are_cards_and_the_answers_go_back(alice, model):
     conversation_id = alice.call("POST", "/api/conversations", {"agent": "codex"})[1]["id"]
     path = f"/api/conversations/{conversation_id}"

@@ -6,12 +6,14 @@ The bridge (node, like the prompt loop) starts ``codex app-server``, initialises
 our lines on stdin does: ``prompt`` → the thread started (or resumed, from the session id it
 was given; a new one when that cannot be resumed) with approval ``untrusted`` (every command
 but the known-safe read-only ones asks) in our sandbox only (Codex's own is not used), then
-``turn/start``; ``abort`` → ``turn/interrupt``; ``approval`` → the JSON-RPC answer to that
-request (``accept`` or ``decline``). Every line of the server goes to stdout unchanged (the
-parser, ``codex.CodexParser``, reads them), with the bridge's own: ``thread.started`` (the
-thread's id, which resumes it later), ``harness_end`` after each turn, ``harness_error``. A
-request of the server the bridge does not handle (questions for the user, MCP elicitations,
-more permissions) is answered with an error: Codex goes on without it.
+``turn/start``; ``abort`` → ``turn/interrupt``, then the background terminals that the
+interrupted turn's commands left are terminated (``thread/backgroundTerminals/*``, of the
+app server's experimental API); ``approval`` → the JSON-RPC answer to that request
+(``accept`` or ``decline``). Every line of the server goes to stdout unchanged (the parser,
+``codex.CodexParser``, reads them), with the bridge's own: ``thread.started`` (the thread's
+id, which resumes it later), ``harness_end`` after each turn, ``harness_error``. A request
+of the server the bridge does not handle (questions for the user, MCP elicitations, more
+permissions) is answered with an error: Codex goes on without it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ let started = false;
 let turn = null;
 let busy = false;
 let nextId = 1;
+const items = new Map();  // turn id -> the ids of its items (commands, approvals)
+const interrupted = new Set();
 const calls = new Map();
 const asked = new Map();
 const waiting = [];
@@ -60,14 +64,49 @@ readline.createInterface({ input: server.stdout }).on("line", (line) => {
     return;
   }
   process.stdout.write(line + "\n");
+  const params = message.params || {};
   if (message.id !== undefined && typeof message.method === "string") {
-    if (ASKS.includes(message.method)) asked.set(String(message.id), message.id);
-    else send({ id: message.id, error: { code: -32601, message: "not available here" } });
+    if (ASKS.includes(message.method)) {
+      asked.set(String(message.id), message.id);
+      note(params.turnId, params.itemId);
+    } else send({ id: message.id, error: { code: -32601, message: "not available here" } });
     return;
   }
   if (message.method === "turn/started") turn = message.params.turn.id;
-  if (message.method === "turn/completed") finish(0);
+  if (message.method === "item/started" && params.item) {
+    note(params.turnId, params.item.id);
+    // A command that started after its turn was interrupted is stopped too.
+    if (interrupted.has(params.turnId) && params.item.processId) {
+      terminate(params.item.processId);
+    }
+  }
+  if (message.method === "turn/completed") {
+    const done = params.turn && params.turn.id;
+    if (interrupted.has(done)) {
+      const late = new Promise((resolve) => setTimeout(resolve, 4000));
+      Promise.race([stopCommands(done), late]).then(() => finish(0));
+    } else finish(0);
+  }
 });
+function note(turnId, itemId) {
+  if (!turnId || !itemId) return;
+  if (!items.has(turnId)) items.set(turnId, new Set());
+  items.get(turnId).add(itemId);
+}
+function terminate(processId) {
+  return call("thread/backgroundTerminals/terminate", { threadId: thread, processId })
+    .catch(() => {});
+}
+// An interrupted turn's commands keep running as background terminals when the interrupt
+// came as they started (after their approval): the ones its items started are ended.
+async function stopCommands(turnId) {
+  const mine = items.get(turnId) || new Set();
+  const { data } = await call("thread/backgroundTerminals/list", { threadId: thread })
+    .catch(() => ({ data: [] }));
+  await Promise.all((data || []).filter((t) => mine.has(t.itemId))
+    .map((t) => terminate(t.processId)));
+  items.delete(turnId);
+}
 function finish(code) {
   turn = null;
   busy = false;
@@ -78,7 +117,9 @@ async function run(text) {
   busy = true;
   try {
     if (!initialized) {
-      await call("initialize", { clientInfo: { name: "harness", version: "1" } });
+      // experimentalApi: the background terminals' methods (stopCommands)
+      await call("initialize", { clientInfo: { name: "harness", version: "1" },
+                                 capabilities: { experimentalApi: true } });
       send({ method: "initialized" });
       initialized = true;
     }
@@ -109,6 +150,7 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
   if (message.type === "prompt" && typeof message.message === "string") {
     if (busy) waiting.push(message.message); else run(message.message);
   } else if (message.type === "abort" && turn) {
+    interrupted.add(turn);
     call("turn/interrupt", { threadId: thread, turnId: turn }).catch(() => {});
   } else if (message.type === "approval" && asked.has(message.id)) {
     const id = asked.get(message.id);
