@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 # Frames of text deltas are coalesced over an interval that adapts to the process's load
 # (agent/runs/pacing.py): at once when idle, spaced out when the event loop runs late.
-# Their partial text is stored once a second, on a tick the process's runs share.
+# Their partial text is stored once a second, on a tick of one of ten phases
+# (pacing.partial_save_due).
 
 # A run whose events cannot be stored is ended (agent/runs/eventlog.py storage_full): its
 # transcript would silently lose everything from then on.

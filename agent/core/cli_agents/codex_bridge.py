@@ -85,7 +85,10 @@ readline.createInterface({ input: server.stdout }).on("line", (line) => {
     if (interrupted.has(done)) {
       const late = new Promise((resolve) => setTimeout(resolve, 4000));
       Promise.race([stopCommands(done), late]).then(() => finish(0));
-    } else finish(0);
+    } else {
+      items.delete(done);  // only an interrupted turn's items are looked at again
+      finish(0);
+    }
   }
 });
 function note(turnId, itemId) {
