@@ -68,15 +68,12 @@ test-bench: install-dev system-deps
 	$(BIN)/python -m pytest -m bench $(PYTEST_ARGS)
 
 # The external CLI agents (docs/FEATURES.md), at the versions the tests pin, into
-# var/cli-agents (a cache; again only when missing). No npm or no registry: a note, and the
-# end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
+# var/cli-agents (once; a finished install is kept per version set under ~/.cache/harness,
+# so a fresh clone copies it: scripts/cli-agents.sh). No npm or no registry: a note, and
+# the end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
 CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33 @openai/codex@0.171.0
 cli-agents:
-	@if [ -x var/cli-agents/node_modules/.bin/claude ] && [ -x var/cli-agents/node_modules/.bin/pi ] && [ -x var/cli-agents/node_modules/.bin/opencode ] && [ -x var/cli-agents/node_modules/.bin/codex ]; then :; \
-	elif command -v npm >/dev/null; then \
-		npm install --no-audit --no-fund --prefix var/cli-agents $(CLI_AGENTS) >/dev/null \
-		|| echo "note: npm install of the CLI agents failed (no registry?)"; \
-	else echo "note: npm is missing: the CLI agent tests will skip"; fi
+	@sh scripts/cli-agents.sh $(CLI_AGENTS)
 
 # The performance benchmark (docs/PERFORMANCE.md): prints a table, writes var/bench/*.json.
 # Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…";

@@ -1,5 +1,5 @@
 """The real CLI agents for tests: installed once from the npm registry, at pinned versions,
-into var/cli-agents (a cache kept between runs; `make cli-agents` does the same)."""
+into var/cli-agents (kept between runs; `make cli-agents` runs the same script)."""
 
 from __future__ import annotations
 
@@ -34,15 +34,12 @@ def install_cli_agents() -> dict[str, str]:
     """{agent name: executable}, installing them first when absent."""
     paths = {name: PREFIX / "node_modules" / ".bin" / binary for name, binary in BINARIES.items()}
     if not all(p.exists() for p in paths.values()):
-        npm = shutil.which("npm")
-        if npm is None:
-            _missing("npm is not installed")
-        PREFIX.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix",
-                               str(PREFIX), *PACKAGES], capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
-        if done.returncode != 0:
-            _missing(f"npm install failed (no registry?): {done.stderr.strip()[-300:]}")
+        # what `make cli-agents` runs: a copy kept under ~/.cache/harness, or npm
+        done = subprocess.run(["sh", "scripts/cli-agents.sh", *PACKAGES], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        if not all(p.exists() for p in paths.values()):
+            _missing(f"scripts/cli-agents.sh did not install them: {done.stdout.strip()}"
+                     f" {done.stderr.strip()[-300:]}")  # fmt: skip
     return {name: str(path) for name, path in paths.items()}
 
 
