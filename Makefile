@@ -67,13 +67,12 @@ test: install-dev system-deps cli-agents
 test-bench: install-dev system-deps
 	$(BIN)/python -m pytest -m bench $(PYTEST_ARGS)
 
-# The external CLI agents (docs/FEATURES.md), at the versions the tests pin, into
-# var/cli-agents (once; a finished install is kept per version set under ~/.cache/harness,
-# so a fresh clone copies it: scripts/cli-agents.sh). No npm or no registry: a note, and
-# the end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
-CLI_AGENTS = @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 opencode-ai@1.18.33 @openai/codex@0.171.0
+# The external CLI agents (docs/FEATURES.md), at the versions the tests pin (listed in
+# scripts/cli-agents.sh), into var/cli-agents, once: a finished install is kept per version
+# set under ~/.cache/harness, so a fresh clone copies it. No npm or no registry: a note,
+# and the end-to-end tests skip (they fail under HARNESS_REQUIRE_SERVICES=1).
 cli-agents:
-	@sh scripts/cli-agents.sh $(CLI_AGENTS)
+	@sh scripts/cli-agents.sh
 
 # The performance benchmark (docs/PERFORMANCE.md): prints a table, writes var/bench/*.json.
 # Options: make bench BENCH_ARGS="--levels 1,25 --processes 2 --redis-url redis://…";

@@ -1,11 +1,13 @@
 #!/bin/sh
-# The external CLI agents at the pinned versions (the arguments: npm package specs) into
+# The external CLI agents at the versions the tests pin (below: the one list of them) into
 # var/cli-agents/node_modules, once. npm spends 20-30 s of CPU unpacking them and running
 # their install scripts, so a finished install is also kept per version set under
 # ~/.cache/harness (HARNESS_CACHE): a fresh checkout on the same machine (CI's clean
 # clone) copies it in about 2 s. No npm or no registry: a note, and the tests that need the
 # CLIs skip (they fail under HARNESS_REQUIRE_SERVICES=1).
 set -u
+set -- @anthropic-ai/claude-code@2.1.197 @mariozechner/pi-coding-agent@0.73.1 \
+  opencode-ai@1.18.33 @openai/codex@0.171.0
 prefix=var/cli-agents
 installed() {
   for bin in claude pi opencode codex; do [ -x "$1/node_modules/.bin/$bin" ] || return 1; done

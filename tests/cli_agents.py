@@ -1,5 +1,6 @@
-"""The real CLI agents for tests: installed once from the npm registry, at pinned versions,
-into var/cli-agents (kept between runs; `make cli-agents` runs the same script)."""
+"""The real CLI agents for tests: installed once from the npm registry, at the versions
+scripts/cli-agents.sh pins, into var/cli-agents (kept between runs; `make cli-agents` runs
+the same script)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,6 @@ from testkit.api_client import read_until
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = REPO / "var" / "cli-agents"
-PACKAGES = (
-    "@anthropic-ai/claude-code@2.1.197",
-    "@mariozechner/pi-coding-agent@0.73.1",
-    "opencode-ai@1.18.33",
-    "@openai/codex@0.171.0",
-)
 BINARIES = {"claude-code": "claude", "pi": "pi", "opencode": "opencode", "codex": "codex"}
 
 
@@ -35,7 +30,7 @@ def install_cli_agents() -> dict[str, str]:
     paths = {name: PREFIX / "node_modules" / ".bin" / binary for name, binary in BINARIES.items()}
     if not all(p.exists() for p in paths.values()):
         # what `make cli-agents` runs: a copy kept under ~/.cache/harness, or npm
-        done = subprocess.run(["sh", "scripts/cli-agents.sh", *PACKAGES], cwd=REPO,
+        done = subprocess.run(["sh", "scripts/cli-agents.sh"], cwd=REPO,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         if not all(p.exists() for p in paths.values()):
             _missing(f"scripts/cli-agents.sh did not install them: {done.stdout.strip()}"
