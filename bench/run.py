@@ -36,7 +36,6 @@ class Options:
     database_url: str | None = None
     redis_url: str | None = None
     processes: int = 1  # Daphne processes (more than one needs redis_url)
-    model_reader: str | None = None  # HARNESS_MODEL_READER (None: the product's default)
     out: Path = REPO / "var" / "bench"
     only: str | None = None  # "projects" (no server, no model) or "streaming": that alone
     project_files: int = 10_000  # the worktree checkpointed and restored, the repo cloned
@@ -47,19 +46,6 @@ class Options:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu_seconds(pid: int) -> float:
-    """A server's CPU time with its model reader's (agent/core/model/reader.py): the work
-    of reading the answers is the server's wherever it runs."""
-    total = cpu_seconds(pid)
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        try:
-            if b"agent.core.model.reader" in Path(f"/proc/{child}/cmdline").read_bytes():
-                total += cpu_seconds(int(child))
-        except FileNotFoundError:
-            pass  # (it ended meanwhile)
-    return total
 
 
 def rss_bytes(pid: int) -> int:
@@ -107,7 +93,6 @@ class Cluster:
             "HARNESS_RUNS_PER_MINUTE": "100000",
             "DATABASE_URL": options.database_url or f"sqlite:///{root / 'db.sqlite3'}",
             **({"REDIS_URL": options.redis_url} if options.redis_url else {}),
-            **({"HARNESS_MODEL_READER": options.model_reader} if options.model_reader else {}),
         }
         self.servers = []
         try:
@@ -131,7 +116,7 @@ class Cluster:
         return sessions
 
     def cpu_seconds(self) -> float:
-        return sum(server_cpu_seconds(s.process.pid) for s in self.servers)
+        return sum(cpu_seconds(s.process.pid) for s in self.servers)
 
     def rss_bytes(self) -> int:
         return sum(rss_bytes(s.process.pid) for s in self.servers)
@@ -312,7 +297,6 @@ def machine(options: Options) -> dict:
         "database": "postgresql" if options.database_url else "sqlite",
         "channel_layer": "redis" if options.redis_url else "in-memory",
         "processes": options.processes,
-        "model_reader": options.model_reader or "process",
     }
 
 
@@ -350,11 +334,11 @@ def streaming_lines(report: dict) -> list[str]:
     lines = [
         f"Harness benchmark, {report['when']}: {m['cpus']} CPUs, Python {m['python']}, "
         f"anthropic {m['anthropic']}, {m['processes']} Daphne process(es), {m['database']}, "
-        f"{m['channel_layer']} channel layer, model reader {m.get('model_reader', 'process')}",
+        f"{m['channel_layer']} channel layer",
         f"each session streams {opts['tokens']} deltas at {opts['rate']:g}/s; latency = "
         "arrival - stamp, in ms; CPU in ms per 1,000 deltas (SDK: the reading process alone; "
-        "Hns: the server and its model reader, all in); steady over: p99 over the SDK's of the "
-        "deltas stamped once every prompt has started; fr/s/s: frames per second per session",
+        "Hns: the server, all in); steady over: p99 over the SDK's of the deltas stamped once "
+        "every prompt has started; fr/s/s: frames per second per session",
         "",
         "sessions |  SDK p50 |  SDK p99 |  Hns p50 |  Hns p99 | p99 over | steady over |"
         " delivered/expected | SDK CPU | Hns CPU   | fr/s/s",

@@ -16,7 +16,6 @@ drop.start()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.conf import settings  # noqa: E402
 
 from agent.runs import selftest  # noqa: E402
 from agent.server.body_limit import BodyLimit  # noqa: E402
@@ -45,12 +44,10 @@ selftest.start()
 # The server's long-lived objects (Django, the SDK and its models, templates, the code) go
 # out of the cyclic collector's way: otherwise each full collection walks all of them while
 # every socket waits. The longest one in a benchmark server's life (250 streaming
-# sessions) took 88-111 ms before and 17-36 ms after. (The agent's own modules came in
-# with the routing above.) The SDK is imported now for that reason, and so that the first
-# prompt does not pay for the import, where this process reads the model's answers itself;
-# by default its model reader process does (agent/core/model/remote.py).
-if settings.HARNESS_MODEL_READER == "inline":
-    import anthropic  # noqa: F401
+# sessions) took 88-111 ms before and 17-36 ms after. The SDK is imported now for that
+# reason (and so the first prompt does not pay for the import).
+# (The agent's own modules came in with the routing above.)
+import anthropic  # noqa: E402, F401
 
 gc.collect()
 gc.freeze()

@@ -228,9 +228,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ANTHROPIC_API_KEY = env_secret("ANTHROPIC_API_KEY")
 ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL")
 HARNESS_MODEL = env_str("HARNESS_MODEL", DEFAULT_MODEL)
-# "process": a process of its own reads the model's answers (agent/core/model/remote.py);
-# "inline": the server's event loop reads them itself.
-HARNESS_MODEL_READER = env_choice("HARNESS_MODEL_READER", ("process", "inline"), "process")
 HARNESS_MAX_TOKENS = env_int("HARNESS_MAX_TOKENS", 4096, minimum=1)
 HARNESS_MAX_TURNS = env_int("HARNESS_MAX_TURNS", 10, minimum=1)
 HARNESS_THINKING = env_int("HARNESS_THINKING", 0, minimum=0)

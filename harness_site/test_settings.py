@@ -30,7 +30,3 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {  # noqa: F405
         "NAME": f"{tempfile.gettempdir()}/harness-test-{os.getpid()}.sqlite3"
     }
-# The in-process tests run an event loop per test: the model's answers are read inline, not
-# by a reader process started for each. The live servers keep the product's default (a
-# reader process), and tests/core/test_model_reader.py holds the two ways to each other.
-HARNESS_MODEL_READER = "inline"

@@ -24,17 +24,7 @@ def _api_error(body: object) -> tuple[str | None, str | None]:
     return None, None
 
 
-class ModelError(Exception):
-    """An error already named, by a model reader process (agent/core/model/remote.py)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
 def classify(exc: BaseException) -> tuple[str, str]:
-    if isinstance(exc, ModelError):
-        return exc.code, exc.message
     import anthropic  # here, not at import time: the SDK takes a second to import
 
     if isinstance(exc, anthropic.APIStatusError):

@@ -18,7 +18,7 @@ import uuid
 from channels.layers import get_channel_layer
 
 from agent.core.loop import NotRunning, QueueFull
-from agent.runs import clients, control, eventlog
+from agent.runs import control, eventlog
 from agent.runs.attachments import Snapshot
 from agent.runs.broadcast import announce_branch
 from agent.runs.claim import (
@@ -30,7 +30,6 @@ from agent.runs.claim import (
     release,
     remember_prompt,
 )
-from agent.runs.config import agent_config
 from agent.runs.control import cancel_from_sync as cancel_from_sync
 from agent.runs.control import drop_author_from_sync as drop_author_from_sync
 from agent.runs.groups import control_group
@@ -75,7 +74,6 @@ class RunManager:
                 control.listen(self, layer, self._channel), context=fresh()
             )
             self._reaper = loop.create_task(control.reap(self.held), context=fresh())
-            clients.warm(agent_config())  # the first prompt need not wait for the reader
         return self._channel
 
     def held(self) -> set[str]:

@@ -69,23 +69,6 @@ def test_the_server_holds_no_root_and_only_its_broker_does(live):
     assert b"agent.sandbox.broker" in cmdline
 
 
-def test_the_model_reader_is_the_service_user_too(live, alice, fresh):
-    """The server's model reader (agent/core/model/reader.py) makes its model requests:
-    started by the server once it serves, it is the service user, never root."""
-    _, conversation = alice.call("POST", "/api/conversations", {})
-    fresh.enqueue(text_reply("read by the reader"))
-    events = prompt_and_read(alice, conversation["id"], "go")
-    assert [e["content"] for e in events if e["type"] == "text"] == ["read by the reader"]
-    children = _descendants(live.process.pid)
-    readers = [p for p in children if b"model.reader" in Path(f"/proc/{p}/cmdline").read_bytes()]
-    assert len(readers) == 1, readers
-    assert _status(readers[0]) == _status(live.process.pid)
-    # None of the server's secrets: each request brings its key.
-    environment = Path(f"/proc/{readers[0]}/environ").read_bytes().split(b"\0")
-    assert b"PATH=" + os.environ["PATH"].encode() in environment
-    assert not [v for v in environment if v.startswith((b"ANTHROPIC_API_KEY=", b"DJANGO_"))]
-
-
 def _results(events: list[dict]) -> list[dict]:
     return [e for e in events if e["type"] == "tool_result"]
 

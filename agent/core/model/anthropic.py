@@ -1,7 +1,7 @@
 """The Anthropic Messages API as a ``Provider``, over the official SDK.
 
 The SDK makes every request (auth, retries with retry-after, status errors before a stream
-starts, the connection pool). A stream's body is read off the wire by ``wire.batches`` rather
+starts, the connection pool). A stream's body is read off the wire by ``wire.events`` rather
 than iterated through the SDK, whose pydantic model per event was the largest single cost
 per delta at 250 sessions; each event then becomes one of ``stream.py``'s typed events.
 A compaction's answer is the SDK's own typed ``Message``.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -28,20 +27,12 @@ class AnthropicProvider:
         self.client = client
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        async with contextlib.aclosing(self.batches(request)) as batches:
-            async for batch in batches:
-                for data in batch:
-                    event = parse(json.loads(data))
-                    if event is not None:
-                        yield event
-
-    async def batches(self, request: Request) -> AsyncIterator[list[bytes]]:
-        """The answer's events undecoded, those of one chunk of the body together (what a
-        model reader process sends on: ``reader.py``)."""
         response = await self.client.messages.create(**request.to_api(), stream=True)
         try:
-            async for batch in wire.batches(response):
-                yield batch
+            async for raw in wire.events(response):
+                event = parse(raw)
+                if event is not None:
+                    yield event
         finally:
             # Shielded: a cancelled run still hands its connection back.
             with contextlib.suppress(Exception):

@@ -1,4 +1,4 @@
-"""Read a streamed Messages API response's events (their JSON), straight off the wire.
+"""Read a streamed Messages API response as plain event dicts, straight off the wire.
 
 The SDK still makes the request (auth, retries with retry-after, status errors before the
 stream, the connection pool); we only read the body ourselves. Iterating the SDK's stream
@@ -60,26 +60,19 @@ class SSEParser:
         return out
 
 
-async def batches(stream: anthropic.AsyncStream) -> AsyncIterator[list[bytes]]:
-    """The events of ``client.messages.create(..., stream=True)`` (the SDK's stream, whose
-    HTTP ``response`` is read): each event's JSON, undecoded, those of one chunk of the body
-    together (a chunk read off the socket often ends several)."""
+async def events(stream: anthropic.AsyncStream) -> AsyncIterator[Any]:
+    """The events of ``client.messages.create(..., stream=True)``: dicts parsed from the
+    body of the SDK's stream (its HTTP ``response``)."""
     response = stream.response
     parser = SSEParser()
     async for chunk in response.aiter_bytes():
-        batch, failed = [], None
         for name, data in parser.feed(chunk):
             if name is None or name == "ping":
                 continue
-            if name == "error":  # the events before it in the chunk still count
-                failed = _stream_error(data, response)
-                break
+            if name == "error":
+                raise _stream_error(data, response)
             if data:
-                batch.append(data)
-        if batch:
-            yield batch
-        if failed is not None:
-            raise failed
+                yield json.loads(data)
 
 
 def _stream_error(data: bytes, response: Any) -> Exception:

@@ -80,12 +80,6 @@ class Command(BaseCommand):
             "PostgreSQL too: on one SQLite file, run starts queue for its write lock)",
         )
         parser.add_argument(
-            "--model-reader",
-            choices=["process", "inline"],
-            help="who reads the model's answers in the server (HARNESS_MODEL_READER; default: "
-            "the product's, process)",
-        )
-        parser.add_argument(
             "--out",
             type=Path,
             default=default.out,
@@ -127,7 +121,6 @@ class Command(BaseCommand):
             raise CommandError("--processes above 1 needs --redis-url (they share the layer)")
         chosen = Options(
             processes=options["processes"],
-            model_reader=options["model_reader"],
             levels=options["levels"],
             tokens=options["tokens"],
             rate=options["rate"],
