@@ -30,6 +30,7 @@ from agent.core.cli_agents.tmux import CLEAN_ENV, Tmux, tmux_path
 from agent.models import Conversation
 from agent.runs import previews
 from agent.runs.claim import CLI_NEEDS_MODEL
+from agent.runs.groups import announce_terminal
 from agent.runs.llm_gateway import open_gateway
 from agent.runs.workspaces import conversation_workspace, sandbox_ids, workspace_for
 from agent.sandbox import drop, preview_mounts
@@ -164,6 +165,7 @@ class CliSessions:
             raise
         entry = Entry(session, gateway, provider)
         self._entries[key] = entry
+        await announce_terminal(key)  # its pane, for the pages
         return entry
 
     def remember(self, conversation_id: str, marker: str | None) -> None:

@@ -38,6 +38,7 @@ from agent.models import Conversation
 from agent.runs import egress, previews
 from agent.runs.cli_sessions import PREFIX as AGENT_PREFIX
 from agent.runs.cli_sessions import sessions
+from agent.runs.groups import announce_terminal
 from agent.runs.workspaces import conversation_workspace, sandbox_ids
 from agent.sandbox import drop, preview_mounts
 from agent.sandbox.terminal_attach import PROGRAM
@@ -173,6 +174,7 @@ class Terminals:
         except TmuxError as exc:
             if "duplicate session" not in str(exc):  # another process started it just now
                 raise TerminalRefused(f"The terminal could not start: {exc}") from None
+        await announce_terminal(key)
 
     async def _make_room(self, owner_id: int) -> None:
         """The owner's sessions beyond the limit end, least recently used first."""

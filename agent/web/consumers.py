@@ -306,6 +306,12 @@ class ConversationConsumer(socket_frames.SocketFrames, AsyncWebsocketConsumer):
         if "title" in due:
             await self.send(text_data=title_fragment(header["title"]))
 
+    async def terminal_started(self, message: dict) -> None:
+        """A terminal of the conversation started (agent/runs/groups.py): its tails look at
+        their panes now, not at their next idle look."""
+        for tail in getattr(self, "tails", []):
+            tail.wake()
+
     async def session_recheck(self, message: dict) -> None:
         """The user's password changed: the feed ends unless this socket's session was
         signed in (or re-signed) with the new one."""

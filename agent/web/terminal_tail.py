@@ -30,7 +30,11 @@ from agent.runs.terminals import SIZE_FILE, Pane, read_size, tmux
 log = logging.getLogger(__name__)
 
 POLL = 0.05  # seconds between reads of a pane's stream
-IDLE_POLL = 0.5  # while the pane has no session
+# While the pane has no session: a session's start is announced to the conversation's pages
+# (``terminal.started``: agent/runs/groups.py), which wakes the tail; this look is for a
+# notice lost on the way. Most pages never have a terminal: a look twice a second per
+# socket was 2% of a 250-session server's event loop.
+IDLE_POLL = 5.0
 MAX_FRAME = 65536  # bytes of a pane's output per frame, and per POLL
 SCREEN_AGAIN_SECONDS = 1.0  # a page's asking for the screen again: at most once in this time
 
@@ -51,6 +55,7 @@ class Tail:
         self.task: asyncio.Future | None = None
         self.screen_due = False
         self.screen_sent = 0.0  # loop time
+        self.woken = asyncio.Event()  # a session started: look now
 
     def screen_again(self) -> None:
         """The page asks for the pane's screen (its terminal script arrived after the
@@ -58,10 +63,20 @@ class Tail:
         SCREEN_AGAIN_SECONDS however often it is asked (each is a tmux capture)."""
         self.screen_due = True
 
+    def wake(self) -> None:
+        """A session of the pane started (or may have): the next look is now."""
+        self.woken.set()
+
     async def run(self) -> None:
         try:
             while True:
-                await asyncio.sleep(await self.step())
+                delay = await self.step()
+                if delay == IDLE_POLL:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.woken.wait(), delay)
+                    self.woken.clear()
+                else:
+                    await asyncio.sleep(delay)
         finally:
             if self.reader is not None:
                 self.reader.close()

@@ -56,7 +56,7 @@ def live(tmp_path_factory):
     finally:
         for number, handler in zip(ignored, before, strict=True):
             signal.signal(number, handler)
-    server.create_users("tess", "vic", "col", "eve")
+    server.create_users("tess", "vic", "col", "eve", "una")
     server.socket = str(root / "state" / "tmux.sock")
     try:
         yield server
@@ -205,6 +205,26 @@ async def test_a_viewers_keys_are_refused_and_they_watch_the_owners_shell(live):
         await watcher.until(lambda s: "owner-9" in s)  # the viewer watches it live
         assert "owner-9" in screen
         assert not any(f.get("cols") == 20 for f in page.frames)  # their resize was refused
+
+
+async def test_a_page_open_before_the_shell_starts_follows_it_at_once(live):
+    """A shell's start is announced to the conversation's pages: one that was open and
+    idle shows it as soon as the page that started it does, not at its next idle look."""
+    from agent.web.terminal_tail import IDLE_POLL
+
+    session = sign_in(live, "una", "pw-una-1234")
+    conversation = home_conversation(live, session)
+    async with (
+        _socket(live, session, conversation) as first,
+        _socket(live, session, conversation) as second,
+    ):
+        page, other = Page(first), Page(second)
+        await asyncio.sleep(0.5)  # both tails idle: the pane has no session
+        await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
+        await page.until(prompted)
+        started = time.monotonic()
+        await other.until(prompted, timeout=IDLE_POLL * 0.6)
+        assert time.monotonic() - started < IDLE_POLL * 0.6
 
 
 async def test_an_anonymous_or_other_users_socket_never_opens(live):

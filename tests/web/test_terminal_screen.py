@@ -51,3 +51,35 @@ async def test_a_page_asking_again_and_again_gets_one_screen_per_interval(tmp_pa
     assert len(captures) == 2 and sent[-1]["data"] == "screen 2"  # …then the one asked for
     await tail.step()
     assert len(captures) == 2  # asked once, sent once
+
+
+async def test_an_idle_tail_looks_when_woken_not_at_its_next_idle_look(tmp_path, monkeypatch):
+    """A pane with no session is looked at again when a start is announced (``wake``):
+    the idle look is seconds apart, for a notice lost on the way."""
+    current = {"name": None}
+
+    async def capture(tmux, target):
+        return SimpleNamespace(data="the screen", cols=80, rows=24)
+
+    monkeypatch.setattr(terminal_tail.stream, "current", lambda directory: current["name"])
+    monkeypatch.setattr(terminal_tail.stream, "Reader", Reader)
+    monkeypatch.setattr(terminal_tail, "capture", capture)
+    monkeypatch.setattr(terminal_tail, "tmux", lambda: None)
+    sent = []
+
+    async def send(frame: dict) -> None:
+        sent.append(frame)
+
+    tail = terminal_tail.Tail(Pane("shell", "=pane:", str(tmp_path)), send)
+    task = asyncio.ensure_future(tail.run())
+    try:
+        await asyncio.sleep(0.2)
+        assert sent == []  # idle: no session yet
+        current["name"] = "session-1"
+        tail.wake()
+        async with asyncio.timeout(terminal_tail.IDLE_POLL / 2):
+            while not sent:
+                await asyncio.sleep(0.01)
+        assert sent[0]["data"] == "the screen" and sent[0]["reset"]
+    finally:
+        task.cancel()
