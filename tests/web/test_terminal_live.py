@@ -222,9 +222,8 @@ async def test_a_page_open_before_the_shell_starts_follows_it_at_once(live):
         await asyncio.sleep(0.5)  # both tails idle: the pane has no session
         await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
         await page.until(prompted)
-        started = time.monotonic()
+        # Well before its next idle look, even counted from the other page's prompt.
         await other.until(prompted, timeout=IDLE_POLL * 0.6)
-        assert time.monotonic() - started < IDLE_POLL * 0.6
 
 
 async def test_an_anonymous_or_other_users_socket_never_opens(live):
