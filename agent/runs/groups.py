@@ -4,6 +4,7 @@ group through which any process reaches the process that runs its prompt."""
 from __future__ import annotations
 
 import logging
+import uuid
 
 from channels.layers import get_channel_layer
 
@@ -24,8 +25,8 @@ async def announce_terminal(conversation_id) -> None:
     """A terminal of the conversation (its shell, its CLI agent's pane) started: the pages
     on it, in every process, start following it now (agent/web/terminal_tail.py) rather
     than when they next look. Only a notice: a page that misses it looks again soon."""
+    group = group_name(uuid.UUID(str(conversation_id)))  # (callers hold it as a string)
     try:
-        await get_channel_layer().group_send(group_name(conversation_id),
-                                             {"type": "terminal.started"})  # fmt: skip
+        await get_channel_layer().group_send(group, {"type": "terminal.started"})
     except Exception:  # (the layer unreachable): the pages look again later
         log.warning("could not announce a terminal of %s", conversation_id, exc_info=True)

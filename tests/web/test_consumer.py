@@ -989,3 +989,34 @@ async def test_a_socket_whose_feed_fails_closes_with_a_code_the_page_retries(ali
             if output["type"] == "websocket.close":
                 break
     assert output.get("code") == 1011
+
+
+async def test_a_terminals_start_announced_wakes_the_sockets_tails_at_once(alice, monkeypatch):
+    """A shell's or a CLI's start, announced in any process (its id as the run layer holds
+    it, a string), reaches each socket on the conversation: its tails look at their panes
+    now, not at their next idle look seconds later."""
+    from agent.runs.groups import announce_terminal
+    from agent.web import terminal_tail
+
+    looks = []
+    step = terminal_tail.Tail.step
+
+    async def counted(tail):
+        looks.append(tail.pane.name)
+        return await step(tail)
+
+    monkeypatch.setattr(terminal_tail.Tail, "step", counted)
+    user, conversation = alice
+    ws = await connected(conversation, user)
+    try:
+        async with asyncio.timeout(5):
+            while not looks:  # the first look, on connecting: no session yet
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert looks == ["shell"]
+        await announce_terminal(str(conversation.id))
+        async with asyncio.timeout(terminal_tail.IDLE_POLL / 2):
+            while len(looks) < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        await ws.disconnect()

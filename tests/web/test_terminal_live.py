@@ -209,7 +209,8 @@ async def test_a_viewers_keys_are_refused_and_they_watch_the_owners_shell(live):
 
 async def test_a_page_open_before_the_shell_starts_follows_it_at_once(live):
     """A shell's start is announced to the conversation's pages: one that was open and
-    idle shows it as soon as the page that started it does, not at its next idle look."""
+    idle (no session to follow) shows it too. (That the notice, not the idle look, brings
+    it: tests/web/test_consumer.py.)"""
     from agent.web.terminal_tail import IDLE_POLL
 
     session = sign_in(live, "una", "pw-una-1234")
@@ -222,7 +223,6 @@ async def test_a_page_open_before_the_shell_starts_follows_it_at_once(live):
         await asyncio.sleep(0.5)  # both tails idle: the pane has no session
         await page.send({"action": "terminal_resize", "cols": 80, "rows": 24})
         await page.until(prompted)
-        # Well before its next idle look, even counted from the other page's prompt.
         await other.until(prompted, timeout=IDLE_POLL * 0.6)
 
 
