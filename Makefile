@@ -53,11 +53,12 @@ system-deps:
 		echo "note: missing$$missing (not root: tests that need them will skip)"; \
 	fi
 
-# Three pytest-xdist workers, each given a whole test file at a time (--dist loadfile: a
+# Four pytest-xdist workers, each given a whole test file at a time (--dist loadfile: a
 # module's live server starts once, on one worker); most of a run waits on servers, the
-# browser and subprocesses, so three share two cores well (measured on a 2-core host:
-# 2 workers ~19 min, 3 ~14 min, 4 no faster and flakier). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 3
+# browser and subprocesses, so four share two cores well (measured on a 2-core host, the
+# tests alone: 3 workers 9:55 with the cores 65% busy, 4 workers 9:04 and 9:08).
+# TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 test: install-dev system-deps cli-agents
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
