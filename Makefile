@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test test-bench bench lint format install install-dev system-deps cli-agents lock clean
+.PHONY: run test test-durations test-bench bench lint format install install-dev system-deps cli-agents lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,10 +57,18 @@ system-deps:
 # module's live server starts once, on one worker); most of a run waits on servers, the
 # browser and subprocesses, so four share two cores well (measured on a 2-core host, the
 # tests alone: 3 workers 9:55 with the cores 65% busy, 4 workers 9:04 and 9:08).
-# TEST_WORKERS=0: one process.
+# The files go out longest first, by tests/durations.json (tests/durations.py; rewritten
+# by `make test-durations`), not by their number of tests. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 test: install-dev system-deps cli-agents
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Measures each test file's duration in a parallel run and rewrites tests/durations.json.
+test-durations: install-dev system-deps cli-agents
+	@mkdir -p var
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--junitxml=var/test-durations.xml -o junit_family=xunit1 $(PYTEST_ARGS)
+	$(BIN)/python -m tests.durations var/test-durations.xml
 
 # The benchmark's own test (tests/deploy/test_bench.py, marked `bench`): `manage.py bench`
 # end to end at a small scale, every figure checked. Minutes of the machine, so not part of

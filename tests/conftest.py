@@ -13,6 +13,7 @@ from agent.core.loop import AgentLoop
 from agent.core.model.anthropic import AnthropicProvider
 from agent.core.tools import Workspace, build_tools
 from testkit.model_server import ModelServer, echo_fallback
+from tests import durations
 
 REPO = Path(__file__).resolve().parent.parent
 # This process imports the ASGI application (in-process socket tests) but serves nothing:
@@ -23,10 +24,16 @@ os.environ["HARNESS_LIVE_SETTINGS"] = "testkit.live_settings"
 SHARED = REPO.parent / "shared"
 
 
-def pytest_collection_modifyitems(items):
-    """Browser tests last: sync Playwright keeps an event loop running in this thread while
-    its browser is open, which other tests' asyncio.run() must not meet."""
-    items.sort(key=lambda item: "/e2e/" in str(item.fspath))
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """In xdist's workers (``make test``), the longest test files first (tests/durations.py
+    says why; each browser file closes its browser when it ends). In one process, browser
+    tests last: sync Playwright keeps an event loop running in this thread while its
+    browser is open, which other tests' asyncio.run() must not meet."""
+    if hasattr(config, "workerinput"):
+        durations.longest_first(items, durations.load())
+    else:
+        items.sort(key=lambda item: "/e2e/" in str(item.fspath))
 
 
 @pytest.hookimpl(wrapper=True)
