@@ -148,6 +148,20 @@ REDIS_URL = env_secret("REDIS_URL")  # may hold a password
 # process's viewers, and each API event stream. The queues hold a burst's frames (a
 # full one drops messages; pages and streams fill such gaps from the event log).
 LAYER_CAPACITY = 1000
+
+
+def redis_channel_prefix(url: str) -> str:
+    """The channel layer's names carry REDIS_URL's database number: Redis delivers a PUBLISH
+    to every subscriber of the server, whatever database each selected, so deployments (or
+    test workers) given different databases of one server would otherwise hear each other's
+    group messages (a user 1 signed out in one would end user 1's streams in the other)."""
+    parts = urlsplit(url)
+    database = parts.path.strip("/") or dict(
+        pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair
+    ).get("db", "0")
+    return f"harness.db{database}"
+
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -164,6 +178,7 @@ if REDIS_URL:
                         "max_connections": env_int("REDIS_MAX_CONNECTIONS", 1000, minimum=10),
                     }
                 ],
+                "prefix": redis_channel_prefix(REDIS_URL),
             },
         }
     }

@@ -20,8 +20,9 @@ PG_URL = os.environ.get("HARNESS_TEST_DATABASE_URL", "postgres://postgres@127.0.
 def worker_redis_url(url: str) -> str:
     """Under pytest-xdist, worker gwN uses the Redis database N above the given one: a
     test's flush, or a cluster's channel groups (user.1 of a fresh database), must not reach
-    the servers of a test on the other worker. (The modules with a fixed database of their
-    own, 11 and 12, each run on one worker.)"""
+    the servers of a test on the other worker (the layer's names carry the database number:
+    Redis's pub/sub alone ignores it). The modules with a fixed database of their own (11,
+    12; 13 and 14 in tests/deploy/test_services.py) each run on one worker."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return url

@@ -136,6 +136,44 @@ async def test_redis_layer_reaches_members_in_other_processes_exactly_once():
         await there.flush()
 
 
+async def test_deployments_on_two_databases_of_one_redis_hear_nothing_of_each_other():
+    """Redis delivers a PUBLISH to every subscriber of the server, whatever database each
+    selected: the layer's names carry REDIS_URL's database number (harness_site/settings.py),
+    or a sign-out of user 1 in one deployment (or test worker) ends user 1's streams in
+    the other."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from harness_site.settings import redis_channel_prefix
+
+    require_redis()
+    base = REDIS_URL.rsplit("/", 1)[0]
+
+    def layer(database: int):
+        url = f"{base}/{database}"
+        return RedisPubSubChannelLayer(hosts=[{"address": url, "socket_timeout": 30}],
+                                       prefix=redis_channel_prefix(url))  # fmt: skip
+
+    here, here_too, other = layer(13), layer(13), layer(14)  # three processes
+    group = f"user.{uuid.uuid4().hex[:8]}"
+    try:
+        mine, theirs = await here_too.new_channel(), await other.new_channel()
+        await here_too.group_add(group, mine)
+        await other.group_add(group, theirs)
+        await here.group_send(group, {"type": "user.revoked"})
+        assert (await _receive(here_too, mine))["type"] == "user.revoked"
+        assert await _next_is(other, theirs, other, "marker")  # it never came
+    finally:
+        for each in (here, here_too, other):
+            await each.flush()
+    assert redis_channel_prefix("redis://h:6379/3") == "harness.db3"
+    assert redis_channel_prefix("redis://:pw@h:6379?db=5") == "harness.db5"
+    assert redis_channel_prefix("rediss://h") == "harness.db0"
+    proc = _django("from django.conf import settings; "
+                   "print(settings.CHANNEL_LAYERS['default']['CONFIG']['prefix'])",
+                   REDIS_URL="redis://127.0.0.1:6379/7")  # fmt: skip
+    assert proc.stdout.strip() == "harness.db7", proc.stderr
+
+
 def test_redis_layer_from_settings_receives_after_a_quiet_spell():
     """A receive that waits longer than channels_redis's 5 s blocking pop still works (redis-
     py 8's default 5 s socket timeout used to break it)."""
