@@ -56,9 +56,10 @@ system-deps:
 # Four pytest-xdist workers, each given a whole test file at a time (--dist loadfile: a
 # module's live server starts once, on one worker); most of a run waits on servers, the
 # browser and subprocesses, so four share two cores well (measured on a 2-core host, the
-# tests alone: 3 workers 9:55 with the cores 65% busy, 4 workers 9:04 and 9:08).
-# The files go out longest first, by tests/durations.json (tests/durations.py; rewritten
-# by `make test-durations`), not by their number of tests. TEST_WORKERS=0: one process.
+# tests alone: 3 workers 9:55 with the cores 65% busy, 4 workers 9:04 and 9:08, 5 workers
+# 9:30, its last 13% of the tests 4 minutes of a few slow files). The files go out longest
+# first, by tests/durations.json (tests/durations.py; rewritten by `make test-durations`),
+# not by their number of tests: 8:52 with 4 workers. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 test: install-dev system-deps cli-agents
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
