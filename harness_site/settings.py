@@ -156,9 +156,9 @@ def redis_channel_prefix(url: str) -> str:
     test workers) given different databases of one server would otherwise hear each other's
     group messages (a user 1 signed out in one would end user 1's streams in the other)."""
     parts = urlsplit(url)
-    database = parts.path.strip("/") or dict(
-        pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair
-    ).get("db", "0")
+    path = parts.path.strip("/")  # (a unix socket's URL has its file there: ?db= instead)
+    query = dict(pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair)
+    database = path if path.isdigit() else query.get("db", "0")
     return f"harness.db{database}"
 
 

@@ -168,6 +168,8 @@ async def test_deployments_on_two_databases_of_one_redis_hear_nothing_of_each_ot
     assert redis_channel_prefix("redis://h:6379/3") == "harness.db3"
     assert redis_channel_prefix("redis://:pw@h:6379?db=5") == "harness.db5"
     assert redis_channel_prefix("rediss://h") == "harness.db0"
+    assert redis_channel_prefix("unix:///run/redis.sock?db=2") == "harness.db2"
+    assert redis_channel_prefix("unix:///run/redis.sock") == "harness.db0"
     proc = _django("from django.conf import settings; "
                    "print(settings.CHANNEL_LAYERS['default']['CONFIG']['prefix'])",
                    REDIS_URL="redis://127.0.0.1:6379/7")  # fmt: skip
