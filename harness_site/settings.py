@@ -13,7 +13,7 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -157,8 +157,7 @@ def redis_channel_prefix(url: str) -> str:
     group messages (a user 1 signed out in one would end user 1's streams in the other)."""
     parts = urlsplit(url)
     path = parts.path.strip("/")  # (a unix socket's URL has its file there: ?db= instead)
-    query = dict(pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair)
-    database = path if path.isdigit() else query.get("db", "0")
+    database = path if path.isdigit() else parse_qs(parts.query).get("db", ["0"])[0]
     return f"harness.db{database}"
 
 
