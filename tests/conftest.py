@@ -27,13 +27,10 @@ SHARED = REPO.parent / "shared"
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """In xdist's workers (``make test``), the longest test files first (tests/durations.py
-    says why; each browser file closes its browser when it ends). In one process, browser
-    tests last: sync Playwright keeps an event loop running in this thread while its
-    browser is open, which other tests' asyncio.run() must not meet."""
+    says why; each browser file closes its browser when it ends), after the browser tests'
+    own order (tests/e2e/conftest.py), which a run in one process keeps."""
     if hasattr(config, "workerinput"):
         durations.longest_first(items, durations.load())
-    else:
-        items.sort(key=lambda item: "/e2e/" in str(item.fspath))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -23,6 +23,8 @@ USERS = ("alice", "bob", "mallory")  # ids 1, 2, 3 in the live database
 
 
 def pytest_collection_modifyitems(items):
+    """Browser tests last: sync Playwright keeps an event loop running in this thread while
+    its browser is open, which other tests' asyncio.run() must not meet."""
     for item in items:
         if "/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
